@@ -1,0 +1,134 @@
+//! Assignment out: what every client runs, and whether to rebalance again.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::model::{ClientId, Role, TaskId};
+
+/// What one client is told to run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct ClientAssignment {
+    pub active: Vec<TaskId>,
+    pub standby: Vec<TaskId>,
+    pub warmup: Vec<TaskId>,
+    /// A leaving client that holds nothing: it may shut down.
+    pub drained: bool,
+}
+
+/// A move that the assignment has decided on but not made yet, because the destination is not caught up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingMove {
+    pub task: TaskId,
+    /// The client running the task now.
+    pub from: ClientId,
+    /// Where the task will run once that client has caught up.
+    pub to: ClientId,
+}
+
+/// The result of one assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub clients: BTreeMap<ClientId, ClientAssignment>,
+    /// True exactly when a move is still pending.
+    pub followup_rebalance: bool,
+    /// When to probe again, if a follow-up is due.
+    pub probe_after_ms: Option<u64>,
+    pub warnings: Vec<String>,
+    pub pending: Vec<PendingMove>,
+}
+
+impl Assignment {
+    /// The roles of `task`: its active client and its standby and warm-up clients.
+    pub fn holders(&self, task: TaskId) -> Vec<(&ClientId, Role)> {
+        let mut out = Vec::new();
+        for (id, a) in &self.clients {
+            if a.active.binary_search(&task).is_ok() {
+                out.push((id, Role::Active));
+            }
+            if a.standby.binary_search(&task).is_ok() {
+                out.push((id, Role::Standby));
+            }
+            if a.warmup.binary_search(&task).is_ok() {
+                out.push((id, Role::Warmup));
+            }
+        }
+        out
+    }
+}
+
+/// An assignment under construction, by index.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub active: Vec<Vec<TaskIx>>,
+    pub standby: Vec<Vec<TaskIx>>,
+    pub warmup: Vec<Vec<TaskIx>>,
+    pub warnings: Vec<String>,
+    /// `(task, from, to)`.
+    pub pending: Vec<(TaskIx, ClientIx, ClientIx)>,
+}
+
+impl Plan {
+    pub fn new(clients: usize) -> Self {
+        Self {
+            active: vec![Vec::new(); clients],
+            standby: vec![Vec::new(); clients],
+            warmup: vec![Vec::new(); clients],
+            warnings: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, client: ClientIx, task: TaskIx, role: Role) {
+        let list = match role {
+            Role::Active => &mut self.active,
+            Role::Standby => &mut self.standby,
+            Role::Warmup => &mut self.warmup,
+        };
+        list[client as usize].push(task);
+    }
+
+    /// Sorts everything into the public form. `followup` decides the probing schedule.
+    pub fn finish(self, cluster: &Cluster, followup: bool) -> Assignment {
+        let ids = |v: &[TaskIx]| -> Vec<TaskId> {
+            let mut out: Vec<TaskId> = v.iter().map(|&t| cluster.tasks[t as usize].id).collect();
+            out.sort_unstable();
+            out
+        };
+        let mut clients = BTreeMap::new();
+        for (c, spec) in cluster.clients.iter().enumerate() {
+            let active = ids(&self.active[c]);
+            let standby = ids(&self.standby[c]);
+            let warmup = ids(&self.warmup[c]);
+            let drained =
+                spec.leaving && active.is_empty() && standby.is_empty() && warmup.is_empty();
+            clients.insert(
+                spec.id.clone(),
+                ClientAssignment {
+                    active,
+                    standby,
+                    warmup,
+                    drained,
+                },
+            );
+        }
+        let mut pending: Vec<PendingMove> = self
+            .pending
+            .iter()
+            .map(|&(t, from, to)| PendingMove {
+                task: cluster.tasks[t as usize].id,
+                from: cluster.clients[from as usize].id.clone(),
+                to: cluster.clients[to as usize].id.clone(),
+            })
+            .collect();
+        pending.sort_by(|a, b| a.task.cmp(&b.task));
+        Assignment {
+            clients,
+            followup_rebalance: followup,
+            probe_after_ms: followup.then_some(cluster.config.probing_rebalance_interval_ms),
+            warnings: self.warnings,
+            pending,
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Phase 3: turn the target into what runs now, without a stall.
+//!
+//! A task runs on its target active only if that client is caught up. Otherwise it keeps running
+//! on a caught-up client (a caught-up holder if there is one, so that no extra copy is needed)
+//! and the target catches up first: as a standby if it is one, or as a warm-up within the
+//! group's `max.warmup.replicas` budget. Tasks already warming up keep their budget first, so
+//! a warm-up is never abandoned half way.
+
+use super::holders::Holders;
+use crate::assignment::Plan;
+use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::model::{Lag, Role};
+
+/// A task whose target is not caught up and whose runner is outside its holders.
+struct WarmupWanted {
+    already_warming: bool,
+    caught_up_clients: usize,
+    task: TaskIx,
+    to: ClientIx,
+}
+
+pub fn hand_over(cluster: &Cluster, holders: &Holders, target: &[ClientIx], plan: &mut Plan) {
+    let mut wanted = Vec::new();
+    for t in cluster.task_ixs() {
+        let a = target[t as usize];
+        if !cluster.is_stateful(t) {
+            plan.push(a, t, Role::Active);
+            continue;
+        }
+        let runner = if cluster.is_caught_up(a, t) {
+            a
+        } else {
+            choose_runner(cluster, holders, t, a)
+        };
+        plan.push(runner, t, Role::Active);
+        let runner_holds = holders.contains(t, runner);
+        for &h in holders.of(t) {
+            if h == runner || (h == a && !runner_holds) {
+                continue;
+            }
+            plan.push(h, t, Role::Standby);
+        }
+        if runner != a {
+            plan.pending.push((t, runner, a));
+            if !runner_holds {
+                wanted.push(WarmupWanted {
+                    already_warming: cluster.owned_role(a, t) == Some(Role::Warmup),
+                    caught_up_clients: caught_up_count(cluster, t),
+                    task: t,
+                    to: a,
+                });
+            }
+        }
+    }
+    wanted.sort_by_key(|w| (!w.already_warming, w.caught_up_clients, w.task));
+    let budget = cluster.config.max_warmup_replicas as usize;
+    for w in wanted.into_iter().take(budget) {
+        plan.push(w.to, w.task, Role::Warmup);
+    }
+}
+
+/// Who runs `task` while its target `a` is not caught up.
+fn choose_runner(cluster: &Cluster, holders: &Holders, task: TaskIx, a: ClientIx) -> ClientIx {
+    let runs_now = |c: ClientIx| cluster.owned_role(c, task) == Some(Role::Active);
+    // A caught-up holder: no extra copy needed. Prefer the one running it now.
+    if let Some(h) = holders
+        .of(task)
+        .iter()
+        .copied()
+        .filter(|&h| cluster.is_caught_up(h, task))
+        .min_by_key(|&h| (!runs_now(h), cluster.lag(h, task), h))
+    {
+        return h;
+    }
+    // Any caught-up client, e.g. a leaving one or one over its quota.
+    let acceptable = cluster.config.acceptable_recovery_lag;
+    let reporters = &cluster.reporters[task as usize];
+    if let Some(&(c, _)) = reporters
+        .iter()
+        .filter(|(_, lag)| lag.is_caught_up(acceptable))
+        .min_by_key(|&&(c, lag)| (!runs_now(c), lag, cluster.is_leaving(c), c))
+    {
+        return c;
+    }
+    // Nobody is caught up: the most caught-up client restores, the target if it ties.
+    let target_lag = cluster.lag(a, task);
+    match reporters
+        .iter()
+        .filter(|&&(_, lag)| lag != Lag::Unknown)
+        .min_by_key(|&&(c, lag)| (lag, !runs_now(c), c))
+    {
+        Some(&(c, lag)) if lag < target_lag => c,
+        _ => a,
+    }
+}
+
+fn caught_up_count(cluster: &Cluster, task: TaskIx) -> usize {
+    let acceptable = cluster.config.acceptable_recovery_lag;
+    cluster.reporters[task as usize]
+        .iter()
+        .filter(|(_, lag)| lag.is_caught_up(acceptable))
+        .count()
+}

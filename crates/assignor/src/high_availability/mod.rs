@@ -1,0 +1,67 @@
+//! Baton's own assignor: available, balanced, minimal movement, warm-ups within budget.
+//!
+//! It works in three phases, each a pure function of the cluster state:
+//! 1. [`placement`]: which clients hold a copy of each stateful task (balanced copies per thread,
+//!    kept where the state already is);
+//! 2. [`roles`]: which holder is the target active (balanced actives per thread, sticky), and
+//!    where stateless tasks run;
+//! 3. [`handover`]: what runs now, so that no task moves to a client that must restore first.
+//!
+//! Unlike Kafka's HighAvailabilityTaskAssignor, the target depends on where state is, so scaling
+//! out moves only the tasks that must move, and a configured standby doubles as the warm-up of
+//! the task it will take over (it costs no warm-up budget).
+
+mod handover;
+mod holders;
+mod placement;
+mod roles;
+mod spread;
+
+use crate::assignment::{Assignment, Plan};
+use crate::cluster::Cluster;
+use crate::TaskAssignor;
+
+/// The `high-availability` assignor.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HighAvailabilityAssignor;
+
+impl TaskAssignor for HighAvailabilityAssignor {
+    fn name(&self) -> &'static str {
+        "high-availability"
+    }
+
+    fn assign(&self, cluster: &Cluster) -> Assignment {
+        let mut plan = Plan::new(cluster.client_count());
+        let mut capacities: Vec<u32> = cluster
+            .clients
+            .iter()
+            .map(|c| if c.leaving { 0 } else { c.capacity })
+            .collect();
+        if capacities.iter().all(|&c| c == 0) {
+            plan.warnings.push(
+                "every client is leaving: none can be drained, so all of them keep taking tasks"
+                    .to_owned(),
+            );
+            capacities = cluster.clients.iter().map(|c| c.capacity).collect();
+        }
+        let eligible = capacities.iter().filter(|&&c| c > 0).count();
+        let wanted = 1 + cluster.config.num_standby_replicas as usize;
+        let r = wanted.min(eligible);
+        let has_stateful = cluster.tasks.iter().any(|t| t.stateful);
+        if r < wanted && has_stateful {
+            plan.warnings.push(format!(
+                "num.standby.replicas is {} but only {eligible} client(s) can hold copies: \
+                 assigning {} standby replica(s) per stateful task",
+                wanted - 1,
+                r - 1
+            ));
+        }
+
+        let holders = placement::place_copies(cluster, &capacities, r);
+        let mut actives = roles::choose_stateful_actives(cluster, &capacities, &holders);
+        roles::assign_stateless(cluster, &capacities, &mut actives);
+        handover::hand_over(cluster, &holders, &actives.target, &mut plan);
+        let followup = !plan.pending.is_empty();
+        plan.finish(cluster, followup)
+    }
+}

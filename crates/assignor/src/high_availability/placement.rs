@@ -1,0 +1,266 @@
+//! Phase 1: which clients hold a copy (active or standby) of each stateful task.
+//!
+//! Copies per thread are balanced to within one task between clients, and among balanced
+//! layouts this keeps as many copies as it can where their state already is:
+//! 1. Every client keeps the copies it has, best first (caught-up actives, then copies it holds
+//!    or is warming up, then stale state on disk by lag) up to its quota.
+//! 2. Copies still missing go to the least-loaded clients, preferring racks the task is not on.
+//!
+//! Because step 1 ranks a destination's warm-up as high as a standby, a task being warmed up
+//! keeps its destination from one round to the next.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::holders::Holders;
+use super::spread::interleave;
+use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::load::{Load, Quotas};
+use crate::model::{Lag, Role};
+
+/// How strongly a client's existing state argues for keeping a copy there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Claim {
+    /// Runs the task now and is caught up.
+    RunningActive = 0,
+    /// Holds the task in some role, or is caught up.
+    Held = 1,
+    /// Has stale state on disk.
+    Stale = 2,
+}
+
+/// How many pops a rack-diverse search may look through before settling for any client.
+const RACK_SEARCH_LIMIT: usize = 32;
+
+pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders {
+    let tasks = cluster.task_count();
+    let stateful: Vec<TaskIx> = cluster
+        .task_ixs()
+        .filter(|&t| cluster.is_stateful(t))
+        .collect();
+    let quotas = Quotas::split(stateful.len() as u64 * r as u64, capacities);
+    let mut holders = Holders::new(tasks, r);
+    let mut copies = vec![0u32; cluster.client_count()];
+
+    keep_existing(cluster, capacities, &quotas, &mut holders, &mut copies);
+    fill_missing(
+        cluster,
+        capacities,
+        &quotas,
+        &stateful,
+        &mut holders,
+        &mut copies,
+    );
+    holders
+}
+
+fn keep_existing(
+    cluster: &Cluster,
+    capacities: &[u32],
+    quotas: &Quotas,
+    holders: &mut Holders,
+    copies: &mut [u32],
+) {
+    // (claim, a, b, task, client): for Running/Held, client-major in interleaved order;
+    // for Stale, globally by lag so the freshest stale state wins.
+    let mut claims: Vec<(Claim, u64, u64, ClientIx, TaskIx)> = Vec::new();
+    let acceptable = cluster.config.acceptable_recovery_lag;
+    for c in cluster.client_ixs() {
+        if capacities[c as usize] == 0 {
+            continue;
+        }
+        let view = &cluster.views[c as usize];
+        let mut running = Vec::new();
+        let mut held = Vec::new();
+        let mut seen: Vec<TaskIx> = view
+            .owned
+            .iter()
+            .map(|&(t, _)| t)
+            .chain(view.reports.iter().map(|&(t, _)| t))
+            .filter(|&t| cluster.is_stateful(t))
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for t in seen {
+            let lag = cluster.lag(c, t);
+            let caught_up = lag.is_caught_up(acceptable);
+            match cluster.owned_role(c, t) {
+                Some(Role::Active) if caught_up => running.push(t),
+                Some(_) => held.push(t),
+                None if caught_up => held.push(t),
+                None => {
+                    let end = cluster.tasks[t as usize].end_offset_sum;
+                    if let Lag::Behind(n) = lag {
+                        if n < end {
+                            claims.push((Claim::Stale, n, c as u64, c, t));
+                        }
+                    }
+                }
+            }
+        }
+        for (claim, mut list) in [(Claim::RunningActive, running), (Claim::Held, held)] {
+            interleave(cluster, &mut list);
+            for (rank, t) in list.into_iter().enumerate() {
+                claims.push((claim, c as u64, rank as u64, c, t));
+            }
+        }
+    }
+    claims.sort_unstable();
+
+    let mut extras = quotas.extras;
+    let mut took_extra = vec![false; copies.len()];
+    for within_base in [true, false] {
+        for &(_, _, _, c, t) in &claims {
+            let ci = c as usize;
+            if holders.is_full(t) || holders.contains(t, c) {
+                continue;
+            }
+            if copies[ci] < quotas.base[ci] {
+                // room within the base quota
+            } else if !within_base && extras > 0 && !took_extra[ci] && copies[ci] == quotas.base[ci]
+            {
+                extras -= 1;
+                took_extra[ci] = true;
+            } else {
+                continue;
+            }
+            holders.add(t, c);
+            copies[ci] += 1;
+        }
+    }
+    // The fill step hands out what is left of the pool.
+    let _ = extras;
+}
+
+fn fill_missing(
+    cluster: &Cluster,
+    capacities: &[u32],
+    quotas: &Quotas,
+    stateful: &[TaskIx],
+    holders: &mut Holders,
+    copies: &mut [u32],
+) {
+    let has_racks = cluster.clients.iter().any(|c| c.rack.is_some());
+    let used_extras: u32 = copies
+        .iter()
+        .zip(&quotas.base)
+        .filter(|(c, b)| c > b)
+        .map(|(c, b)| c - b)
+        .sum();
+    let mut extras = quotas.extras.saturating_sub(used_extras);
+
+    let key = |c: ClientIx, n: u32| Reverse((Load::new(n, capacities[c as usize]), c));
+    let mut below_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();
+    let mut at_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();
+    for c in cluster.client_ixs() {
+        let ci = c as usize;
+        if capacities[ci] == 0 {
+            continue;
+        }
+        if copies[ci] < quotas.base[ci] {
+            below_base.push(key(c, copies[ci]));
+        } else if copies[ci] == quotas.base[ci] {
+            at_base.push(key(c, copies[ci]));
+        }
+    }
+
+    let mut skipped = Vec::new();
+    for &t in stateful {
+        while !holders.is_full(t) {
+            let pick = pick_client(
+                cluster,
+                holders,
+                t,
+                has_racks,
+                &mut below_base,
+                &mut skipped,
+            )
+            .or_else(|| {
+                if extras == 0 {
+                    return None;
+                }
+                let c = pick_client(cluster, holders, t, has_racks, &mut at_base, &mut skipped)?;
+                extras -= 1;
+                Some(c)
+            })
+            .or_else(|| least_loaded_without(cluster, capacities, copies, holders, t));
+            let Some(c) = pick else {
+                // Fewer eligible clients than copies: r was capped so this cannot happen.
+                debug_assert!(false, "no client can take a copy of task {t}");
+                break;
+            };
+            holders.add(t, c);
+            let ci = c as usize;
+            copies[ci] += 1;
+            if copies[ci] < quotas.base[ci] {
+                below_base.push(key(c, copies[ci]));
+            } else if copies[ci] == quotas.base[ci] {
+                at_base.push(key(c, copies[ci]));
+            }
+        }
+    }
+}
+
+/// Pops the least-loaded client that can take `task`, preferring one on a rack the task is not on yet.
+fn pick_client(
+    cluster: &Cluster,
+    holders: &Holders,
+    task: TaskIx,
+    has_racks: bool,
+    heap: &mut BinaryHeap<Reverse<(Load, ClientIx)>>,
+    skipped: &mut Vec<Reverse<(Load, ClientIx)>>,
+) -> Option<ClientIx> {
+    let rack_is_new = |c: ClientIx| match &cluster.clients[c as usize].rack {
+        None => true,
+        Some(r) => holders
+            .of(task)
+            .iter()
+            .all(|&h| cluster.clients[h as usize].rack.as_ref() != Some(r)),
+    };
+    let mut fallback: Option<Reverse<(Load, ClientIx)>> = None;
+    let mut chosen = None;
+    let mut looked = 0;
+    while let Some(entry) = heap.pop() {
+        let c = entry.0 .1;
+        if holders.contains(task, c) {
+            skipped.push(entry);
+            continue;
+        }
+        if !has_racks || rack_is_new(c) {
+            chosen = Some(c);
+            break;
+        }
+        looked += 1;
+        if fallback.is_none() {
+            fallback = Some(entry);
+        } else {
+            skipped.push(entry);
+        }
+        if looked >= RACK_SEARCH_LIMIT {
+            break;
+        }
+    }
+    if chosen.is_none() {
+        if let Some(entry) = fallback.take() {
+            chosen = Some(entry.0 .1);
+        }
+    } else if let Some(entry) = fallback.take() {
+        skipped.push(entry);
+    }
+    heap.extend(skipped.drain(..));
+    chosen
+}
+
+/// Last resort when quotas cannot be met without two copies on one client: overshoot a quota.
+fn least_loaded_without(
+    cluster: &Cluster,
+    capacities: &[u32],
+    copies: &[u32],
+    holders: &Holders,
+    task: TaskIx,
+) -> Option<ClientIx> {
+    cluster
+        .client_ixs()
+        .filter(|&c| capacities[c as usize] > 0 && !holders.contains(task, c))
+        .min_by_key(|&c| (Load::new(copies[c as usize], capacities[c as usize]), c))
+}

@@ -1,0 +1,280 @@
+//! Phase 2: which holder of each stateful task is its target active, and where stateless tasks run.
+//!
+//! Actives per thread are balanced to within one task. Among balanced choices it keeps actives
+//! where they run now, then prefers caught-up holders, so a caught-up standby is promoted instead
+//! of warming up a new client.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::holders::Holders;
+use super::spread::interleave;
+use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::load::{Load, Quotas};
+use crate::model::Role;
+
+const NONE: ClientIx = ClientIx::MAX;
+
+/// Target active client per task (`ClientIx::MAX` where not decided).
+pub struct Actives {
+    pub target: Vec<ClientIx>,
+    pub count: Vec<u32>,
+}
+
+struct Budget {
+    base: Vec<u32>,
+    extras: u32,
+    took_extra: Vec<bool>,
+}
+
+impl Budget {
+    fn new(q: Quotas, clients: usize) -> Self {
+        Self {
+            base: q.base,
+            extras: q.extras,
+            took_extra: vec![false; clients],
+        }
+    }
+
+    /// Whether `c` at `count` may take one more, using the shared pool if `allow_extra`.
+    fn room(&self, c: ClientIx, count: u32, allow_extra: bool) -> bool {
+        let ci = c as usize;
+        count < self.base[ci]
+            || (allow_extra && self.extras > 0 && !self.took_extra[ci] && count == self.base[ci])
+    }
+
+    fn take(&mut self, c: ClientIx, count: u32) {
+        let ci = c as usize;
+        if count >= self.base[ci] {
+            self.extras -= 1;
+            self.took_extra[ci] = true;
+        }
+    }
+}
+
+pub fn choose_stateful_actives(
+    cluster: &Cluster,
+    capacities: &[u32],
+    holders: &Holders,
+) -> Actives {
+    let stateful: Vec<TaskIx> = cluster
+        .task_ixs()
+        .filter(|&t| cluster.is_stateful(t))
+        .collect();
+    let clients = cluster.client_count();
+    let mut budget = Budget::new(Quotas::split(stateful.len() as u64, capacities), clients);
+    let mut target = vec![NONE; cluster.task_count()];
+    let mut count = vec![0u32; clients];
+
+    // Current caught-up actives that remain holders, per client, in interleaved order.
+    let mut running: Vec<Vec<TaskIx>> = vec![Vec::new(); clients];
+    for c in cluster.client_ixs() {
+        if capacities[c as usize] == 0 {
+            continue;
+        }
+        let list = &mut running[c as usize];
+        for &(t, role) in &cluster.views[c as usize].owned {
+            if role == Role::Active
+                && cluster.is_stateful(t)
+                && holders.contains(t, c)
+                && cluster.is_caught_up(c, t)
+            {
+                list.push(t);
+            }
+        }
+        interleave(cluster, list);
+    }
+
+    let assign = |t: TaskIx,
+                  c: ClientIx,
+                  target: &mut [ClientIx],
+                  count: &mut [u32],
+                  budget: &mut Budget| {
+        budget.take(c, count[c as usize]);
+        target[t as usize] = c;
+        count[c as usize] += 1;
+    };
+
+    for allow_extra in [false, true] {
+        // Keep running actives.
+        for c in cluster.client_ixs() {
+            for &t in &running[c as usize] {
+                if target[t as usize] == NONE && budget.room(c, count[c as usize], allow_extra) {
+                    assign(t, c, &mut target, &mut count, &mut budget);
+                }
+            }
+        }
+        // Promote caught-up holders, least loaded first.
+        for &t in &stateful {
+            if target[t as usize] != NONE {
+                continue;
+            }
+            let best = holders
+                .of(t)
+                .iter()
+                .copied()
+                .filter(|&h| {
+                    cluster.is_caught_up(h, t) && budget.room(h, count[h as usize], allow_extra)
+                })
+                .min_by_key(|&h| (Load::new(count[h as usize], capacities[h as usize]), h));
+            if let Some(h) = best {
+                assign(t, h, &mut target, &mut count, &mut budget);
+            }
+        }
+    }
+    // Holders that must restore or warm up first: least loaded, then least behind.
+    for allow_extra in [false, true] {
+        for &t in &stateful {
+            if target[t as usize] != NONE {
+                continue;
+            }
+            let best = holders
+                .of(t)
+                .iter()
+                .copied()
+                .filter(|&h| budget.room(h, count[h as usize], allow_extra))
+                .min_by_key(|&h| {
+                    (
+                        Load::new(count[h as usize], capacities[h as usize]),
+                        cluster.lag(h, t),
+                        h,
+                    )
+                });
+            if let Some(h) = best {
+                assign(t, h, &mut target, &mut count, &mut budget);
+            }
+        }
+    }
+    // Every holder is full: shift one of a holder's actives to another of that task's holders.
+    for &t in &stateful {
+        if target[t as usize] != NONE {
+            continue;
+        }
+        let mut done = false;
+        'search: for &h in holders.of(t) {
+            for &u in &stateful {
+                if target[u as usize] != h {
+                    continue;
+                }
+                for &g in holders.of(u) {
+                    if g != h && budget.room(g, count[g as usize], true) {
+                        budget.take(g, count[g as usize]);
+                        target[u as usize] = g;
+                        count[g as usize] += 1;
+                        target[t as usize] = h;
+                        done = true;
+                        break 'search;
+                    }
+                }
+            }
+        }
+        if !done {
+            // Unbalanced, but every task keeps an active.
+            let h = holders
+                .of(t)
+                .iter()
+                .copied()
+                .min_by_key(|&h| (Load::new(count[h as usize], capacities[h as usize]), h))
+                .expect("a stateful task has at least one holder");
+            target[t as usize] = h;
+            count[h as usize] += 1;
+        }
+    }
+    Actives { target, count }
+}
+
+/// Stateless tasks, balanced on their own; the spare ones go where total actives are lowest.
+pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Actives) {
+    let stateless: Vec<TaskIx> = cluster
+        .task_ixs()
+        .filter(|&t| !cluster.is_stateful(t))
+        .collect();
+    if stateless.is_empty() {
+        return;
+    }
+    let clients = cluster.client_count();
+    let mut budget = Budget::new(Quotas::split(stateless.len() as u64, capacities), clients);
+    let mut count = vec![0u32; clients];
+
+    for allow_extra in [false, true] {
+        for c in cluster.client_ixs() {
+            if capacities[c as usize] == 0 {
+                continue;
+            }
+            for &(t, role) in &cluster.views[c as usize].owned {
+                if role == Role::Active
+                    && !cluster.is_stateful(t)
+                    && actives.target[t as usize] == NONE
+                    && budget.room(c, count[c as usize], allow_extra)
+                {
+                    budget.take(c, count[c as usize]);
+                    actives.target[t as usize] = c;
+                    count[c as usize] += 1;
+                    actives.count[c as usize] += 1;
+                }
+            }
+        }
+    }
+
+    type Key = Reverse<(Load, Load, ClientIx)>;
+    let key = |c: ClientIx, count: &[u32], total: &[u32]| -> Key {
+        let cap = capacities[c as usize];
+        Reverse((
+            Load::new(count[c as usize], cap),
+            Load::new(total[c as usize], cap),
+            c,
+        ))
+    };
+    let mut below: BinaryHeap<Key> = BinaryHeap::new();
+    for c in cluster.client_ixs() {
+        if capacities[c as usize] > 0 && count[c as usize] < budget.base[c as usize] {
+            below.push(key(c, &count, &actives.count));
+        }
+    }
+    let mut spare: Option<BinaryHeap<Key>> = None;
+    for &t in &stateless {
+        if actives.target[t as usize] != NONE {
+            continue;
+        }
+        let c = if let Some(Reverse((_, _, c))) = below.pop() {
+            c
+        } else {
+            // Built once, when the base quotas are full, so totals reflect every base assignment.
+            let heap = spare.get_or_insert_with(|| {
+                cluster
+                    .client_ixs()
+                    .filter(|&c| budget.room(c, count[c as usize], true))
+                    .map(|c| {
+                        let cap = capacities[c as usize];
+                        Reverse((
+                            Load::new(actives.count[c as usize], cap),
+                            Load::new(0, 1),
+                            c,
+                        ))
+                    })
+                    .collect()
+            });
+            match heap.pop() {
+                Some(Reverse((_, _, c))) => c,
+                // Quotas cover every task; if that ever fails, stay correct and lose balance.
+                None => cluster
+                    .client_ixs()
+                    .filter(|&c| capacities[c as usize] > 0)
+                    .min_by_key(|&c| {
+                        (
+                            Load::new(actives.count[c as usize], capacities[c as usize]),
+                            c,
+                        )
+                    })
+                    .expect("at least one client takes tasks"),
+            }
+        };
+        budget.take(c, count[c as usize]);
+        actives.target[t as usize] = c;
+        count[c as usize] += 1;
+        actives.count[c as usize] += 1;
+        if count[c as usize] < budget.base[c as usize] {
+            below.push(key(c, &count, &actives.count));
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! `kafka`: Kafka Streams' HighAvailabilityTaskAssignor, reproduced for parity and comparison.
+//!
+//! The target layout is a pure function of tasks, clients and capacities (round robin, then a
+//! skew-reducing loop); stickiness only comes from lags, through warm-ups and standby swaps.
+//! Every tie is broken by task order and client order, as in Kafka (with client ids standing in
+//! for process UUIDs). Rack awareness is not reproduced: Kafka's default is `none`.
+
+use std::collections::BTreeSet;
+
+use crate::assignment::Assignment;
+use crate::client_state::{leaving_warning, to_plan, ClientState, PrioritySet};
+use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::TaskAssignor;
+
+/// The `kafka` assignor.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KafkaAssignor;
+
+impl TaskAssignor for KafkaAssignor {
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn assign(&self, cluster: &Cluster) -> Assignment {
+        let mut warnings: Vec<String> = leaving_warning(cluster, "kafka").into_iter().collect();
+        let mut run = Run::new(cluster);
+        let stateful: Vec<TaskIx> = cluster
+            .task_ixs()
+            .filter(|&t| cluster.is_stateful(t))
+            .collect();
+        run.assign_active_stateful(&stateful);
+        if let Some(w) = run.assign_standbys(&stateful) {
+            warnings.push(w);
+        }
+        let mut budget = cluster.config.max_warmup_replicas as i64;
+        let needed_active = run.active_movements(&stateful, &mut budget);
+        let needed_standby = run.standby_movements(&stateful, &mut budget);
+        run.assign_stateless();
+        let followup = needed_active + needed_standby > 0;
+        let mut plan = to_plan(cluster, &run.states, &run.warmups, warnings);
+        plan.pending = run.pending;
+        plan.finish(cluster, followup)
+    }
+}
+
+struct Run<'a> {
+    cluster: &'a Cluster,
+    states: Vec<ClientState>,
+    warmups: BTreeSet<(ClientIx, TaskIx)>,
+    pending: Vec<(TaskIx, ClientIx, ClientIx)>,
+}
+
+/// A planned move of `task` away from `destination`, which is not caught up.
+struct Movement {
+    caught_up: usize,
+    task: TaskIx,
+    destination: ClientIx,
+}
+
+impl<'a> Run<'a> {
+    fn new(cluster: &'a Cluster) -> Self {
+        Self {
+            cluster,
+            states: cluster
+                .clients
+                .iter()
+                .map(|c| ClientState::new(c.capacity))
+                .collect(),
+            warmups: BTreeSet::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn n(&self) -> ClientIx {
+        self.states.len() as ClientIx
+    }
+
+    fn lag(&self, c: ClientIx, t: TaskIx) -> i64 {
+        self.cluster.lag(c, t).as_kafka_long()
+    }
+
+    fn caught_up(&self, c: ClientIx, t: TaskIx) -> bool {
+        self.cluster.is_caught_up(c, t)
+    }
+
+    /// All clients ordered by (lag, client), Kafka's `tasksToClientByLag`.
+    fn by_lag(&self, t: TaskIx) -> Vec<ClientIx> {
+        let mut v: Vec<ClientIx> = (0..self.n()).collect();
+        v.sort_by_key(|&c| (self.lag(c, t), c));
+        v
+    }
+
+    fn assign_active_stateful(&mut self, stateful: &[TaskIx]) {
+        let n = self.states.len();
+        for (i, &t) in stateful.iter().enumerate() {
+            self.states[i % n].active.insert(t);
+        }
+        balance_over_threads(&mut self.states, Kind::Active);
+    }
+
+    fn assign_standbys(&mut self, stateful: &[TaskIx]) -> Option<String> {
+        let wanted = self.cluster.config.num_standby_replicas;
+        if wanted == 0 {
+            return None;
+        }
+        let mut set = PrioritySet::new();
+        for c in 0..self.n() {
+            set.offer(c, self.states[c as usize].assigned_load());
+        }
+        let mut short = 0usize;
+        for &t in stateful {
+            for _ in 0..wanted {
+                let states = &self.states;
+                let Some(c) = set.poll(|c| !states[c as usize].has_assigned(t)) else {
+                    short += 1;
+                    break;
+                };
+                self.states[c as usize].standby.insert(t);
+                set.offer(c, self.states[c as usize].assigned_load());
+            }
+        }
+        balance_over_threads(&mut self.states, Kind::Standby);
+        (short > 0).then(|| {
+            format!(
+                "num.standby.replicas is {wanted} but {short} stateful task(s) could not get all \
+                 their standbys: too few clients"
+            )
+        })
+    }
+
+    fn caught_up_count(&self, t: TaskIx) -> usize {
+        (0..self.n()).filter(|&c| self.caught_up(c, t)).count()
+    }
+
+    /// Not caught up, and some client is strictly less behind.
+    fn should_move(&self, t: TaskIx, c: ClientIx) -> bool {
+        if self.caught_up(c, t) {
+            return false;
+        }
+        let best = (0..self.n())
+            .map(|x| self.lag(x, t))
+            .min()
+            .unwrap_or(i64::MAX);
+        best < self.lag(c, t)
+    }
+
+    fn load_set(&self) -> PrioritySet {
+        let mut set = PrioritySet::new();
+        for c in 0..self.n() {
+            set.offer(c, self.states[c as usize].assigned_load());
+        }
+        set
+    }
+
+    fn reoffer(&self, set: &mut PrioritySet, clients: [ClientIx; 2]) {
+        for c in clients {
+            set.offer(c, self.states[c as usize].assigned_load());
+        }
+    }
+
+    fn active_movements(&mut self, stateful: &[TaskIx], budget: &mut i64) -> usize {
+        let _ = stateful;
+        let mut movements = Vec::new();
+        for c in 0..self.n() {
+            for &t in &self.states[c as usize].active {
+                if self.cluster.is_stateful(t) && self.should_move(t, c) {
+                    movements.push(Movement {
+                        caught_up: self.caught_up_count(t),
+                        task: t,
+                        destination: c,
+                    });
+                }
+            }
+        }
+        movements.sort_by_key(|m| (m.caught_up, m.task));
+        let mut set = self.load_set();
+        for m in &movements {
+            let (t, dest) = (m.task, m.destination);
+            // a. A caught-up standby swaps roles with the destination: no warm-up needed.
+            let states = &self.states;
+            let cluster = self.cluster;
+            if let Some(src) =
+                set.poll(|c| cluster.is_caught_up(c, t) && states[c as usize].standby.contains(&t))
+            {
+                self.swap(t, src, dest);
+                self.reoffer(&mut set, [src, dest]);
+                continue;
+            }
+            // b. Any caught-up client takes the active; the destination warms up if budget allows.
+            if let Some(src) = set.poll(|c| cluster.is_caught_up(c, t)) {
+                self.move_and_warm_up(t, src, dest, budget);
+                self.reoffer(&mut set, [src, dest]);
+                continue;
+            }
+            // c. No caught-up client: the most caught-up one ahead of the destination (KAFKA-13600).
+            if let Some(src) = self.by_lag(t).into_iter().take_while(|&c| c != dest).next() {
+                if self.states[src as usize].standby.contains(&t) {
+                    self.swap(t, src, dest);
+                } else {
+                    self.move_and_warm_up(t, src, dest, budget);
+                }
+                self.reoffer(&mut set, [src, dest]);
+            }
+            // Kafka throws here; should_move guarantees a more caught-up client exists.
+        }
+        movements.len()
+    }
+
+    fn standby_movements(&mut self, stateful: &[TaskIx], budget: &mut i64) -> usize {
+        let _ = stateful;
+        let mut movements = Vec::new();
+        for c in 0..self.n() {
+            for &t in &self.states[c as usize].standby {
+                if !self.warmups.contains(&(c, t)) && self.should_move(t, c) {
+                    movements.push(Movement {
+                        caught_up: self.caught_up_count(t),
+                        task: t,
+                        destination: c,
+                    });
+                }
+            }
+        }
+        movements.sort_by_key(|m| (m.caught_up, m.task));
+        let mut set = self.load_set();
+        let mut needed = 0;
+        for m in &movements {
+            let (t, dest) = (m.task, m.destination);
+            let states = &self.states;
+            let cluster = self.cluster;
+            let src = set
+                .poll(|c| cluster.is_caught_up(c, t) && !states[c as usize].has_assigned(t))
+                .or_else(|| {
+                    self.by_lag(t)
+                        .into_iter()
+                        .take_while(|&c| c != dest)
+                        .find(|&c| !self.states[c as usize].has_assigned(t))
+                });
+            let Some(src) = src else { continue };
+            self.states[src as usize].standby.insert(t);
+            if *budget > 0 {
+                self.warmups.insert((dest, t));
+                self.pending.push((t, src, dest));
+            } else {
+                self.states[dest as usize].standby.remove(&t);
+            }
+            *budget -= 1;
+            self.reoffer(&mut set, [src, dest]);
+            needed += 1;
+        }
+        needed
+    }
+
+    fn swap(&mut self, t: TaskIx, src: ClientIx, dest: ClientIx) {
+        self.states[src as usize].standby.remove(&t);
+        self.states[src as usize].active.insert(t);
+        self.states[dest as usize].active.remove(&t);
+        self.states[dest as usize].standby.insert(t);
+        self.pending.push((t, src, dest));
+    }
+
+    fn move_and_warm_up(&mut self, t: TaskIx, src: ClientIx, dest: ClientIx, budget: &mut i64) {
+        self.states[src as usize].active.insert(t);
+        self.states[dest as usize].active.remove(&t);
+        if *budget > 0 {
+            self.states[dest as usize].standby.insert(t);
+            self.warmups.insert((dest, t));
+        }
+        *budget -= 1;
+        self.pending.push((t, src, dest));
+    }
+
+    fn assign_stateless(&mut self) {
+        let mut set = PrioritySet::new();
+        for c in 0..self.n() {
+            set.offer(c, self.states[c as usize].active_load());
+        }
+        for t in self
+            .cluster
+            .task_ixs()
+            .filter(|&t| !self.cluster.is_stateful(t))
+        {
+            let c = set.poll(|_| true).expect("at least one client");
+            self.states[c as usize].active.insert(t);
+            set.offer(c, self.states[c as usize].active_load());
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Active,
+    Standby,
+}
+
+/// Kafka's `balanceTasksOverThreads`: move tasks from more to less loaded clients until no move helps.
+fn balance_over_threads(states: &mut [ClientState], kind: Kind) {
+    let n = states.len();
+    loop {
+        let mut moved = false;
+        for src in 0..n {
+            for dst in 0..n {
+                if src == dst || !should_move_a_task(&states[src], &states[dst]) {
+                    continue;
+                }
+                let snapshot: Vec<TaskIx> = match kind {
+                    Kind::Active => states[src].active.iter().copied().collect(),
+                    Kind::Standby => states[src].standby.iter().copied().collect(),
+                };
+                for t in snapshot {
+                    if !should_move_a_task(&states[src], &states[dst]) {
+                        break;
+                    }
+                    if states[dst].has_assigned(t) {
+                        continue;
+                    }
+                    match kind {
+                        Kind::Active => {
+                            states[src].active.remove(&t);
+                            states[dst].active.insert(t);
+                        }
+                        Kind::Standby => {
+                            states[src].standby.remove(&t);
+                            states[dst].standby.insert(t);
+                        }
+                    }
+                    moved = true;
+                }
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+fn should_move_a_task(src: &ClientState, dst: &ClientState) -> bool {
+    let skew = src.assigned_load_f64() - dst.assigned_load_f64();
+    if skew <= 0.0 {
+        return false;
+    }
+    let at_dst = (dst.assigned_count() as f64 + 1.0) / dst.capacity as f64;
+    let at_src = (src.assigned_count() as f64 - 1.0) / src.capacity as f64;
+    let proposed = at_src - at_dst;
+    proposed >= 0.0 && proposed < skew
+}

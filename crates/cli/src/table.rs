@@ -1,0 +1,90 @@
+//! The human summary printed by `baton assign --format table`.
+
+use std::fmt::Write;
+
+use baton_assignor::{Assignment, Cluster, TaskId};
+
+fn list(tasks: &[TaskId]) -> String {
+    if tasks.is_empty() {
+        return "-".to_owned();
+    }
+    tasks
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> String {
+    let mut out = String::new();
+    let stateful = cluster.tasks.iter().filter(|t| t.stateful).count();
+    let _ = writeln!(
+        out,
+        "assignor {assignor}: {} tasks ({stateful} stateful), {} clients",
+        cluster.tasks.len(),
+        cluster.clients.len()
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:>7} {:>6} {:>7} {:>6} {:>13}  STATUS",
+        "CLIENT", "THREADS", "ACTIVE", "STANDBY", "WARMUP", "COPIES/THREAD"
+    );
+    for spec in &cluster.clients {
+        let a = &assignment.clients[&spec.id];
+        let copies = a.active.len() + a.standby.len() + a.warmup.len();
+        let status = if a.drained {
+            "drained"
+        } else if spec.leaving {
+            "leaving"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{:<16} {:>7} {:>6} {:>7} {:>6} {:>13.2}  {status}",
+            spec.id.0,
+            spec.capacity,
+            a.active.len(),
+            a.standby.len(),
+            a.warmup.len(),
+            copies as f64 / spec.capacity as f64,
+        );
+    }
+    out.push('\n');
+    for spec in &cluster.clients {
+        let a = &assignment.clients[&spec.id];
+        let _ = writeln!(out, "{}", spec.id.0);
+        let _ = writeln!(out, "  active:  {}", list(&a.active));
+        let _ = writeln!(out, "  standby: {}", list(&a.standby));
+        let _ = writeln!(out, "  warmup:  {}", list(&a.warmup));
+    }
+    out.push('\n');
+    if assignment.pending.is_empty() {
+        let _ = writeln!(out, "pending moves: none; no follow-up rebalance");
+    } else {
+        let _ = writeln!(
+            out,
+            "pending moves: {} (follow-up rebalance in {} ms)",
+            assignment.pending.len(),
+            assignment.probe_after_ms.unwrap_or_default()
+        );
+        for m in &assignment.pending {
+            let how = match assignment.clients.get(&m.to) {
+                Some(a) if a.warmup.contains(&m.task) => "warming up",
+                Some(a) if a.standby.contains(&m.task) => "catching up as a standby",
+                _ => "waiting for a warm-up slot",
+            };
+            let _ = writeln!(
+                out,
+                "  {:<8} {} -> {} ({how})",
+                m.task.to_string(),
+                m.from,
+                m.to
+            );
+        }
+    }
+    for w in &assignment.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
