@@ -244,12 +244,12 @@ mod tests {
         assert!(err(r#"{"tasks": [], "clients": []}"#).starts_with("clients: at least one client"));
         assert!(
             err(r#"{"tasks": [], "clients": [{"id": "a"}], "confg": {}}"#)
-                .starts_with("input: unknown field `confg`")
+                .starts_with("confg: unknown field `confg`")
         );
         assert!(err(
             r#"{"config": {"max.warmup.replica": 1}, "tasks": [], "clients": [{"id": "a"}]}"#
         )
-        .starts_with("config: unknown field `max.warmup.replica`"));
+        .starts_with("config.max.warmup.replica: unknown field `max.warmup.replica`"));
         assert!(err(
             r#"{"config": {"max.warmup.replicas": 0}, "tasks": [], "clients": [{"id": "a"}]}"#
         )

@@ -74,6 +74,36 @@ impl Quotas {
     }
 }
 
+impl Quotas {
+    /// As [`Quotas::split`], but no client is given more than `max_each` (a client can hold at
+    /// most one copy of each task); what a full client cannot take is split among the others.
+    pub fn split_capped(total: u64, capacities: &[u32], max_each: u32) -> Quotas {
+        let mut open: Vec<u32> = capacities.to_vec();
+        let mut fixed = vec![false; capacities.len()];
+        let mut remaining = total;
+        loop {
+            let q = Quotas::split(remaining, &open);
+            let full: Vec<usize> = (0..open.len())
+                .filter(|&c| open[c] > 0 && q.base[c] >= max_each)
+                .collect();
+            if full.is_empty() {
+                let base = (0..open.len())
+                    .map(|c| if fixed[c] { max_each } else { q.base[c] })
+                    .collect();
+                return Quotas {
+                    base,
+                    extras: q.extras,
+                };
+            }
+            for c in full {
+                fixed[c] = true;
+                open[c] = 0;
+                remaining = remaining.saturating_sub(max_each as u64);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +123,13 @@ mod tests {
         let q = Quotas::split(10, &[1, 1, 1, 0]);
         assert_eq!(q.base, vec![3, 3, 3, 0]);
         assert_eq!(q.extras, 1);
+    }
+
+    #[test]
+    fn capped_quotas_spill_to_other_clients() {
+        // 15 tasks x 3 copies on threads 2,1,1,1: the big client can hold only 15.
+        let q = Quotas::split_capped(45, &[2, 1, 1, 1], 15);
+        assert_eq!(q.base, vec![15, 10, 10, 10]);
+        assert_eq!(q.extras, 0);
     }
 }

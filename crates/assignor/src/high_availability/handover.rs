@@ -19,7 +19,14 @@ struct WarmupWanted {
     to: ClientIx,
 }
 
-pub fn hand_over(cluster: &Cluster, holders: &Holders, target: &[ClientIx], plan: &mut Plan) {
+/// `capacities[c] == 0` marks a client that is leaving (and may keep only what it runs now).
+pub fn hand_over(
+    cluster: &Cluster,
+    capacities: &[u32],
+    holders: &Holders,
+    target: &[ClientIx],
+    plan: &mut Plan,
+) {
     let mut wanted = Vec::new();
     for t in cluster.task_ixs() {
         let a = target[t as usize];
@@ -30,7 +37,7 @@ pub fn hand_over(cluster: &Cluster, holders: &Holders, target: &[ClientIx], plan
         let runner = if cluster.is_caught_up(a, t) {
             a
         } else {
-            choose_runner(cluster, holders, t, a)
+            choose_runner(cluster, capacities, holders, t, a)
         };
         plan.push(runner, t, Role::Active);
         let runner_holds = holders.contains(t, runner);
@@ -60,7 +67,14 @@ pub fn hand_over(cluster: &Cluster, holders: &Holders, target: &[ClientIx], plan
 }
 
 /// Who runs `task` while its target `a` is not caught up.
-fn choose_runner(cluster: &Cluster, holders: &Holders, task: TaskIx, a: ClientIx) -> ClientIx {
+fn choose_runner(
+    cluster: &Cluster,
+    capacities: &[u32],
+    holders: &Holders,
+    task: TaskIx,
+    a: ClientIx,
+) -> ClientIx {
+    let leaving = |c: ClientIx| capacities[c as usize] == 0;
     let runs_now = |c: ClientIx| cluster.owned_role(c, task) == Some(Role::Active);
     // A caught-up holder: no extra copy needed. Prefer the one running it now.
     if let Some(h) = holders
@@ -72,21 +86,32 @@ fn choose_runner(cluster: &Cluster, holders: &Holders, task: TaskIx, a: ClientIx
     {
         return h;
     }
-    // Any caught-up client, e.g. a leaving one or one over its quota.
-    let acceptable = cluster.config.acceptable_recovery_lag;
+    // Any caught-up client, e.g. one over its quota, or a leaving one that runs the task now.
+    // When the changelog is within the acceptable lag, a client that reported nothing is caught up too.
     let reporters = &cluster.reporters[task as usize];
-    if let Some(&(c, _)) = reporters
-        .iter()
-        .filter(|(_, lag)| lag.is_caught_up(acceptable))
-        .min_by_key(|&&(c, lag)| (!runs_now(c), lag, cluster.is_leaving(c), c))
-    {
+    let may_run = |c: ClientIx| (runs_now(c) || !leaving(c)) && cluster.is_caught_up(c, task);
+    let rank = |c: ClientIx| (!runs_now(c), cluster.lag(c, task), c);
+    let caught_up = if cluster.unreported_is_caught_up(task) {
+        cluster
+            .client_ixs()
+            .filter(|&c| may_run(c))
+            .min_by_key(|&c| rank(c))
+    } else {
+        reporters
+            .iter()
+            .map(|&(c, _)| c)
+            .filter(|&c| may_run(c))
+            .min_by_key(|&c| rank(c))
+    };
+    if let Some(c) = caught_up {
         return c;
     }
-    // Nobody is caught up: the most caught-up client restores, the target if it ties.
+    // Nobody is caught up: the most caught-up client restores, the target if it ties. A leaving
+    // client restores nothing it does not already run.
     let target_lag = cluster.lag(a, task);
     match reporters
         .iter()
-        .filter(|&&(_, lag)| lag != Lag::Unknown)
+        .filter(|&&(c, lag)| lag != Lag::Unknown && (runs_now(c) || !leaving(c)))
         .min_by_key(|&&(c, lag)| (lag, !runs_now(c), c))
     {
         Some(&(c, lag)) if lag < target_lag => c,

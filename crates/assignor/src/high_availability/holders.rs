@@ -35,6 +35,19 @@ impl Holders {
         self.of(task).contains(&client)
     }
 
+    /// Moves `task`'s copy from `from` to `to`.
+    pub fn replace(&mut self, task: TaskIx, from: ClientIx, to: ClientIx) {
+        debug_assert!(!self.contains(task, to));
+        let start = task as usize * self.r;
+        let n = self.len[task as usize] as usize;
+        if let Some(slot) = self.slots[start..start + n]
+            .iter_mut()
+            .find(|c| **c == from)
+        {
+            *slot = to;
+        }
+    }
+
     pub fn add(&mut self, task: TaskIx, client: ClientIx) {
         debug_assert!(!self.is_full(task) && !self.contains(task, client));
         let n = self.len[task as usize] as usize;

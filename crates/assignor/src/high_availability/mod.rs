@@ -60,7 +60,7 @@ impl TaskAssignor for HighAvailabilityAssignor {
         let holders = placement::place_copies(cluster, &capacities, r);
         let mut actives = roles::choose_stateful_actives(cluster, &capacities, &holders);
         roles::assign_stateless(cluster, &capacities, &mut actives);
-        handover::hand_over(cluster, &holders, &actives.target, &mut plan);
+        handover::hand_over(cluster, &capacities, &holders, &actives.target, &mut plan);
         let followup = !plan.pending.is_empty();
         plan.finish(cluster, followup)
     }

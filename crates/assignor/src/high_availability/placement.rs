@@ -38,7 +38,11 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
         .task_ixs()
         .filter(|&t| cluster.is_stateful(t))
         .collect();
-    let quotas = Quotas::split(stateful.len() as u64 * r as u64, capacities);
+    let quotas = Quotas::split_capped(
+        stateful.len() as u64 * r as u64,
+        capacities,
+        stateful.len() as u32,
+    );
     let mut holders = Holders::new(tasks, r);
     let mut copies = vec![0u32; cluster.client_count()];
 
@@ -183,6 +187,21 @@ fn fill_missing(
                 extras -= 1;
                 Some(c)
             })
+            .or_else(|| {
+                let room = |c: ClientIx| {
+                    let ci = c as usize;
+                    capacities[ci] > 0
+                        && (copies[ci] < quotas.base[ci]
+                            || (extras > 0 && copies[ci] == quotas.base[ci]))
+                };
+                let (x, d) = make_room(cluster, capacities, stateful, holders, t, room)?;
+                if copies[d as usize] >= quotas.base[d as usize] {
+                    extras -= 1;
+                }
+                copies[d as usize] += 1;
+                copies[x as usize] -= 1;
+                Some(x)
+            })
             .or_else(|| least_loaded_without(cluster, capacities, copies, holders, t));
             let Some(c) = pick else {
                 // Fewer eligible clients than copies: r was capped so this cannot happen.
@@ -249,6 +268,36 @@ fn pick_client(
     }
     heap.extend(skipped.drain(..));
     chosen
+}
+
+/// Every client with room already holds `task`: find a full client `x` without it, and move
+/// one of `x`'s copies (of a task `u`) to a client `d` with room that lacks `u`. Returns `(x, d)`.
+///
+/// Rare (few clients, many copies per task), so a scan is fine.
+fn make_room(
+    cluster: &Cluster,
+    capacities: &[u32],
+    stateful: &[TaskIx],
+    holders: &mut Holders,
+    task: TaskIx,
+    room: impl Fn(ClientIx) -> bool,
+) -> Option<(ClientIx, ClientIx)> {
+    let with_room: Vec<ClientIx> = cluster.client_ixs().filter(|&c| room(c)).collect();
+    for x in cluster.client_ixs() {
+        if capacities[x as usize] == 0 || holders.contains(task, x) || room(x) {
+            continue;
+        }
+        for &u in stateful {
+            if u == task || !holders.contains(u, x) {
+                continue;
+            }
+            if let Some(&d) = with_room.iter().find(|&&d| !holders.contains(u, d)) {
+                holders.replace(u, x, d);
+                return Some((x, d));
+            }
+        }
+    }
+    None
 }
 
 /// Last resort when quotas cannot be met without two copies on one client: overshoot a quota.

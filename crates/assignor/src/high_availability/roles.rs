@@ -5,7 +5,7 @@
 //! of warming up a new client.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use super::holders::Holders;
 use super::spread::interleave;
@@ -24,15 +24,16 @@ pub struct Actives {
 struct Budget {
     base: Vec<u32>,
     extras: u32,
+    /// Clients that take nothing (leaving) have no extras either.
     took_extra: Vec<bool>,
 }
 
 impl Budget {
-    fn new(q: Quotas, clients: usize) -> Self {
+    fn new(q: Quotas, capacities: &[u32]) -> Self {
         Self {
             base: q.base,
             extras: q.extras,
-            took_extra: vec![false; clients],
+            took_extra: capacities.iter().map(|&c| c == 0).collect(),
         }
     }
 
@@ -62,7 +63,7 @@ pub fn choose_stateful_actives(
         .filter(|&t| cluster.is_stateful(t))
         .collect();
     let clients = cluster.client_count();
-    let mut budget = Budget::new(Quotas::split(stateful.len() as u64, capacities), clients);
+    let mut budget = Budget::new(Quotas::split(stateful.len() as u64, capacities), capacities);
     let mut target = vec![NONE; cluster.task_count()];
     let mut count = vec![0u32; clients];
 
@@ -85,14 +86,20 @@ pub fn choose_stateful_actives(
         interleave(cluster, list);
     }
 
+    // Actives per (subtopology, client): ties go to the client with fewest of the task's subtopology.
+    let mut per_sub: BTreeMap<(u32, ClientIx), u32> = BTreeMap::new();
+    let sub = |t: TaskIx| cluster.tasks[t as usize].id.subtopology;
+    type PerSub = BTreeMap<(u32, ClientIx), u32>;
     let assign = |t: TaskIx,
                   c: ClientIx,
                   target: &mut [ClientIx],
                   count: &mut [u32],
-                  budget: &mut Budget| {
+                  budget: &mut Budget,
+                  per_sub: &mut PerSub| {
         budget.take(c, count[c as usize]);
         target[t as usize] = c;
         count[c as usize] += 1;
+        *per_sub.entry((sub(t), c)).or_default() += 1;
     };
 
     for allow_extra in [false, true] {
@@ -100,7 +107,7 @@ pub fn choose_stateful_actives(
         for c in cluster.client_ixs() {
             for &t in &running[c as usize] {
                 if target[t as usize] == NONE && budget.room(c, count[c as usize], allow_extra) {
-                    assign(t, c, &mut target, &mut count, &mut budget);
+                    assign(t, c, &mut target, &mut count, &mut budget, &mut per_sub);
                 }
             }
         }
@@ -116,9 +123,16 @@ pub fn choose_stateful_actives(
                 .filter(|&h| {
                     cluster.is_caught_up(h, t) && budget.room(h, count[h as usize], allow_extra)
                 })
-                .min_by_key(|&h| (Load::new(count[h as usize], capacities[h as usize]), h));
+                .min_by_key(|&h| {
+                    let in_sub = per_sub_count(&per_sub, sub(t), h);
+                    (
+                        in_sub,
+                        Load::new(count[h as usize], capacities[h as usize]),
+                        h,
+                    )
+                });
             if let Some(h) = best {
-                assign(t, h, &mut target, &mut count, &mut budget);
+                assign(t, h, &mut target, &mut count, &mut budget, &mut per_sub);
             }
         }
     }
@@ -135,40 +149,31 @@ pub fn choose_stateful_actives(
                 .filter(|&h| budget.room(h, count[h as usize], allow_extra))
                 .min_by_key(|&h| {
                     (
+                        per_sub_count(&per_sub, sub(t), h),
                         Load::new(count[h as usize], capacities[h as usize]),
                         cluster.lag(h, t),
                         h,
                     )
                 });
             if let Some(h) = best {
-                assign(t, h, &mut target, &mut count, &mut budget);
+                assign(t, h, &mut target, &mut count, &mut budget, &mut per_sub);
             }
         }
     }
-    // Every holder is full: shift one of a holder's actives to another of that task's holders.
+    // Every holder is full: shift actives along a chain of holders to one with room.
     for &t in &stateful {
         if target[t as usize] != NONE {
             continue;
         }
-        let mut done = false;
-        'search: for &h in holders.of(t) {
-            for &u in &stateful {
-                if target[u as usize] != h {
-                    continue;
-                }
-                for &g in holders.of(u) {
-                    if g != h && budget.room(g, count[g as usize], true) {
-                        budget.take(g, count[g as usize]);
-                        target[u as usize] = g;
-                        count[g as usize] += 1;
-                        target[t as usize] = h;
-                        done = true;
-                        break 'search;
-                    }
-                }
-            }
-        }
-        if !done {
+        if !augment(
+            cluster,
+            holders,
+            &stateful,
+            t,
+            &mut target,
+            &mut count,
+            &mut budget,
+        ) {
             // Unbalanced, but every task keeps an active.
             let h = holders
                 .of(t)
@@ -183,6 +188,63 @@ pub fn choose_stateful_actives(
     Actives { target, count }
 }
 
+fn per_sub_count(per_sub: &BTreeMap<(u32, ClientIx), u32>, sub: u32, c: ClientIx) -> u32 {
+    per_sub.get(&(sub, c)).copied().unwrap_or(0)
+}
+
+/// Breadth-first search for an augmenting path: `t` goes to holder `h0`, one of `h0`'s actives
+/// goes to another of its holders `h1`, and so on until a client with room. Rare and small.
+fn augment(
+    cluster: &Cluster,
+    holders: &Holders,
+    stateful: &[TaskIx],
+    t: TaskIx,
+    target: &mut [ClientIx],
+    count: &mut [u32],
+    budget: &mut Budget,
+) -> bool {
+    let clients = cluster.client_count();
+    let mut by_client: Vec<Vec<TaskIx>> = vec![Vec::new(); clients];
+    for &u in stateful {
+        if target[u as usize] != NONE {
+            by_client[target[u as usize] as usize].push(u);
+        }
+    }
+    // parent[c] = (task that would move to c, client it comes from, or NONE for `t` itself)
+    let mut parent: Vec<Option<(TaskIx, ClientIx)>> = vec![None; clients];
+    let mut queue = std::collections::VecDeque::new();
+    for &h in holders.of(t) {
+        if parent[h as usize].is_none() {
+            parent[h as usize] = Some((t, NONE));
+            queue.push_back(h);
+        }
+    }
+    while let Some(c) = queue.pop_front() {
+        if budget.room(c, count[c as usize], true) {
+            budget.take(c, count[c as usize]);
+            count[c as usize] += 1;
+            let mut at = c;
+            while let Some((task, from)) = parent[at as usize] {
+                target[task as usize] = at;
+                if from == NONE {
+                    break;
+                }
+                at = from;
+            }
+            return true;
+        }
+        for &u in &by_client[c as usize] {
+            for &g in holders.of(u) {
+                if g != c && parent[g as usize].is_none() {
+                    parent[g as usize] = Some((u, c));
+                    queue.push_back(g);
+                }
+            }
+        }
+    }
+    false
+}
+
 /// Stateless tasks, balanced on their own; the spare ones go where total actives are lowest.
 pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Actives) {
     let stateless: Vec<TaskIx> = cluster
@@ -193,25 +255,28 @@ pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Act
         return;
     }
     let clients = cluster.client_count();
-    let mut budget = Budget::new(Quotas::split(stateless.len() as u64, capacities), clients);
+    let mut budget = Budget::new(
+        Quotas::split(stateless.len() as u64, capacities),
+        capacities,
+    );
     let mut count = vec![0u32; clients];
 
-    for allow_extra in [false, true] {
-        for c in cluster.client_ixs() {
-            if capacities[c as usize] == 0 {
-                continue;
-            }
-            for &(t, role) in &cluster.views[c as usize].owned {
-                if role == Role::Active
-                    && !cluster.is_stateful(t)
-                    && actives.target[t as usize] == NONE
-                    && budget.room(c, count[c as usize], allow_extra)
-                {
-                    budget.take(c, count[c as usize]);
-                    actives.target[t as usize] = c;
-                    count[c as usize] += 1;
-                    actives.count[c as usize] += 1;
-                }
+    // Owners keep stateless tasks within their base quota only: the spare ones go where total
+    // actives are lowest, so that stateful and stateless extras do not pile up on one client.
+    for c in cluster.client_ixs() {
+        if capacities[c as usize] == 0 {
+            continue;
+        }
+        for &(t, role) in &cluster.views[c as usize].owned {
+            if role == Role::Active
+                && !cluster.is_stateful(t)
+                && actives.target[t as usize] == NONE
+                && budget.room(c, count[c as usize], false)
+            {
+                budget.take(c, count[c as usize]);
+                actives.target[t as usize] = c;
+                count[c as usize] += 1;
+                actives.count[c as usize] += 1;
             }
         }
     }

@@ -1,0 +1,260 @@
+//! The `high-availability` assignor on hand-worked scenarios.
+
+mod common;
+
+use baton_assignor::{Assignment, ClusterState, HighAvailabilityAssignor, TaskAssignor};
+use common::*;
+
+fn ids(v: &[baton_assignor::TaskId]) -> Vec<String> {
+    v.iter().map(ToString::to_string).collect()
+}
+
+fn get<'a>(a: &'a Assignment, c: &str) -> &'a baton_assignor::ClientAssignment {
+    &a.clients[&c.into()]
+}
+
+#[test]
+fn fourth_client_takes_three_tasks_with_minimal_moves() {
+    // 12 tasks round robin on 3 clients, then a 4th joins: 3 moves, not Kafka's 9.
+    let tasks = stateful_tasks(12, 12, 150_000);
+    let mut clients = vec![fresh("c1", 1), fresh("c2", 1), fresh("c3", 1)];
+    for (i, t) in tasks.iter().enumerate() {
+        clients[i % 3].owned_active.insert(t.id);
+        clients[i % 3]
+            .lags
+            .insert(t.id, baton_assignor::Lag::Running);
+    }
+    clients.push(fresh("c4", 1));
+    let state = ClusterState {
+        config: config(10_000, 2, 0),
+        tasks,
+        clients,
+    };
+    let run = converge(&HighAvailabilityAssignor, state.clone(), 20);
+    assert!(run.converged);
+    assert_eq!(run.active_moves, 3);
+    assert_eq!(run.rounds, 3, "ceil(3 moves / 2 warm-ups) + 1");
+    check_balanced(
+        run.state.as_ref().unwrap(),
+        run.last.as_ref().unwrap(),
+        false,
+    )
+    .unwrap();
+
+    let kafka = converge(&baton_assignor::KafkaAssignor, state, 50);
+    assert!(kafka.converged);
+    assert_eq!(
+        kafka.active_moves, 9,
+        "Kafka's target ignores where the state is"
+    );
+}
+
+#[test]
+fn first_round_warms_up_without_moving_actives() {
+    let tasks = stateful_tasks(12, 12, 150_000);
+    let mut clients = vec![fresh("c1", 1), fresh("c2", 1), fresh("c3", 1)];
+    for (i, t) in tasks.iter().enumerate() {
+        clients[i % 3].owned_active.insert(t.id);
+        clients[i % 3]
+            .lags
+            .insert(t.id, baton_assignor::Lag::Running);
+    }
+    clients.push(fresh("c4", 1));
+    let c = cluster(config(10_000, 2, 0), tasks, clients);
+    let a = HighAvailabilityAssignor.assign(&c);
+    assert!(a.followup_rebalance);
+    assert_eq!(a.probe_after_ms, Some(60_000));
+    assert!(
+        get(&a, "c4").active.is_empty(),
+        "nothing moves before it is warm"
+    );
+    assert_eq!(get(&a, "c4").warmup.len(), 2);
+    assert_eq!(a.pending.len(), 3);
+    for c in ["c1", "c2", "c3"] {
+        assert_eq!(get(&a, c).active.len(), 4);
+    }
+}
+
+#[test]
+fn caught_up_standby_is_promoted_directly() {
+    // c1 runs 0_0 and is leaving; c2 has a caught-up standby: it takes over with no warm-up.
+    let mut c1 = client("c1", 1, &["0_0"], &[], &[("0_0", -2)]);
+    c1.leaving = true;
+    let c2 = client("c2", 1, &[], &["0_0"], &[("0_0", 5)]);
+    let c3 = client("c3", 1, &[], &[], &[]);
+    let c = cluster(
+        config(100, 2, 1),
+        stateful(&["0_0"], 1000),
+        vec![c1, c2, c3],
+    );
+    let a = HighAvailabilityAssignor.assign(&c);
+    assert_eq!(ids(&get(&a, "c2").active), ["0_0"]);
+    assert_eq!(ids(&get(&a, "c3").standby), ["0_0"]);
+    assert!(get(&a, "c1").drained);
+    assert!(a.clients.values().all(|x| x.warmup.is_empty()));
+    assert!(!a.followup_rebalance);
+}
+
+#[test]
+fn leaving_client_hands_over_through_warm_ups_then_drains() {
+    let tasks = stateful_tasks(4, 4, 50_000);
+    let mut c1 = fresh("c1", 1);
+    let mut c2 = fresh("c2", 1);
+    for (i, t) in tasks.iter().enumerate() {
+        let c = if i < 2 { &mut c1 } else { &mut c2 };
+        c.owned_active.insert(t.id);
+        c.lags.insert(t.id, baton_assignor::Lag::Running);
+    }
+    c2.leaving = true;
+    let state = ClusterState {
+        config: config(100, 1, 0),
+        tasks,
+        clients: vec![c1, c2, fresh("c3", 1)],
+    };
+    let first =
+        HighAvailabilityAssignor.assign(&baton_assignor::Cluster::new(state.clone()).unwrap());
+    assert_eq!(
+        ids(&get(&first, "c2").active),
+        ["0_2", "0_3"],
+        "no stall: the leaving client keeps running"
+    );
+    assert!(!get(&first, "c2").drained);
+    assert_eq!(
+        first
+            .clients
+            .values()
+            .map(|x| x.warmup.len())
+            .sum::<usize>(),
+        1,
+        "budget of 1"
+    );
+    let run = converge(&HighAvailabilityAssignor, state, 10);
+    assert!(run.converged);
+    let last = run.last.unwrap();
+    assert!(get(&last, "c2").drained);
+    assert_eq!(run.rounds, 3);
+}
+
+#[test]
+fn most_caught_up_client_restores_when_nobody_is_caught_up() {
+    let c = cluster(
+        config(100, 2, 1),
+        stateful(&["0_0"], MAX as u64),
+        vec![
+            client("c1", 1, &[], &[], &[]),
+            client("c2", 1, &[], &[], &[("0_0", 1000)]),
+            client("c3", 1, &[], &[], &[("0_0", 500)]),
+        ],
+    );
+    let a = HighAvailabilityAssignor.assign(&c);
+    assert_eq!(ids(&get(&a, "c3").active), ["0_0"]);
+    assert_eq!(
+        ids(&get(&a, "c2").standby),
+        ["0_0"],
+        "the standby goes where state already is"
+    );
+    assert!(
+        !a.followup_rebalance,
+        "nobody could do better, so there is nothing to probe for"
+    );
+}
+
+#[test]
+fn previous_assignment_is_kept_when_balanced() {
+    let c = cluster(
+        config(100, 2, 1),
+        stateful(&["0_0", "0_1", "0_2", "0_3"], MAX as u64),
+        vec![
+            client(
+                "c1",
+                1,
+                &["0_0", "0_2"],
+                &["0_1", "0_3"],
+                &[("0_0", -2), ("0_2", -2), ("0_1", 0), ("0_3", 0)],
+            ),
+            client(
+                "c2",
+                1,
+                &["0_1", "0_3"],
+                &["0_0", "0_2"],
+                &[("0_1", -2), ("0_3", -2), ("0_0", 0), ("0_2", 0)],
+            ),
+        ],
+    );
+    let a = HighAvailabilityAssignor.assign(&c);
+    assert_eq!(ids(&get(&a, "c1").active), ["0_0", "0_2"]);
+    assert_eq!(ids(&get(&a, "c2").active), ["0_1", "0_3"]);
+    assert!(!a.followup_rebalance);
+}
+
+#[test]
+fn standbys_go_to_another_rack() {
+    let mut clients = Vec::new();
+    for (id, rack) in [("a1", "r1"), ("a2", "r1"), ("b1", "r2"), ("b2", "r2")] {
+        let mut c = fresh(id, 1);
+        c.rack = Some(rack.into());
+        clients.push(c);
+    }
+    let c = cluster(config(100, 2, 1), stateful_tasks(8, 8, 0), clients);
+    let a = HighAvailabilityAssignor.assign(&c);
+    for task in &c.tasks {
+        let racks: Vec<&str> = a
+            .holders(task.id)
+            .iter()
+            .map(|(id, _)| if id.0.starts_with('a') { "r1" } else { "r2" })
+            .collect();
+        assert_eq!(racks.len(), 2);
+        assert_ne!(
+            racks[0], racks[1],
+            "task {} has both copies on one rack",
+            task.id
+        );
+    }
+}
+
+#[test]
+fn too_few_clients_for_standbys_warns() {
+    let c = cluster(
+        config(100, 2, 3),
+        stateful(&["0_0"], 10),
+        vec![fresh("c1", 1), fresh("c2", 1)],
+    );
+    let a = HighAvailabilityAssignor.assign(&c);
+    assert_eq!(a.holders("0_0".parse().unwrap()).len(), 2);
+    assert_eq!(a.warnings.len(), 1);
+    assert!(
+        a.warnings[0].contains("num.standby.replicas is 3"),
+        "{}",
+        a.warnings[0]
+    );
+}
+
+#[test]
+fn scale_out_with_standbys_needs_no_warm_up_budget() {
+    // With a standby per task, the new client's standbys become its actives a round later.
+    let tasks = stateful_tasks(30, 10, 150_000);
+    let mut clients = vec![fresh("c1", 1), fresh("c2", 1), fresh("c3", 1)];
+    for (i, t) in tasks.iter().enumerate() {
+        let (a, s) = (i % 3, (i + 1) % 3);
+        clients[a].owned_active.insert(t.id);
+        clients[a].lags.insert(t.id, baton_assignor::Lag::Running);
+        clients[s].owned_standby.insert(t.id);
+        clients[s].lags.insert(t.id, baton_assignor::Lag::Behind(0));
+    }
+    clients.push(fresh("c4", 1));
+    let state = ClusterState {
+        config: config(10_000, 1, 1),
+        tasks,
+        clients,
+    };
+    let run = converge(&HighAvailabilityAssignor, state, 40);
+    assert!(run.converged);
+    assert!(run.rounds <= 3, "took {} rounds", run.rounds);
+    assert!(run.active_moves <= 8, "moved {} actives", run.active_moves);
+    check_balanced(
+        run.state.as_ref().unwrap(),
+        run.last.as_ref().unwrap(),
+        false,
+    )
+    .unwrap();
+}
