@@ -122,7 +122,7 @@ impl Plan {
                 to: cluster.clients[to as usize].id.clone(),
             })
             .collect();
-        pending.sort_by(|a, b| a.task.cmp(&b.task));
+        pending.sort_by_key(|m| m.task);
         Assignment {
             clients,
             followup_rebalance: followup,

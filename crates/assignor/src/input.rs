@@ -66,7 +66,7 @@ pub fn parse_cluster_state(text: &str) -> Result<ClusterState, InputError> {
     let de = &mut serde_json::Deserializer::from_str(text);
     let raw: RawInput = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let path = if path == "." {
+        let path = if path == "." || path == "?" {
             "input".to_owned()
         } else {
             path

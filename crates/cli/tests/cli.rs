@@ -1,0 +1,108 @@
+//! `baton assign` end to end: the shipped example, output formats and exit statuses.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn baton(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn example_scale_out_assigns_warm_ups_and_is_byte_identical() {
+    let (code, first, _) = baton(&["assign", "examples/scale-out.json"], None);
+    assert_eq!(code, 0);
+    let (_, second, _) = baton(&["assign", "examples/scale-out.json"], None);
+    assert_eq!(first, second);
+    let v: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(v["followup_rebalance"], true);
+    assert_eq!(v["probe_after_ms"], 600000);
+    assert_eq!(v["clients"]["c4"]["warmup"].as_array().unwrap().len(), 2);
+    assert!(v["warnings"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn documented_output_shape() {
+    let input = r#"{"tasks": [{"id": "0_0", "stateful": true, "end_offset_sum": 150000}, {"id": "1_0", "stateful": false}],
+                    "clients": [{"id": "c1", "capacity": 2, "owned_active": ["0_0"], "offset_sums": {"0_0": -2}}]}"#;
+    let (code, out, _) = baton(&["assign", "-"], Some(input));
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        r#"{"clients":{"c1":{"active":["0_0","1_0"],"standby":[],"warmup":[],"drained":false}},"followup_rebalance":false,"probe_after_ms":null,"warnings":[]}"#
+    );
+}
+
+#[test]
+fn table_format_lists_pending_moves() {
+    let (code, out, _) = baton(
+        &["assign", "examples/scale-out.json", "--format", "table"],
+        None,
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("pending moves: 3"), "{out}");
+    assert!(out.contains("c1 -> c4 (warming up)"), "{out}");
+    for a in ["kafka", "sticky"] {
+        let (code, _, _) = baton(
+            &[
+                "assign",
+                "examples/scale-out.json",
+                "--assignor",
+                a,
+                "--format",
+                "table",
+            ],
+            None,
+        );
+        assert_eq!(code, 0);
+    }
+}
+
+#[test]
+fn bad_input_exits_2_and_names_the_field() {
+    let cases = [
+        ("{", "input"),
+        (
+            r#"{"tasks": [{"id": "0_x"}], "clients": [{"id": "a"}]}"#,
+            "tasks[0].id",
+        ),
+        (
+            r#"{"tasks": [], "clients": [{"id": "a", "capacity": 0}]}"#,
+            "clients[0].capacity",
+        ),
+        (
+            r#"{"tasks": [{"id": "0_0"}, {"id": "0_0"}], "clients": [{"id": "a"}]}"#,
+            "tasks[1].id",
+        ),
+    ];
+    for (input, field) in cases {
+        let (code, out, err) = baton(&["assign"], Some(input));
+        assert_eq!(code, 2, "{input}: {err}");
+        assert!(out.is_empty());
+        assert!(err.contains(field), "{input}: {err}");
+    }
+    let (code, _, err) = baton(&["assign", "no/such/file.json"], None);
+    assert_eq!(code, 2);
+    assert!(err.contains("no/such/file.json"));
+}
