@@ -270,10 +270,11 @@ fn pick_client(
     chosen
 }
 
-/// Every client with room already holds `task`: find a full client `x` without it, and move
-/// one of `x`'s copies (of a task `u`) to a client `d` with room that lacks `u`. Returns `(x, d)`.
+/// Every client with room already holds `task`: search breadth-first for a chain of moves that
+/// makes room. `task` goes to a client `x0` without it, `x0` hands one of its copies to `x1`,
+/// and so on until a client with room. Returns `(x0, last)`.
 ///
-/// Rare (few clients, many copies per task), so a scan is fine.
+/// Rare (few clients, many copies per task), so the search rebuilds what it needs.
 fn make_room(
     cluster: &Cluster,
     capacities: &[u32],
@@ -282,18 +283,45 @@ fn make_room(
     task: TaskIx,
     room: impl Fn(ClientIx) -> bool,
 ) -> Option<(ClientIx, ClientIx)> {
-    let with_room: Vec<ClientIx> = cluster.client_ixs().filter(|&c| room(c)).collect();
-    for x in cluster.client_ixs() {
-        if capacities[x as usize] == 0 || holders.contains(task, x) || room(x) {
-            continue;
+    let n = cluster.client_count();
+    let mut held: Vec<Vec<TaskIx>> = vec![Vec::new(); n];
+    for &u in stateful {
+        for &c in holders.of(u) {
+            held[c as usize].push(u);
         }
-        for &u in stateful {
-            if u == task || !holders.contains(u, x) {
-                continue;
+    }
+    const ROOT: ClientIx = ClientIx::MAX;
+    // parent[y] = (x, u): `u` moves from `x` to `y`; ROOT marks a chain start.
+    let mut parent: Vec<Option<(ClientIx, TaskIx)>> = vec![None; n];
+    let mut queue = std::collections::VecDeque::new();
+    for x in cluster.client_ixs() {
+        if capacities[x as usize] > 0 && !holders.contains(task, x) {
+            parent[x as usize] = Some((ROOT, task));
+            queue.push_back(x);
+        }
+    }
+    while let Some(x) = queue.pop_front() {
+        if room(x) {
+            let last = x;
+            let mut at = x;
+            while let Some((from, u)) = parent[at as usize] {
+                if from == ROOT {
+                    return Some((at, last));
+                }
+                holders.replace(u, from, at);
+                at = from;
             }
-            if let Some(&d) = with_room.iter().find(|&&d| !holders.contains(u, d)) {
-                holders.replace(u, x, d);
-                return Some((x, d));
+            return None;
+        }
+        for &u in &held[x as usize] {
+            for y in cluster.client_ixs() {
+                if capacities[y as usize] > 0
+                    && parent[y as usize].is_none()
+                    && !holders.contains(u, y)
+                {
+                    parent[y as usize] = Some((x, u));
+                    queue.push_back(y);
+                }
             }
         }
     }
