@@ -33,8 +33,8 @@ impl TaskAssignor for KafkaAssignor {
             warnings.push(w);
         }
         let mut budget = cluster.config.max_warmup_replicas as i64;
-        let needed_active = run.active_movements(&stateful, &mut budget);
-        let needed_standby = run.standby_movements(&stateful, &mut budget);
+        let needed_active = run.active_movements(&mut budget);
+        let needed_standby = run.standby_movements(&mut budget);
         run.assign_stateless();
         let followup = needed_active + needed_standby > 0;
         let mut plan = to_plan(cluster, &run.states, &run.warmups, warnings);
@@ -158,8 +158,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn active_movements(&mut self, stateful: &[TaskIx], budget: &mut i64) -> usize {
-        let _ = stateful;
+    fn active_movements(&mut self, budget: &mut i64) -> usize {
         let mut movements = Vec::new();
         for c in 0..self.n() {
             for &t in &self.states[c as usize].active {
@@ -206,8 +205,7 @@ impl<'a> Run<'a> {
         movements.len()
     }
 
-    fn standby_movements(&mut self, stateful: &[TaskIx], budget: &mut i64) -> usize {
-        let _ = stateful;
+    fn standby_movements(&mut self, budget: &mut i64) -> usize {
         let mut movements = Vec::new();
         for c in 0..self.n() {
             for &t in &self.states[c as usize].standby {

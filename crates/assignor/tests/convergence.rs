@@ -216,33 +216,71 @@ fn kafka_converges_to_balance() {
     );
 }
 
+/// Kafka's fixed cases: "add node" (7 stateless + 11 stateful tasks, 1 client, then 2) and
+/// "drop node" (11 stateless + 13 stateful tasks, 7 clients, drop the first), with Kafka's limits.
 #[test]
 fn add_node_and_drop_node_cases() {
-    // Kafka's fixed cases: 7 stateless + 11 stateful tasks, 5 partitions per subtopology.
-    let mut tasks = Vec::new();
-    for i in 0..18u32 {
-        let stateful = i >= 7;
-        tasks.push(TaskSpec {
-            id: TaskId::new(i / 5, i % 5),
-            stateful,
-            end_offset_sum: if stateful { 150_000 } else { 0 },
-        });
-    }
-    let state = ClusterState {
-        config: config(100, 2, 0),
-        tasks,
-        clients: vec![fresh("c1", 1)],
+    let tasks = |stateless: u32, stateful: u32| -> Vec<TaskSpec> {
+        (0..stateless + stateful)
+            .map(|i| TaskSpec {
+                id: TaskId::new(i / 5, i % 5),
+                stateful: i >= stateless,
+                end_offset_sum: if i >= stateless { 150_000 } else { 0 },
+            })
+            .collect()
     };
-    let run = converge(&HighAvailabilityAssignor, state, 1);
-    assert!(run.converged);
-    let mut state = run.state.unwrap();
-    state.clients.push(fresh("c2", 1));
-    let run = converge(&HighAvailabilityAssignor, state, 11 / 2 + 1);
-    assert!(run.converged, "add node: {} rounds", run.rounds);
-    check_balanced(
-        run.state.as_ref().unwrap(),
-        run.last.as_ref().unwrap(),
-        false,
-    )
-    .unwrap();
+    for assignor in [
+        &HighAvailabilityAssignor as &dyn TaskAssignor,
+        assignor_by_name("kafka").unwrap().as_ref(),
+    ] {
+        let ours = assignor.name() == "high-availability";
+        let state = ClusterState {
+            config: config(100, 2, 0),
+            tasks: tasks(7, 11),
+            clients: vec![fresh("c1", 1)],
+        };
+        let run = converge(assignor, state, 1);
+        assert!(run.converged);
+        let mut state = run.state.unwrap();
+        state.clients.push(fresh("c2", 1));
+        let run = converge(assignor, state, 11 / 2 + 1);
+        assert!(
+            run.converged,
+            "{}: add node took more than {} rounds",
+            assignor.name(),
+            11 / 2 + 1
+        );
+        check_balance(
+            run.state.as_ref().unwrap(),
+            run.last.as_ref().unwrap(),
+            false,
+            ours,
+        )
+        .unwrap();
+
+        let clients = (0..7).map(|i| fresh(&format!("c{i}"), 1)).collect();
+        let state = ClusterState {
+            config: config(100, 2, 0),
+            tasks: tasks(11, 13),
+            clients,
+        };
+        let run = converge(assignor, state, 1);
+        assert!(run.converged);
+        let mut state = run.state.unwrap();
+        state.clients.remove(0);
+        let run = converge(assignor, state, 13 / 2 + 2);
+        assert!(
+            run.converged,
+            "{}: drop node took more than {} rounds",
+            assignor.name(),
+            13 / 2 + 2
+        );
+        check_balance(
+            run.state.as_ref().unwrap(),
+            run.last.as_ref().unwrap(),
+            false,
+            ours,
+        )
+        .unwrap();
+    }
 }

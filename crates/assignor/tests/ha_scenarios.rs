@@ -16,20 +16,7 @@ fn get<'a>(a: &'a Assignment, c: &str) -> &'a baton_assignor::ClientAssignment {
 #[test]
 fn fourth_client_takes_three_tasks_with_minimal_moves() {
     // 12 tasks round robin on 3 clients, then a 4th joins: 3 moves, not Kafka's 9.
-    let tasks = stateful_tasks(12, 12, 150_000);
-    let mut clients = vec![fresh("c1", 1), fresh("c2", 1), fresh("c3", 1)];
-    for (i, t) in tasks.iter().enumerate() {
-        clients[i % 3].owned_active.insert(t.id);
-        clients[i % 3]
-            .lags
-            .insert(t.id, baton_assignor::Lag::Running);
-    }
-    clients.push(fresh("c4", 1));
-    let state = ClusterState {
-        config: config(10_000, 2, 0),
-        tasks,
-        clients,
-    };
+    let state = twelve_on_three_plus_one(config(10_000, 2, 0));
     let run = converge(&HighAvailabilityAssignor, state.clone(), 20);
     assert!(run.converged);
     assert_eq!(run.active_moves, 3);
@@ -51,16 +38,7 @@ fn fourth_client_takes_three_tasks_with_minimal_moves() {
 
 #[test]
 fn first_round_warms_up_without_moving_actives() {
-    let tasks = stateful_tasks(12, 12, 150_000);
-    let mut clients = vec![fresh("c1", 1), fresh("c2", 1), fresh("c3", 1)];
-    for (i, t) in tasks.iter().enumerate() {
-        clients[i % 3].owned_active.insert(t.id);
-        clients[i % 3]
-            .lags
-            .insert(t.id, baton_assignor::Lag::Running);
-    }
-    clients.push(fresh("c4", 1));
-    let c = cluster(config(10_000, 2, 0), tasks, clients);
+    let c = baton_assignor::Cluster::new(twelve_on_three_plus_one(config(10_000, 2, 0))).unwrap();
     let a = HighAvailabilityAssignor.assign(&c);
     assert!(a.followup_rebalance);
     assert_eq!(a.probe_after_ms, Some(60_000));
@@ -137,15 +115,7 @@ fn leaving_client_hands_over_through_warm_ups_then_drains() {
 
 #[test]
 fn most_caught_up_client_restores_when_nobody_is_caught_up() {
-    let c = cluster(
-        config(100, 2, 1),
-        stateful(&["0_0"], MAX as u64),
-        vec![
-            client("c1", 1, &[], &[], &[]),
-            client("c2", 1, &[], &[], &[("0_0", 1000)]),
-            client("c3", 1, &[], &[], &[("0_0", 500)]),
-        ],
-    );
+    let c = most_caught_up();
     let a = HighAvailabilityAssignor.assign(&c);
     assert_eq!(ids(&get(&a, "c3").active), ["0_0"]);
     assert_eq!(

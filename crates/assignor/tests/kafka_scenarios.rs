@@ -37,8 +37,8 @@ fn standby_and_warmup(a: &Assignment, client: &str) -> Vec<String> {
 
 #[test]
 fn s01_sticky_while_warming_up() {
-    let all: Vec<(&str, i64)> = NINE.iter().map(|&x| (x, 0)).collect();
-    let ten: Vec<(&str, i64)> = NINE.iter().map(|&x| (x, 10)).collect();
+    let all = uniform_lags(&NINE, 0);
+    let ten = uniform_lags(&NINE, 10);
     let c = cluster(
         config(11, 2, 1),
         stateful(&NINE, MAX as u64),
@@ -59,7 +59,7 @@ fn s01_sticky_while_warming_up() {
 
 #[test]
 fn s02_skip_warmups_when_acceptable_lag_is_max() {
-    let all: Vec<(&str, i64)> = NINE.iter().map(|&x| (x, 0)).collect();
+    let all = uniform_lags(&NINE, 0);
     let c = cluster(
         config(i64::MAX as u64, 1, 1),
         stateful(&NINE, MAX as u64),
@@ -93,7 +93,7 @@ fn subtopology_skew(a: &Assignment) -> u32 {
 
 #[test]
 fn s03_evenly_over_clients() {
-    let ten: Vec<(&str, i64)> = NINE.iter().map(|&x| (x, 10)).collect();
+    let ten = uniform_lags(&NINE, 10);
     let c = cluster(
         config(0, 2, 0),
         stateful(&NINE, MAX as u64),
@@ -114,7 +114,7 @@ fn s03_evenly_over_clients() {
 #[test]
 fn s04_uneven_threads() {
     let six = ["0_0", "0_1", "0_2", "1_0", "1_1", "1_2"];
-    let ten: Vec<(&str, i64)> = six.iter().map(|&x| (x, 10)).collect();
+    let ten = uniform_lags(&six, 10);
     let c = cluster(
         config(0, 2, 0),
         stateful(&six, MAX as u64),
@@ -142,7 +142,7 @@ fn s04_uneven_threads() {
 
 #[test]
 fn s05_best_effort_over_clients() {
-    let ten: Vec<(&str, i64)> = NINE.iter().map(|&x| (x, 10)).collect();
+    let ten = uniform_lags(&NINE, 10);
     let c = cluster(
         config(0, 2, 0),
         stateful(&NINE, MAX as u64),
@@ -159,7 +159,7 @@ const FOUR: [&str; 4] = ["0_0", "0_1", "1_0", "1_1"];
 
 #[test]
 fn s06_warm_ups_if_balanced_over_threads_not_clients() {
-    let zero: Vec<(&str, i64)> = FOUR.iter().map(|&x| (x, 0)).collect();
+    let zero = uniform_lags(&FOUR, 0);
     let c = cluster(
         config(0, 2, 0),
         stateful(&FOUR, MAX as u64),
@@ -178,7 +178,7 @@ fn s06_warm_ups_if_balanced_over_threads_not_clients() {
 
 #[test]
 fn s07_warmed_up_clients_balance() {
-    let zero: Vec<(&str, i64)> = FOUR.iter().map(|&x| (x, 0)).collect();
+    let zero = uniform_lags(&FOUR, 0);
     let c = cluster(
         config(0, 2, 0),
         stateful(&FOUR, MAX as u64),
@@ -223,15 +223,7 @@ fn s08_active_not_on_caught_up_client() {
 
 #[test]
 fn s09_most_caught_up() {
-    let c = cluster(
-        config(100, 2, 1),
-        stateful(&["0_0"], MAX as u64),
-        vec![
-            client("c1", 1, &[], &[], &[]),
-            client("c2", 1, &[], &[], &[("0_0", 1000)]),
-            client("c3", 1, &[], &[], &[("0_0", 500)]),
-        ],
-    );
+    let c = most_caught_up();
     let a = run(&c);
     assert_eq!(active(&a, "c3"), ["0_0"]);
     assert_eq!(standby_and_warmup(&a, "c1"), ["0_0"]);
@@ -335,7 +327,7 @@ fn s15_edge_cases() {
     assert!(!a.followup_rebalance);
 
     // Capacities 100/50/1, all lags 0: everyone gets an active.
-    let zero: Vec<(&str, i64)> = NINE.iter().map(|&x| (x, 0)).collect();
+    let zero = uniform_lags(&NINE, 0);
     let c = cluster(
         config(100, 2, 0),
         stateful(&NINE, MAX as u64),

@@ -120,9 +120,14 @@ fn choose_runner(
 }
 
 fn caught_up_count(cluster: &Cluster, task: TaskIx) -> usize {
-    let acceptable = cluster.config.acceptable_recovery_lag;
+    if cluster.unreported_is_caught_up(task) {
+        return cluster
+            .client_ixs()
+            .filter(|&c| cluster.is_caught_up(c, task))
+            .count();
+    }
     cluster.reporters[task as usize]
         .iter()
-        .filter(|(_, lag)| lag.is_caught_up(acceptable))
+        .filter(|&&(c, _)| cluster.is_caught_up(c, task))
         .count()
 }

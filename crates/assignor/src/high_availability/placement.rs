@@ -46,11 +46,12 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
     let mut holders = Holders::new(tasks, r);
     let mut copies = vec![0u32; cluster.client_count()];
 
-    keep_existing(cluster, capacities, &quotas, &mut holders, &mut copies);
+    let extras = keep_existing(cluster, capacities, &quotas, &mut holders, &mut copies);
     fill_missing(
         cluster,
         capacities,
         &quotas,
+        extras,
         &stateful,
         &mut holders,
         &mut copies,
@@ -64,7 +65,7 @@ fn keep_existing(
     quotas: &Quotas,
     holders: &mut Holders,
     copies: &mut [u32],
-) {
+) -> u32 {
     // (claim, a, b, task, client): for Running/Held, client-major in interleaved order;
     // for Stale, globally by lag so the freshest stale state wins.
     let mut claims: Vec<(Claim, u64, u64, ClientIx, TaskIx)> = Vec::new();
@@ -133,25 +134,19 @@ fn keep_existing(
         }
     }
     // The fill step hands out what is left of the pool.
-    let _ = extras;
+    extras
 }
 
 fn fill_missing(
     cluster: &Cluster,
     capacities: &[u32],
     quotas: &Quotas,
+    mut extras: u32,
     stateful: &[TaskIx],
     holders: &mut Holders,
     copies: &mut [u32],
 ) {
     let has_racks = cluster.clients.iter().any(|c| c.rack.is_some());
-    let used_extras: u32 = copies
-        .iter()
-        .zip(&quotas.base)
-        .filter(|(c, b)| c > b)
-        .map(|(c, b)| c - b)
-        .sum();
-    let mut extras = quotas.extras.saturating_sub(used_extras);
 
     let key = |c: ClientIx, n: u32| Reverse((Load::new(n, capacities[c as usize]), c));
     let mut below_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();

@@ -86,6 +86,40 @@ pub fn cluster(
     .unwrap()
 }
 
+/// The same lag for every task in `tasks`.
+pub fn uniform_lags<'a>(tasks: &[&'a str], lag: i64) -> Vec<(&'a str, i64)> {
+    tasks.iter().map(|&x| (x, lag)).collect()
+}
+
+/// Kafka's MostCaughtUp scenario: one task, nobody caught up, c3 least behind.
+pub fn most_caught_up() -> Cluster {
+    cluster(
+        config(100, 2, 1),
+        stateful(&["0_0"], MAX as u64),
+        vec![
+            client("c1", 1, &[], &[], &[]),
+            client("c2", 1, &[], &[], &[("0_0", 1000)]),
+            client("c3", 1, &[], &[], &[("0_0", 500)]),
+        ],
+    )
+}
+
+/// 12 stateful tasks dealt round robin to running clients c1..c3, then an empty c4 joins.
+pub fn twelve_on_three_plus_one(config: AssignmentConfig) -> ClusterState {
+    let tasks = stateful_tasks(12, 12, 150_000);
+    let mut clients = vec![fresh("c1", 1), fresh("c2", 1), fresh("c3", 1)];
+    for (i, t) in tasks.iter().enumerate() {
+        clients[i % 3].owned_active.insert(t.id);
+        clients[i % 3].lags.insert(t.id, Lag::Running);
+    }
+    clients.push(fresh("c4", 1));
+    ClusterState {
+        config,
+        tasks,
+        clients,
+    }
+}
+
 /// The nine tasks 0_0..2_2.
 pub const NINE: [&str; 9] = [
     "0_0", "0_1", "0_2", "1_0", "1_1", "1_2", "2_0", "2_1", "2_2",
