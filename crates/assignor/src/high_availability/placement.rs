@@ -169,6 +169,7 @@ fn fill_missing(
             let pick = pick_client(
                 cluster,
                 holders,
+                copies,
                 t,
                 has_racks,
                 &mut below_base,
@@ -178,7 +179,15 @@ fn fill_missing(
                 if extras == 0 {
                     return None;
                 }
-                let c = pick_client(cluster, holders, t, has_racks, &mut at_base, &mut skipped)?;
+                let c = pick_client(
+                    cluster,
+                    holders,
+                    copies,
+                    t,
+                    has_racks,
+                    &mut at_base,
+                    &mut skipped,
+                )?;
                 extras -= 1;
                 Some(c)
             })
@@ -190,11 +199,18 @@ fn fill_missing(
                             || (extras > 0 && copies[ci] == quotas.base[ci]))
                 };
                 let (x, d) = make_room(cluster, capacities, stateful, holders, t, room)?;
-                if copies[d as usize] >= quotas.base[d as usize] {
+                let di = d as usize;
+                if copies[di] >= quotas.base[di] {
                     extras -= 1;
                 }
-                copies[d as usize] += 1;
+                copies[di] += 1;
                 copies[x as usize] -= 1;
+                // d's heap entry is now stale (pick_client drops it); offer d afresh.
+                if copies[di] < quotas.base[di] {
+                    below_base.push(key(d, copies[di]));
+                } else if copies[di] == quotas.base[di] {
+                    at_base.push(key(d, copies[di]));
+                }
                 Some(x)
             })
             .or_else(|| least_loaded_without(cluster, capacities, copies, holders, t));
@@ -216,9 +232,13 @@ fn fill_missing(
 }
 
 /// Pops the least-loaded client that can take `task`, preferring one on a rack the task is not on yet.
+///
+/// An entry whose count no longer matches `copies` is stale (its client gained a copy through
+/// [`make_room`] and was offered again) and is dropped.
 fn pick_client(
     cluster: &Cluster,
     holders: &Holders,
+    copies: &[u32],
     task: TaskIx,
     has_racks: bool,
     heap: &mut BinaryHeap<Reverse<(Load, ClientIx)>>,
@@ -236,6 +256,9 @@ fn pick_client(
     let mut looked = 0;
     while let Some(entry) = heap.pop() {
         let c = entry.0 .1;
+        if entry.0 .0.count != copies[c as usize] {
+            continue;
+        }
         if holders.contains(task, c) {
             skipped.push(entry);
             continue;

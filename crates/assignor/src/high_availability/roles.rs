@@ -102,6 +102,8 @@ pub fn choose_stateful_actives(
         *per_sub.entry((sub(t), c)).or_default() += 1;
     };
 
+    // Within base quotas first, then with the shared extras, so that no client takes an extra
+    // while a holder elsewhere still has room below its base.
     for allow_extra in [false, true] {
         // Keep running actives.
         for c in cluster.client_ixs() {
@@ -111,70 +113,52 @@ pub fn choose_stateful_actives(
                 }
             }
         }
-        // Promote caught-up holders, least loaded first.
-        for &t in &stateful {
-            if target[t as usize] != NONE {
-                continue;
+        // Promote caught-up holders, then holders that must catch up first: fewest of the
+        // task's subtopology, least loaded, least behind.
+        for caught_up_only in [true, false] {
+            for &t in &stateful {
+                if target[t as usize] != NONE {
+                    continue;
+                }
+                let best = holders
+                    .of(t)
+                    .iter()
+                    .copied()
+                    .filter(|&h| {
+                        (!caught_up_only || cluster.is_caught_up(h, t))
+                            && budget.room(h, count[h as usize], allow_extra)
+                    })
+                    .min_by_key(|&h| {
+                        (
+                            per_sub_count(&per_sub, sub(t), h),
+                            Load::new(count[h as usize], capacities[h as usize]),
+                            cluster.lag(h, t),
+                            h,
+                        )
+                    });
+                if let Some(h) = best {
+                    assign(t, h, &mut target, &mut count, &mut budget, &mut per_sub);
+                }
             }
-            let best = holders
-                .of(t)
-                .iter()
-                .copied()
-                .filter(|&h| {
-                    cluster.is_caught_up(h, t) && budget.room(h, count[h as usize], allow_extra)
-                })
-                .min_by_key(|&h| {
-                    let in_sub = per_sub_count(&per_sub, sub(t), h);
-                    (
-                        in_sub,
-                        Load::new(count[h as usize], capacities[h as usize]),
-                        h,
-                    )
-                });
-            if let Some(h) = best {
-                assign(t, h, &mut target, &mut count, &mut budget, &mut per_sub);
+        }
+        // Every holder is full: shift actives along a chain of holders to one with room.
+        for &t in &stateful {
+            if target[t as usize] == NONE {
+                augment(
+                    cluster,
+                    holders,
+                    t,
+                    allow_extra,
+                    &mut target,
+                    &mut count,
+                    &mut budget,
+                );
             }
         }
     }
-    // Holders that must restore or warm up first: least loaded, then least behind.
-    for allow_extra in [false, true] {
-        for &t in &stateful {
-            if target[t as usize] != NONE {
-                continue;
-            }
-            let best = holders
-                .of(t)
-                .iter()
-                .copied()
-                .filter(|&h| budget.room(h, count[h as usize], allow_extra))
-                .min_by_key(|&h| {
-                    (
-                        per_sub_count(&per_sub, sub(t), h),
-                        Load::new(count[h as usize], capacities[h as usize]),
-                        cluster.lag(h, t),
-                        h,
-                    )
-                });
-            if let Some(h) = best {
-                assign(t, h, &mut target, &mut count, &mut budget, &mut per_sub);
-            }
-        }
-    }
-    // Every holder is full: shift actives along a chain of holders to one with room.
+    // Unbalanced, but every task keeps an active.
     for &t in &stateful {
-        if target[t as usize] != NONE {
-            continue;
-        }
-        if !augment(
-            cluster,
-            holders,
-            &stateful,
-            t,
-            &mut target,
-            &mut count,
-            &mut budget,
-        ) {
-            // Unbalanced, but every task keeps an active.
+        if target[t as usize] == NONE {
             let h = holders
                 .of(t)
                 .iter()
@@ -197,15 +181,15 @@ fn per_sub_count(per_sub: &BTreeMap<(u32, ClientIx), u32>, sub: u32, c: ClientIx
 fn augment(
     cluster: &Cluster,
     holders: &Holders,
-    stateful: &[TaskIx],
     t: TaskIx,
+    allow_extra: bool,
     target: &mut [ClientIx],
     count: &mut [u32],
     budget: &mut Budget,
 ) -> bool {
     let clients = cluster.client_count();
     let mut by_client: Vec<Vec<TaskIx>> = vec![Vec::new(); clients];
-    for &u in stateful {
+    for u in cluster.task_ixs() {
         if target[u as usize] != NONE {
             by_client[target[u as usize] as usize].push(u);
         }
@@ -220,7 +204,7 @@ fn augment(
         }
     }
     while let Some(c) = queue.pop_front() {
-        if budget.room(c, count[c as usize], true) {
+        if budget.room(c, count[c as usize], allow_extra) {
             budget.take(c, count[c as usize]);
             count[c as usize] += 1;
             let mut at = c;

@@ -162,6 +162,8 @@ pub struct Convergence {
     pub active_moves: usize,
     pub converged: bool,
     pub last: Option<Assignment>,
+    /// The input of the last round.
+    pub input: Option<ClusterState>,
     pub state: Option<ClusterState>,
 }
 
@@ -202,6 +204,7 @@ pub fn converge(assignor: &dyn TaskAssignor, mut state: ClusterState, limit: usi
         }
         before = Some(now);
         let followup = a.followup_rebalance;
+        out.input = Some(state.clone());
         state = next_round(&state, &a);
         out.last = Some(a);
         if !followup {
@@ -476,4 +479,25 @@ impl Rng {
             self.next() % n
         }
     }
+}
+
+/// The JSON input form of `state`, for reproducing a failure with `baton assign`.
+pub fn to_input_json(state: &ClusterState) -> String {
+    use serde_json::json;
+    let lag = |l: &Lag| match l {
+        Lag::Running => -2,
+        Lag::Unknown => -3,
+        Lag::Behind(n) => *n as i64,
+    };
+    let ids = |s: &BTreeSet<TaskId>| s.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    json!({
+        "config": state.config,
+        "tasks": state.tasks.iter().map(|t| json!({"id": t.id.to_string(), "stateful": t.stateful, "end_offset_sum": t.end_offset_sum})).collect::<Vec<_>>(),
+        "clients": state.clients.iter().map(|c| json!({
+            "id": c.id.0, "capacity": c.capacity, "rack": c.rack, "leaving": c.leaving,
+            "owned_active": ids(&c.owned_active), "owned_standby": ids(&c.owned_standby), "owned_warmup": ids(&c.owned_warmup),
+            "lags": c.lags.iter().map(|(t, l)| (t.to_string(), lag(l))).collect::<BTreeMap<_, _>>(),
+        })).collect::<Vec<_>>(),
+    })
+    .to_string()
 }
