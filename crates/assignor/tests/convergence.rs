@@ -135,6 +135,10 @@ fn run_random(
             (stateful * (1 + state.config.num_standby_replicas as u64)).div_ceil(w) as usize + 3;
         let run = converge(assignor, state.clone(), generous);
         assert!(run.converged, "seed {seed}: no convergence from empty");
+        if let Ok(dir) = std::env::var("BATON_DUMP") {
+            let path = format!("{dir}/seed{seed}-fresh.json");
+            std::fs::write(path, to_input_json(run.input.as_ref().unwrap())).unwrap();
+        }
         if ours {
             assert_eq!(
                 run.rounds, 1,
