@@ -1,6 +1,7 @@
 //! `baton`: smooth scaling for stateful stream processing.
 
 mod assign;
+mod blob;
 mod table;
 
 use std::process::ExitCode;
@@ -22,6 +23,10 @@ struct Cli {
 enum Command {
     /// Compute an assignment from cluster state JSON.
     Assign(assign::AssignArgs),
+    /// Print a Kafka Streams subscription or assignment blob as JSON.
+    Decode(blob::BlobArgs),
+    /// Write a subscription or assignment blob from JSON (the reverse of `decode`).
+    Encode(blob::BlobArgs),
 }
 
 /// Exit status for bad input, as documented in the README.
@@ -31,6 +36,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Assign(args) => assign::run(args),
+        Command::Decode(args) => blob::decode(args),
+        Command::Encode(args) => blob::encode(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

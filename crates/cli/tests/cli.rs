@@ -106,3 +106,47 @@ fn bad_input_exits_2_and_names_the_field() {
     assert_eq!(code, 2);
     assert!(err.contains("no/such/file.json"));
 }
+
+#[test]
+fn decode_and_encode_round_trip_real_bytes() {
+    // A v7 subscription written out by hand: version, latest, process id, endpoint, offset sums.
+    let hex = "000000070000000c00112233445566778899aabbccddeeff00000009686f73743a3930393200000001000000000000000100000000fffffffffffffffe";
+    let (code, json, err) = baton(&["decode", "subscription", "--hex"], Some(hex));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["version"], 7);
+    assert_eq!(v["task_offset_sums"][0]["task"], "0_0");
+    assert_eq!(v["user_endpoint"], "host:9092");
+    let (code, back, _) = baton(&["encode", "subscription", "--hex"], Some(&json));
+    assert_eq!(code, 0);
+    assert_eq!(back.trim(), hex);
+
+    let (code, b64, _) = baton(&["encode", "subscription", "--base64"], Some(&json));
+    assert_eq!(code, 0);
+    let (code, again, _) = baton(&["decode", "subscription", "--base64"], Some(&b64));
+    assert_eq!(code, 0);
+    assert_eq!(again, json);
+}
+
+#[test]
+fn decode_errors_name_field_and_byte_and_exit_2() {
+    let (code, out, err) = baton(
+        &["decode", "assignment", "--hex"],
+        Some("000000070000000700000000000000017fffffff"),
+    );
+    assert_eq!(code, 2);
+    assert!(out.is_empty());
+    assert!(
+        err.contains("assignment v7: standby task list at byte 12"),
+        "{err}"
+    );
+    let (code, _, err) = baton(&["decode", "subscription", "--hex"], Some("zz"));
+    assert_eq!(code, 2);
+    assert!(err.contains("not hex"), "{err}");
+    let (code, _, err) = baton(
+        &["encode", "assignment"],
+        Some(r#"{"version": 3, "active_tasks": ["x"]}"#),
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("not a task id"), "{err}");
+}
