@@ -9,6 +9,7 @@ pub mod assignment;
 pub mod bridge;
 pub mod codec;
 mod java_utf;
+pub mod sizing;
 pub mod subscription;
 
 pub use assignment::{
