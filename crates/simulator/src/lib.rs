@@ -1,0 +1,51 @@
+//! Deterministic, simulated-time replays of scaling scenarios against any Baton assignor.
+//!
+//! The same scenario gives byte-identical reports: there is no wall clock, no thread and no
+//! hash-order iteration inside.
+
+mod engine;
+pub mod plot;
+pub mod report;
+pub mod scenario;
+
+pub use report::Report;
+pub use scenario::{Protocol, Scenario, ScenarioError};
+
+/// One run: an assignor, optionally with a rebalance protocol other than the scenario's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpec {
+    pub assignor: String,
+    pub protocol: Option<Protocol>,
+}
+
+impl RunSpec {
+    /// `NAME` or `NAME@eager` / `NAME@cooperative`.
+    pub fn parse(text: &str) -> Result<RunSpec, String> {
+        let (name, protocol) = match text.split_once('@') {
+            None => (text, None),
+            Some((n, "eager")) => (n, Some(Protocol::Eager)),
+            Some((n, "cooperative")) => (n, Some(Protocol::Cooperative)),
+            Some((_, p)) => {
+                return Err(format!(
+                    "unknown protocol {p:?} in {text:?} (eager or cooperative)"
+                ))
+            }
+        };
+        if baton_assignor::assignor_by_name(name).is_none() {
+            return Err(format!(
+                "unknown assignor {name:?} (known: {})",
+                baton_assignor::ASSIGNOR_NAMES.join(", ")
+            ));
+        }
+        Ok(RunSpec {
+            assignor: name.to_owned(),
+            protocol,
+        })
+    }
+}
+
+/// Simulates `scenario` with `run`'s assignor. `progress` is told how far the events got.
+pub fn simulate(scenario: &Scenario, run: &RunSpec, progress: &mut dyn FnMut(f64)) -> Report {
+    let protocol = run.protocol.unwrap_or(scenario.group.protocol);
+    engine::Engine::new(scenario, &run.assignor, protocol).run(progress)
+}

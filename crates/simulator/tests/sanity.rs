@@ -1,0 +1,159 @@
+//! Figures worked out by hand, and determinism.
+
+use baton_simulator::*;
+
+fn scenario(assignor: &str, protocol: &str, standbys: u32, events: &str) -> Scenario {
+    Scenario::parse(&format!(
+        r#"
+name = "hand"
+[app]
+subtopologies = [{{ partitions = 2, state_records = 100000, changelog_rate = 0 }}]
+[group]
+rebalance_ms = 1000
+session_timeout_ms = 10000
+protocol = "{protocol}"
+[assignor]
+name = "{assignor}"
+config = {{ "acceptable.recovery.lag" = 0, "num.standby.replicas" = {standbys} }}
+[[instances]]
+id = "i1"
+restore_rate = 10000
+{events}
+"#
+    ))
+    .unwrap()
+}
+
+fn run(sc: &Scenario, spec: &str) -> Report {
+    simulate(sc, &RunSpec::parse(spec).unwrap(), &mut |_| {})
+}
+
+const ADD_I2: &str = r#"
+[[events]]
+at_s = 10
+add = [{ id = "i2", restore_rate = 10000 }]
+"#;
+
+#[test]
+fn eager_scale_out_stalls_a_moved_task_for_its_whole_restore() {
+    // i1 runs both tasks. i2 joins at 10 s: a 1 s eager rebalance stops both tasks, then the
+    // task that moves restores 100,000 records at 10,000/s on i2: 1 + 10 = 11 s.
+    let r = run(&scenario("sticky", "eager", 0, ADD_I2), "sticky");
+    assert_eq!(r.unavailable_max_s, 11.0);
+    assert_eq!(
+        r.unavailable_total_s, 12.0,
+        "the task that stays is stopped for the rebalance only"
+    );
+    assert_eq!(r.rebalances, 1);
+    assert_eq!(r.records_restored, 100_000.0);
+}
+
+#[test]
+fn high_availability_stalls_no_longer_than_the_rebalances() {
+    // i2 warms the moving task up (10 s) while i1 keeps running it; the warm-up catching up
+    // triggers a follow-up at once; the hand-over itself takes one cooperative round (1 s).
+    let r = run(
+        &scenario("high-availability", "cooperative", 0, ADD_I2),
+        "high-availability",
+    );
+    assert_eq!(r.unavailable_max_s, 1.0);
+    assert_eq!(r.unavailable_total_s, 1.0);
+    assert_eq!(
+        r.time_to_balance_s,
+        Some(12.0),
+        "join 1 s + warm-up 10 s + follow-up 1 s"
+    );
+    assert_eq!(r.records_restored, 100_000.0);
+
+    // Kafka's assignor on the same input waits for the 10-minute probe instead.
+    let k = run(
+        &scenario("high-availability", "cooperative", 0, ADD_I2),
+        "kafka",
+    );
+    assert_eq!(k.unavailable_max_s, 1.0);
+    assert_eq!(k.time_to_balance_s, Some(601.0 + 1.0));
+}
+
+const TWO_THEN_CRASH: &str = r#"
+[[instances]]
+id = "i2"
+restore_rate = 10000
+[[events]]
+at_s = 100
+crash = ["i1"]
+"#;
+
+#[test]
+fn a_crash_stalls_for_session_timeout_plus_restore_unless_a_standby_is_caught_up() {
+    // i1 crashes at 100 s, is noticed at 110 s, the rebalance ends at 111 s and i2 restores
+    // i1's task from scratch for 10 s: 21 s.
+    let r = run(
+        &scenario("high-availability", "cooperative", 0, TWO_THEN_CRASH),
+        "high-availability",
+    );
+    assert_eq!(r.unavailable_max_s, 21.0);
+    assert_eq!(r.unavailable_total_s, 21.0, "i2's own task runs on");
+    // With a caught-up standby on i2 it takes over at once: 10 s timeout + 1 s rebalance.
+    let r = run(
+        &scenario("high-availability", "cooperative", 1, TWO_THEN_CRASH),
+        "high-availability",
+    );
+    assert_eq!(r.unavailable_max_s, 11.0);
+}
+
+#[test]
+fn same_scenario_gives_byte_identical_json() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/scenarios/scale-out.toml"
+    ))
+    .unwrap();
+    for spec in ["high-availability", "kafka", "sticky@eager"] {
+        let a = serde_json::to_string(&run(&Scenario::parse(&text).unwrap(), spec)).unwrap();
+        let b = serde_json::to_string(&run(&Scenario::parse(&text).unwrap(), spec)).unwrap();
+        assert_eq!(a, b, "{spec}");
+    }
+}
+
+#[test]
+fn bad_scenarios_say_where() {
+    let e = Scenario::parse("name = 1").unwrap_err().to_string();
+    assert!(e.starts_with("scenario: "), "{e}");
+    let base = scenario("sticky", "eager", 0, "");
+    let mut s = base.clone();
+    s.instances[0].restore_rate = 0.0;
+    assert_eq!(
+        s.validate().unwrap_err().to_string(),
+        "instances[0].restore_rate: must be > 0"
+    );
+    let mut s = base.clone();
+    s.assignor.name = "nope".into();
+    assert!(s
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .starts_with("assignor.name: unknown assignor"));
+    let json = r#"{"name": "x", "app": {"subtopologies": []}, "group": {"rebalance_ms": 1, "session_timeout_ms": 1}, "instances": []}"#;
+    assert_eq!(
+        Scenario::parse(json).unwrap_err().to_string(),
+        "app.subtopologies: at least one subtopology is required"
+    );
+    let text = r#"
+name = "x"
+[app]
+subtopologies = [{ partitions = 1 }]
+[group]
+rebalance_ms = 1
+session_timeout_ms = 1
+[[instances]]
+id = "a"
+restore_rate = 1
+[[events]]
+at_s = 1
+crash = ["b"]
+"#;
+    assert_eq!(
+        Scenario::parse(text).unwrap_err().to_string(),
+        "events[0].crash: unknown instance \"b\""
+    );
+}
