@@ -2,6 +2,7 @@
 
 mod assign;
 mod blob;
+mod simulate;
 mod table;
 
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ enum Command {
     Decode(blob::BlobArgs),
     /// Write a subscription or assignment blob from JSON (the reverse of `decode`).
     Encode(blob::BlobArgs),
+    /// Replay scaling scenarios in simulated time and report what each assignor costs.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// Exit status for bad input, as documented in the README.
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Assign(args) => assign::run(args),
         Command::Decode(args) => blob::decode(args),
         Command::Encode(args) => blob::encode(args),
+        Command::Simulate(args) => simulate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

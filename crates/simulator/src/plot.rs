@@ -1,1 +1,110 @@
-pub fn _todo() {}
+//! The picture: tasks unavailable over time, and how uneven the load is, one line per run,
+//! with the scenario's events marked.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::report::Report;
+
+/// Writes a PNG or SVG (by the file's extension).
+pub fn plot(reports: &[Report], path: &Path) -> Result<(), String> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let size = (1100, 760);
+    match ext.as_str() {
+        "svg" => draw(SVGBackend::new(path, size).into_drawing_area(), reports),
+        "png" => draw(BitMapBackend::new(path, size).into_drawing_area(), reports),
+        _ => Err(format!("{}: the plot must be a .png or .svg file", path.display())),
+    }
+}
+
+fn label(r: &Report) -> String {
+    format!("{} ({})", r.assignor, r.protocol)
+}
+
+/// The load spread (max - min actives per instance) at each sample.
+fn spread(r: &Report) -> Vec<(f64, f64)> {
+    r.load
+        .iter()
+        .map(|s| {
+            let max = s.actives.values().max().copied().unwrap_or(0);
+            let min = s.actives.values().min().copied().unwrap_or(0);
+            (s.t_s, (max - min) as f64)
+        })
+        .collect()
+}
+
+/// A step line: each value holds until the next.
+fn steps(points: &[(f64, f64)], until: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2 + 1);
+    for (i, &(t, v)) in points.iter().enumerate() {
+        if i > 0 {
+            out.push((t, points[i - 1].1));
+        }
+        out.push((t, v));
+    }
+    if let Some(&(_, v)) = points.last() {
+        out.push((until, v));
+    }
+    out
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, reports: &[Report]) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let title = reports.first().map(|r| r.scenario.clone()).unwrap_or_default();
+    let root = root.titled(&title, ("sans-serif", 24)).map_err(e)?;
+    let (top, bottom) = root.split_vertically(360);
+    let t_max = reports.iter().map(|r| r.simulated_s).fold(1.0, f64::max);
+    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+
+    let unavail: Vec<Vec<(f64, f64)>> = reports
+        .iter()
+        .map(|r| steps(&r.unavailable_series.iter().map(|&(t, n)| (t, n as f64)).collect::<Vec<_>>(), r.simulated_s))
+        .collect();
+    let spreads: Vec<Vec<(f64, f64)>> = reports.iter().map(|r| steps(&spread(r), r.simulated_s)).collect();
+
+    for (area, series, y_label) in [
+        (&top, &unavail, "tasks without a running active"),
+        (&bottom, &spreads, "load spread (max - min actives per instance)"),
+    ] {
+        let y_max = series.iter().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("simulated seconds")
+            .y_desc(y_label)
+            .draw()
+            .map_err(e)?;
+        if let Some(r) = reports.first() {
+            for &t in &r.event_times_s {
+                chart
+                    .draw_series(LineSeries::new(vec![(t, 0.0), (t, y_max)], BLACK.mix(0.3).stroke_width(1)))
+                    .map_err(e)?;
+            }
+        }
+        for (i, (r, line)) in reports.iter().zip(series.iter()).enumerate() {
+            let color = colors[i % colors.len()];
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+                .map_err(e)?
+                .label(label(r))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! `baton simulate`: replay scaling scenarios and compare what each assignor costs.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use baton_simulator::{plot::plot, simulate, Report, RunSpec, Scenario};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::Failure;
+
+#[derive(Args)]
+pub struct SimulateArgs {
+    /// Scenario files (TOML or JSON).
+    #[arg(required = true)]
+    scenarios: Vec<PathBuf>,
+    /// Run with this assignor instead of the scenario's (`NAME` or `NAME@eager|cooperative`).
+    #[arg(long, conflicts_with = "compare")]
+    assignor: Option<String>,
+    /// Run each of these on the same scenario, one row each, e.g. `sticky@eager,kafka,high-availability`.
+    #[arg(long, value_delimiter = ',')]
+    compare: Vec<String>,
+    /// Print the full reports as JSON.
+    #[arg(long, conflicts_with = "markdown")]
+    json: bool,
+    /// Print the summary as Markdown tables.
+    #[arg(long)]
+    markdown: bool,
+    /// Draw tasks unavailable and load spread over time (.png or .svg); one scenario only.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+pub fn run(args: SimulateArgs) -> Result<(), Failure> {
+    if args.plot.is_some() && args.scenarios.len() != 1 {
+        return Err(Failure::bad_input("--plot draws one scenario: give exactly one"));
+    }
+    let mut all: Vec<Report> = Vec::new();
+    let mut out = String::new();
+    for path in &args.scenarios {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::bad_input(format!("reading {}: {e}", path.display())))?;
+        let scenario = Scenario::parse(&text).map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))?;
+        let specs: Vec<String> = if !args.compare.is_empty() {
+            args.compare.clone()
+        } else {
+            vec![args.assignor.clone().unwrap_or_else(|| scenario.assignor.name.clone())]
+        };
+        let mut reports = Vec::new();
+        for spec in &specs {
+            let run = RunSpec::parse(spec).map_err(Failure::bad_input)?;
+            reports.push(with_progress(&scenario, &run));
+        }
+        if let Some(plot_path) = &args.plot {
+            plot(&reports, plot_path).map_err(|e| Failure { message: e, status: 1 })?;
+        }
+        if args.markdown {
+            out.push_str(&markdown(&scenario, &reports));
+        } else if !args.json {
+            out.push_str(&table(&scenario, &reports));
+        }
+        all.extend(reports);
+    }
+    if args.json {
+        out = serde_json::to_string_pretty(&all).expect("reports serialize");
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// A progress bar on a terminal only: scripts and CI get clean output.
+fn with_progress(scenario: &Scenario, run: &RunSpec) -> Report {
+    if !std::io::stderr().is_terminal() {
+        return simulate(scenario, run, &mut |_| {});
+    }
+    let bar = ProgressBar::new(1000);
+    bar.set_style(ProgressStyle::with_template("{msg:>32} [{bar:40}] {percent}%").expect("valid template"));
+    bar.set_message(format!("{} / {}", scenario.name, run.assignor));
+    let report = simulate(scenario, run, &mut |f| bar.set_position((f * 1000.0) as u64));
+    bar.finish_and_clear();
+    report
+}
+
+fn balanced(r: &Report) -> String {
+    r.time_to_balance_s.map(|s| format!("{s:.1}")).unwrap_or_else(|| "never".into())
+}
+
+fn table(scenario: &Scenario, reports: &[Report]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "scenario {} ({} tasks)", scenario.name, reports.first().map(|r| r.tasks).unwrap_or(0));
+    let _ = writeln!(
+        s,
+        "{:<32} {:>14} {:>10} {:>10} {:>10} {:>14} {:>16}",
+        "RUN", "UNAVAILABLE s", "P99 s", "MAX s", "REBALANCES", "BALANCED AFTER", "RECORDS RESTORED"
+    );
+    for r in reports {
+        let _ = writeln!(
+            s,
+            "{:<32} {:>14.1} {:>10.1} {:>10.1} {:>10} {:>14} {:>16.0}",
+            format!("{} ({}, {})", r.assignor, r.protocol, r.probing),
+            r.unavailable_total_s,
+            r.unavailable_p99_s,
+            r.unavailable_max_s,
+            r.rebalances,
+            balanced(r),
+            r.records_restored
+        );
+    }
+    s.push('\n');
+    s
+}
+
+fn markdown(scenario: &Scenario, reports: &[Report]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "### {}\n", scenario.name);
+    if !scenario.description.is_empty() {
+        let _ = writeln!(s, "{}\n", scenario.description);
+    }
+    let _ = writeln!(
+        s,
+        "| run | task-seconds unavailable | p99 s | max s | rebalances | balanced after s | records restored |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for r in reports {
+        let _ = writeln!(
+            s,
+            "| {} ({}, {}) | {:.1} | {:.1} | {:.1} | {} | {} | {:.0} |",
+            r.assignor,
+            r.protocol,
+            r.probing,
+            r.unavailable_total_s,
+            r.unavailable_p99_s,
+            r.unavailable_max_s,
+            r.rebalances,
+            balanced(r),
+            r.records_restored
+        );
+    }
+    s.push('\n');
+    s
+}
