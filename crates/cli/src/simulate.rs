@@ -34,18 +34,24 @@ pub struct SimulateArgs {
 
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     if args.plot.is_some() && args.scenarios.len() != 1 {
-        return Err(Failure::bad_input("--plot draws one scenario: give exactly one"));
+        return Err(Failure::bad_input(
+            "--plot draws one scenario: give exactly one",
+        ));
     }
     let mut all: Vec<Report> = Vec::new();
     let mut out = String::new();
     for path in &args.scenarios {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Failure::bad_input(format!("reading {}: {e}", path.display())))?;
-        let scenario = Scenario::parse(&text).map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))?;
+        let scenario = Scenario::parse(&text)
+            .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))?;
         let specs: Vec<String> = if !args.compare.is_empty() {
             args.compare.clone()
         } else {
-            vec![args.assignor.clone().unwrap_or_else(|| scenario.assignor.name.clone())]
+            vec![args
+                .assignor
+                .clone()
+                .unwrap_or_else(|| scenario.assignor.name.clone())]
         };
         let mut reports = Vec::new();
         for spec in &specs {
@@ -53,7 +59,10 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             reports.push(with_progress(&scenario, &run));
         }
         if let Some(plot_path) = &args.plot {
-            plot(&reports, plot_path).map_err(|e| Failure { message: e, status: 1 })?;
+            plot(&reports, plot_path).map_err(|e| Failure {
+                message: e,
+                status: 1,
+            })?;
         }
         if args.markdown {
             out.push_str(&markdown(&scenario, &reports));
@@ -76,24 +85,41 @@ fn with_progress(scenario: &Scenario, run: &RunSpec) -> Report {
         return simulate(scenario, run, &mut |_| {});
     }
     let bar = ProgressBar::new(1000);
-    bar.set_style(ProgressStyle::with_template("{msg:>32} [{bar:40}] {percent}%").expect("valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>32} [{bar:40}] {percent}%").expect("valid template"),
+    );
     bar.set_message(format!("{} / {}", scenario.name, run.assignor));
-    let report = simulate(scenario, run, &mut |f| bar.set_position((f * 1000.0) as u64));
+    let report = simulate(scenario, run, &mut |f| {
+        bar.set_position((f * 1000.0) as u64)
+    });
     bar.finish_and_clear();
     report
 }
 
 fn balanced(r: &Report) -> String {
-    r.time_to_balance_s.map(|s| format!("{s:.1}")).unwrap_or_else(|| "never".into())
+    r.time_to_balance_s
+        .map(|s| format!("{s:.1}"))
+        .unwrap_or_else(|| "never".into())
 }
 
 fn table(scenario: &Scenario, reports: &[Report]) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "scenario {} ({} tasks)", scenario.name, reports.first().map(|r| r.tasks).unwrap_or(0));
+    let _ = writeln!(
+        s,
+        "scenario {} ({} tasks)",
+        scenario.name,
+        reports.first().map(|r| r.tasks).unwrap_or(0)
+    );
     let _ = writeln!(
         s,
         "{:<32} {:>14} {:>10} {:>10} {:>10} {:>14} {:>16}",
-        "RUN", "UNAVAILABLE s", "P99 s", "MAX s", "REBALANCES", "BALANCED AFTER", "RECORDS RESTORED"
+        "RUN",
+        "UNAVAILABLE s",
+        "P99 s",
+        "MAX s",
+        "REBALANCES",
+        "BALANCED AFTER",
+        "RECORDS RESTORED"
     );
     for r in reports {
         let _ = writeln!(

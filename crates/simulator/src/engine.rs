@@ -12,8 +12,14 @@ use baton_assignor::{
 use crate::report::{ms, quantile, LoadSample, Report};
 use crate::scenario::{InstanceSpec, Probing, Protocol, Scenario, Start};
 
-/// Lags below this many records count as zero (floating-point dust).
+/// Times closer than this (seconds) are the same instant.
 const EPS: f64 = 1e-6;
+
+/// A lag this small counts as zero: floating-point dust, relative to the log's size, must not
+/// turn into an endless run of ever tinier restore steps.
+fn dust(end: f64) -> f64 {
+    1e-9 * end.abs().max(1.0) + 1e-6
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Status {
@@ -233,17 +239,20 @@ impl<'a> Engine<'a> {
         self.load_sample();
     }
 
-    fn available(&self, t: usize) -> bool {
-        !self.eager_pause
-            && self.insts.iter().any(|i| {
-                i.alive
-                    && i.roles.get(&t) == Some(&Role::Active)
-                    && i.status.get(&t) == Some(&Status::Running)
-            })
-    }
-
-    fn running_owner(&self, t: usize) -> bool {
-        self.available(t)
+    /// Which tasks have a running active right now, in one pass over the instances.
+    fn availability(&self) -> Vec<bool> {
+        let mut out = vec![false; self.tasks.len()];
+        if self.eager_pause {
+            return out;
+        }
+        for inst in self.insts.iter().filter(|i| i.alive) {
+            for (&t, &status) in &inst.status {
+                if status == Status::Running && inst.roles.get(&t) == Some(&Role::Active) {
+                    out[t] = true;
+                }
+            }
+        }
+        out
     }
 
     /// Copies catching up, with their restore rate: each thread's rate is shared by the tasks it restores.
@@ -264,7 +273,7 @@ impl<'a> Engine<'a> {
                     let lag = task.end - inst.state.get(&t).copied().unwrap_or(0.0);
                     match role {
                         Role::Active => inst.status.get(&t) == Some(&Status::Restoring),
-                        Role::Standby | Role::Warmup => lag > EPS,
+                        Role::Standby | Role::Warmup => lag > dust(task.end),
                     }
                 })
                 .map(|(&t, _)| t)
@@ -288,6 +297,7 @@ impl<'a> Engine<'a> {
     /// The earliest moment a copy finishes restoring, crosses the acceptable lag, or stops waiting.
     fn next_crossing(&self) -> Option<f64> {
         let acceptable = self.sc.assignor.config.acceptable_recovery_lag as f64;
+        let available = self.availability();
         let mut best: Option<f64> = None;
         let mut consider = |x: f64| {
             if x.is_finite() && x >= 0.0 {
@@ -305,7 +315,7 @@ impl<'a> Engine<'a> {
             let task = &self.tasks[t];
             let inst = &self.insts[ii];
             let lag = task.end - inst.state.get(&t).copied().unwrap_or(0.0);
-            let growth = if inst.roles[&t] == Role::Active || !self.running_owner(t) {
+            let growth = if inst.roles[&t] == Role::Active || !available[t] {
                 0.0
             } else {
                 task.rate
@@ -314,8 +324,8 @@ impl<'a> Engine<'a> {
             if net <= 0.0 {
                 continue;
             }
-            consider(self.t + lag / net);
-            if lag > acceptable + EPS {
+            consider(self.t + (lag / net).max(EPS));
+            if lag > acceptable + dust(task.end) {
                 consider(self.t + (lag - acceptable) / net);
             }
         }
@@ -327,7 +337,7 @@ impl<'a> Engine<'a> {
             return;
         }
         let shares = self.shares();
-        let available: Vec<bool> = (0..self.tasks.len()).map(|t| self.available(t)).collect();
+        let available = self.availability();
         for (t, task) in self.tasks.iter_mut().enumerate() {
             if !available[t] {
                 task.unavailable += dt;
@@ -338,7 +348,10 @@ impl<'a> Engine<'a> {
         for (ii, t, rate) in shares {
             let end = self.tasks[t].end;
             let have = self.insts[ii].state.entry(t).or_insert(0.0);
-            let gained = (rate * dt).min((end - *have).max(0.0));
+            let mut gained = (rate * dt).min((end - *have).max(0.0));
+            if end - (*have + gained) <= dust(end) {
+                gained = (end - *have).max(0.0);
+            }
             *have += gained;
             self.restored += gained;
         }
@@ -349,7 +362,7 @@ impl<'a> Engine<'a> {
                 let have = inst.state.entry(t).or_insert(0.0);
                 let keeps_pace = match role {
                     Role::Active => inst.status.get(&t) == Some(&Status::Running),
-                    _ => end - *have <= self.tasks[t].rate * dt + EPS,
+                    _ => end - *have <= self.tasks[t].rate * dt + dust(end),
                 };
                 if keeps_pace && available[t] {
                     *have = end;
@@ -377,7 +390,7 @@ impl<'a> Engine<'a> {
                     }
                 }
                 if *status == Status::Restoring
-                    && (!task.stateful || task.end - have <= EPS * task.end.max(1.0))
+                    && (!task.stateful || task.end - have <= dust(task.end))
                 {
                     *status = Status::Running;
                     inst.state.insert(t, task.end);
@@ -386,7 +399,7 @@ impl<'a> Engine<'a> {
             for &(wi, t) in &self.watch {
                 if wi == ii {
                     let lag = self.tasks[t].end - inst.state.get(&t).copied().unwrap_or(0.0);
-                    if lag <= acceptable + EPS {
+                    if lag <= acceptable + dust(self.tasks[t].end) {
                         caught_up.push((wi, t));
                     }
                 }
@@ -396,7 +409,8 @@ impl<'a> Engine<'a> {
             for w in &caught_up {
                 self.watch.remove(w);
             }
-            if self.probing == Probing::CaughtUp && self.watch.is_empty() {
+            // The KIP's event-driven probing: a warm-up that catches up asks for the hand-over now.
+            if self.probing == Probing::CaughtUp {
                 self.request_rebalance();
             }
         }
@@ -727,9 +741,7 @@ impl<'a> Engine<'a> {
     }
 
     fn record_unavailable(&mut self) {
-        let n = (0..self.tasks.len())
-            .filter(|&t| !self.available(t))
-            .count() as u32;
+        let n = self.availability().iter().filter(|&&a| !a).count() as u32;
         if self.unavailable_series.last().map(|&(_, x)| x) != Some(n) {
             self.unavailable_series.push((ms(self.t), n));
         }

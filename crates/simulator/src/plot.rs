@@ -10,12 +10,19 @@ use crate::report::Report;
 
 /// Writes a PNG or SVG (by the file's extension).
 pub fn plot(reports: &[Report], path: &Path) -> Result<(), String> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let size = (1100, 760);
     match ext.as_str() {
         "svg" => draw(SVGBackend::new(path, size).into_drawing_area(), reports),
         "png" => draw(BitMapBackend::new(path, size).into_drawing_area(), reports),
-        _ => Err(format!("{}: the plot must be a .png or .svg file", path.display())),
+        _ => Err(format!(
+            "{}: the plot must be a .png or .svg file",
+            path.display()
+        )),
     }
 }
 
@@ -50,10 +57,16 @@ fn steps(points: &[(f64, f64)], until: f64) -> Vec<(f64, f64)> {
     out
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, reports: &[Report]) -> Result<(), String> {
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    reports: &[Report],
+) -> Result<(), String> {
     let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
     root.fill(&WHITE).map_err(e)?;
-    let title = reports.first().map(|r| r.scenario.clone()).unwrap_or_default();
+    let title = reports
+        .first()
+        .map(|r| r.scenario.clone())
+        .unwrap_or_default();
     let root = root.titled(&title, ("sans-serif", 24)).map_err(e)?;
     let (top, bottom) = root.split_vertically(360);
     let t_max = reports.iter().map(|r| r.simulated_s).fold(1.0, f64::max);
@@ -61,13 +74,28 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, reports: &[Report]) ->
 
     let unavail: Vec<Vec<(f64, f64)>> = reports
         .iter()
-        .map(|r| steps(&r.unavailable_series.iter().map(|&(t, n)| (t, n as f64)).collect::<Vec<_>>(), r.simulated_s))
+        .map(|r| {
+            steps(
+                &r.unavailable_series
+                    .iter()
+                    .map(|&(t, n)| (t, n as f64))
+                    .collect::<Vec<_>>(),
+                r.simulated_s,
+            )
+        })
         .collect();
-    let spreads: Vec<Vec<(f64, f64)>> = reports.iter().map(|r| steps(&spread(r), r.simulated_s)).collect();
+    let spreads: Vec<Vec<(f64, f64)>> = reports
+        .iter()
+        .map(|r| steps(&spread(r), r.simulated_s))
+        .collect();
 
     for (area, series, y_label) in [
         (&top, &unavail, "tasks without a running active"),
-        (&bottom, &spreads, "load spread (max - min actives per instance)"),
+        (
+            &bottom,
+            &spreads,
+            "load spread (max - min actives per instance)",
+        ),
     ] {
         let y_max = series.iter().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.1;
         let mut chart = ChartBuilder::on(area)
@@ -85,7 +113,10 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, reports: &[Report]) ->
         if let Some(r) = reports.first() {
             for &t in &r.event_times_s {
                 chart
-                    .draw_series(LineSeries::new(vec![(t, 0.0), (t, y_max)], BLACK.mix(0.3).stroke_width(1)))
+                    .draw_series(LineSeries::new(
+                        vec![(t, 0.0), (t, y_max)],
+                        BLACK.mix(0.3).stroke_width(1),
+                    ))
                     .map_err(e)?;
             }
         }
@@ -95,7 +126,9 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, reports: &[Report]) ->
                 .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
                 .map_err(e)?
                 .label(label(r))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
         }
         chart
             .configure_series_labels()
