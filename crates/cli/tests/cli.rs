@@ -150,3 +150,53 @@ fn decode_errors_name_field_and_byte_and_exit_2() {
     assert_eq!(code, 2);
     assert!(err.contains("not a task id"), "{err}");
 }
+
+#[test]
+fn simulate_compares_assignors_and_draws() {
+    let dir = std::env::temp_dir().join(format!("baton-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("plot.svg");
+    let (code, out, err) = baton(
+        &[
+            "simulate",
+            "examples/scenarios/scale-out.toml",
+            "--compare",
+            "sticky@eager,kafka,high-availability",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sticky (eager, interval)"), "{out}");
+    assert!(
+        out.contains("high-availability (cooperative, caught-up)"),
+        "{out}"
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+
+    let (code, a, _) = baton(
+        &["simulate", "examples/scenarios/scale-down.toml", "--json"],
+        None,
+    );
+    assert_eq!(code, 0);
+    let (_, b, _) = baton(
+        &["simulate", "examples/scenarios/scale-down.toml", "--json"],
+        None,
+    );
+    assert_eq!(a, b, "byte-identical JSON");
+    let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+    assert_eq!(v[0]["assignor"], "high-availability");
+
+    let (code, _, err) = baton(
+        &[
+            "simulate",
+            "examples/scenarios/scale-out.toml",
+            "--compare",
+            "nope",
+        ],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown assignor \"nope\""), "{err}");
+}
