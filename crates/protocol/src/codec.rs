@@ -158,6 +158,26 @@ impl<'a> Reader<'a> {
         self.take(field, n)
     }
 
+    /// Kafka's nullable `bytes`: `int32` length (-1 = null) then raw bytes.
+    pub fn nullable_bytes(&mut self, field: &'static str) -> Result<Option<&'a [u8]>, DecodeError> {
+        let at = self.pos;
+        let n = self.i32(field)?;
+        if n == -1 {
+            return Ok(None);
+        }
+        if n < 0 || n as usize > self.remaining() {
+            return Err(self.error(
+                field,
+                at,
+                format!(
+                    "length {n} exceeds the {} bytes that remain",
+                    self.remaining()
+                ),
+            ));
+        }
+        self.take(field, n as usize).map(Some)
+    }
+
     /// `bytes` holding UTF-8 text.
     pub fn utf8_bytes(&mut self, field: &'static str) -> Result<String, DecodeError> {
         let at = self.pos;

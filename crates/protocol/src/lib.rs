@@ -8,6 +8,7 @@
 pub mod assignment;
 pub mod bridge;
 pub mod codec;
+pub mod consumer;
 mod java_utf;
 pub mod sizing;
 pub mod subscription;

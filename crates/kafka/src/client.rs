@@ -1,0 +1,315 @@
+//! The client: connections per broker, metadata, the group coordinator, and the requests the
+//! group member and `baton inspect` need. Retriable errors are retried with backoff.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_groups_response::DescribedGroup;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
+    ListOffsetsRequest, MetadataRequest, MetadataResponse, TopicName,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use kafka_protocol::ResponseError;
+use tokio::sync::Mutex;
+
+use crate::connection::Connection;
+use crate::error::{check, Error, Result};
+
+/// How to retry a retriable error.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub first: Duration,
+    pub max: Duration,
+    pub attempts: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            first: Duration::from_millis(50),
+            max: Duration::from_secs(1),
+            attempts: 20,
+        }
+    }
+}
+
+/// A topic to create.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    /// `cleanup.policy=compact`, for changelogs.
+    pub compacted: bool,
+}
+
+/// A connection to a Kafka cluster.
+pub struct Client {
+    bootstrap: Vec<String>,
+    client_id: String,
+    backoff: Backoff,
+    conns: Mutex<BTreeMap<String, Arc<Mutex<Connection>>>>,
+    brokers: Mutex<BTreeMap<i32, String>>,
+}
+
+impl Client {
+    pub fn new(bootstrap: &[&str], client_id: &str) -> Arc<Client> {
+        Arc::new(Client {
+            bootstrap: bootstrap.iter().map(|s| s.to_string()).collect(),
+            client_id: client_id.to_owned(),
+            backoff: Backoff::default(),
+            conns: Mutex::new(BTreeMap::new()),
+            brokers: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    async fn conn(&self, addr: &str) -> Result<Arc<Mutex<Connection>>> {
+        let mut conns = self.conns.lock().await;
+        if let Some(c) = conns.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(Mutex::new(
+            Connection::connect(addr, &self.client_id).await?,
+        ));
+        conns.insert(addr.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Forgets a connection after an I/O error, so the next request reconnects.
+    async fn drop_conn(&self, addr: &str) {
+        self.conns.lock().await.remove(addr);
+    }
+
+    /// Sends `req` to the broker at `addr`.
+    pub async fn send_to<R: Request>(&self, addr: &str, req: &R) -> Result<R::Response> {
+        let conn = self.conn(addr).await?;
+        let result = conn.lock().await.send(req).await;
+        if let Err(Error::Io { .. }) = &result {
+            self.drop_conn(addr).await;
+        }
+        result
+    }
+
+    /// The version of `R` that will be used with the broker at `addr`, for fields that exist
+    /// only in some versions.
+    pub async fn version<R: Request>(&self, addr: &str) -> Result<i16> {
+        let conn = self.conn(addr).await?;
+        let v = conn.lock().await.version_for::<R>();
+        v
+    }
+
+    /// Sends to any bootstrap broker that answers.
+    pub async fn send_any<R: Request>(&self, req: &R) -> Result<R::Response> {
+        let mut last = None;
+        for addr in &self.bootstrap {
+            match self.send_to(addr, req).await {
+                Ok(r) => return Ok(r),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Protocol("no bootstrap servers".into())))
+    }
+
+    /// Retries `op` with exponential backoff while its error is retriable.
+    pub async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut delay = self.backoff.first;
+        let mut attempt = 0;
+        loop {
+            match op().await {
+                Err(e) if e.is_retriable() && attempt + 1 < self.backoff.attempts => {
+                    tracing::debug!(error = %e, attempt, "retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(self.backoff.max);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Cluster metadata for `topics` (all topics when `None`); remembers broker addresses.
+    pub async fn metadata(&self, topics: Option<&[String]>) -> Result<MetadataResponse> {
+        let req = MetadataRequest::default().with_topics(topics.map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+                })
+                .collect()
+        }));
+        let resp = self.retry(|| self.send_any(&req)).await?;
+        let mut brokers = self.brokers.lock().await;
+        for b in &resp.brokers {
+            brokers.insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
+        }
+        Ok(resp)
+    }
+
+    async fn broker_addr(&self, id: BrokerId) -> Result<String> {
+        if let Some(a) = self.brokers.lock().await.get(&id.0) {
+            return Ok(a.clone());
+        }
+        self.metadata(Some(&[])).await?;
+        self.brokers
+            .lock()
+            .await
+            .get(&id.0)
+            .cloned()
+            .ok_or_else(|| Error::Protocol(format!("broker {} is not in the metadata", id.0)))
+    }
+
+    /// The address of `group`'s coordinator.
+    pub async fn find_coordinator(&self, group: &str) -> Result<String> {
+        self.retry(|| async {
+            let addr = self
+                .bootstrap
+                .first()
+                .ok_or_else(|| Error::Protocol("no bootstrap servers".into()))?;
+            let version = self.version::<FindCoordinatorRequest>(addr).await?;
+            let key = StrBytes::from_string(group.to_owned());
+            // v4 batched the keys; earlier versions take one.
+            let req = if version >= 4 {
+                FindCoordinatorRequest::default()
+                    .with_key_type(0)
+                    .with_coordinator_keys(vec![key])
+            } else {
+                FindCoordinatorRequest::default().with_key(key)
+            };
+            let resp = self.send_to(addr, &req).await?;
+            // v4+ answers per key; older versions at the top level.
+            if let Some(c) = resp.coordinators.first() {
+                check(ApiKey::FindCoordinator, c.error_code)?;
+                return Ok(format!("{}:{}", c.host.as_str(), c.port));
+            }
+            check(ApiKey::FindCoordinator, resp.error_code)?;
+            Ok(format!("{}:{}", resp.host.as_str(), resp.port))
+        })
+        .await
+    }
+
+    /// Creates topics; ones that exist already are fine.
+    pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
+        let req = CreateTopicsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| {
+                        let mut c = CreatableTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.name.clone())))
+                            .with_num_partitions(t.partitions)
+                            .with_replication_factor(-1);
+                        if t.compacted {
+                            c = c.with_configs(vec![CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_static_str("cleanup.policy"))
+                                .with_value(Some(StrBytes::from_static_str("compact")))]);
+                        }
+                        c
+                    })
+                    .collect(),
+            );
+        let resp = self.retry(|| self.send_any(&req)).await?;
+        for t in &resp.topics {
+            match ResponseError::try_from_code(t.error_code) {
+                None | Some(ResponseError::TopicAlreadyExists) => {}
+                Some(error) => {
+                    return Err(Error::Broker {
+                        api: ApiKey::CreateTopics,
+                        error,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Latest (end) offsets of the given partitions.
+    pub async fn end_offsets(
+        &self,
+        partitions: &[(String, i32)],
+    ) -> Result<BTreeMap<(String, i32), i64>> {
+        let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        let meta = self.metadata(Some(&topics)).await?;
+        let mut leaders: BTreeMap<(String, i32), BrokerId> = BTreeMap::new();
+        for t in &meta.topics {
+            check(ApiKey::Metadata, t.error_code)?;
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            for p in &t.partitions {
+                leaders.insert((name.clone(), p.partition_index), p.leader_id);
+            }
+        }
+        let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+        for (t, p) in partitions {
+            let leader = leaders.get(&(t.clone(), *p)).ok_or_else(|| {
+                Error::Protocol(format!("partition {t}-{p} is not in the metadata"))
+            })?;
+            by_leader
+                .entry(leader.0)
+                .or_default()
+                .entry(t.clone())
+                .or_default()
+                .push(*p);
+        }
+        let mut out = BTreeMap::new();
+        for (leader, topics) in by_leader {
+            let addr = self.broker_addr(BrokerId(leader)).await?;
+            let req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|(t, ps)| {
+                            ListOffsetsTopic::default()
+                                .with_name(TopicName(StrBytes::from_string(t.clone())))
+                                .with_partitions(
+                                    ps.iter()
+                                        .map(|&p| {
+                                            ListOffsetsPartition::default()
+                                                .with_partition_index(p)
+                                                .with_timestamp(-1)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                );
+            let resp = self.retry(|| self.send_to(&addr, &req)).await?;
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    check(ApiKey::ListOffsets, p.error_code)?;
+                    out.insert((t.name.0.to_string(), p.partition_index), p.offset);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Describes a group at its coordinator.
+    pub async fn describe_group(&self, group: &str) -> Result<DescribedGroup> {
+        let req = DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
+        self.retry(|| async {
+            let addr = self.find_coordinator(group).await?;
+            let resp = self.send_to(&addr, &req).await?;
+            let g = resp
+                .groups
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Protocol("DescribeGroups answered no group".into()))?;
+            check(ApiKey::DescribeGroups, g.error_code)?;
+            Ok(g)
+        })
+        .await
+    }
+}

@@ -1,0 +1,152 @@
+//! One TCP connection to one broker: framing, correlation, negotiated versions.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::error::{Error, Result};
+
+/// Frames larger than this are refused: a corrupt length must not allocate gigabytes.
+const MAX_FRAME: usize = 128 * 1024 * 1024;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Connection {
+    addr: String,
+    stream: TcpStream,
+    client_id: String,
+    correlation_id: i32,
+    /// Broker's supported `(min, max)` per API key.
+    versions: BTreeMap<i16, (i16, i16)>,
+}
+
+impl Connection {
+    /// Connects and negotiates versions with ApiVersions.
+    pub async fn connect(addr: &str, client_id: &str) -> Result<Connection> {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))?
+            .map_err(|source| Error::Connect {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        stream.set_nodelay(true).ok();
+        let mut conn = Connection {
+            addr: addr.to_owned(),
+            stream,
+            client_id: client_id.to_owned(),
+            correlation_id: 0,
+            versions: BTreeMap::new(),
+        };
+        // Version 0 is understood by every broker; it lists what the broker supports.
+        let resp = conn.send_at(&ApiVersionsRequest::default(), 0).await?;
+        crate::error::check(ApiKey::ApiVersions, resp.error_code)?;
+        conn.versions = resp
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(conn)
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The highest version of `R` both sides support.
+    pub fn version_for<R: Request>(&self) -> Result<i16> {
+        let api = api_key(R::KEY);
+        let ours = R::VERSIONS;
+        let &(min, max) = self
+            .versions
+            .get(&R::KEY)
+            .ok_or_else(|| Error::Unsupported {
+                api,
+                ours: format!("{}..{}", ours.min, ours.max),
+                theirs: "none".into(),
+            })?;
+        let v = ours.max.min(max);
+        if v < ours.min.max(min) {
+            return Err(Error::Unsupported {
+                api,
+                ours: format!("{}..{}", ours.min, ours.max),
+                theirs: format!("{min}..{max}"),
+            });
+        }
+        Ok(v)
+    }
+
+    /// Sends a request at the negotiated version and waits for its response.
+    pub async fn send<R: Request>(&mut self, req: &R) -> Result<R::Response> {
+        let version = self.version_for::<R>()?;
+        self.send_at(req, version).await
+    }
+
+    async fn send_at<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        let api = api_key(R::KEY);
+        let codec = |e: anyhow::Error| Error::Codec {
+            api,
+            message: format!("{e:#}"),
+        };
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let correlation_id = self.correlation_id;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, R::header_version(version))
+            .map_err(codec)?;
+        req.encode(&mut body, version).map_err(codec)?;
+        let mut frame = BytesMut::with_capacity(body.len() + 4);
+        frame.put_u32(body.len() as u32);
+        frame.extend_from_slice(&body);
+        let io = |source| Error::Io {
+            addr: self.addr.clone(),
+            source,
+        };
+        self.stream.write_all(&frame).await.map_err(io)?;
+
+        let len = self.stream.read_u32().await.map_err(|source| Error::Io {
+            addr: self.addr.clone(),
+            source,
+        })? as usize;
+        if len > MAX_FRAME {
+            return Err(Error::Protocol(format!(
+                "{api:?}: response of {len} bytes exceeds the {MAX_FRAME}-byte limit"
+            )));
+        }
+        let mut buf = vec![0u8; len];
+        self.stream
+            .read_exact(&mut buf)
+            .await
+            .map_err(|source| Error::Io {
+                addr: self.addr.clone(),
+                source,
+            })?;
+        let mut buf = bytes::Bytes::from(buf);
+        let header_version = <R::Response as HeaderVersion>::header_version(version);
+        let header = ResponseHeader::decode(&mut buf, header_version).map_err(codec)?;
+        if header.correlation_id != correlation_id {
+            return Err(Error::Protocol(format!(
+                "{api:?}: response for request {} arrived for request {correlation_id}",
+                header.correlation_id
+            )));
+        }
+        let resp = <R::Response as Decodable>::decode(&mut buf, version).map_err(codec)?;
+        if buf.has_remaining() {
+            tracing::debug!(?api, extra = buf.remaining(), "response had trailing bytes");
+        }
+        Ok(resp)
+    }
+}
+
+pub fn api_key(key: i16) -> ApiKey {
+    ApiKey::try_from(key).unwrap_or(ApiKey::ApiVersions)
+}

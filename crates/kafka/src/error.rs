@@ -1,0 +1,71 @@
+//! Typed client errors, and which of them a retry can fix.
+
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::ResponseError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("talking to {addr}: {source}")]
+    Io {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{api:?}: {message}")]
+    Codec { api: ApiKey, message: String },
+    #[error("{api:?}: the broker answered {error} (code {code})", code = error.code())]
+    Broker { api: ApiKey, error: ResponseError },
+    #[error("{api:?}: no version both sides support (ours {ours}, broker's {theirs})")]
+    Unsupported {
+        api: ApiKey,
+        ours: String,
+        theirs: String,
+    },
+    #[error("{0}")]
+    Protocol(String),
+    #[error("timed out after {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+impl Error {
+    /// Whether the same request may succeed later (coordinator moved, leader changed, a
+    /// rebalance in progress, a dropped connection).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Connect { .. } | Error::Io { .. } | Error::Timeout(_) => true,
+            Error::Broker { error, .. } => {
+                error.is_retriable()
+                    || matches!(
+                        error,
+                        ResponseError::NotCoordinator
+                            | ResponseError::CoordinatorNotAvailable
+                            | ResponseError::CoordinatorLoadInProgress
+                            | ResponseError::NotLeaderOrFollower
+                    )
+            }
+            _ => false,
+        }
+    }
+
+    /// The broker's error code, if this is a broker error.
+    pub fn broker_error(&self) -> Option<ResponseError> {
+        match self {
+            Error::Broker { error, .. } => Some(*error),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Turns a response error code into a typed error.
+pub fn check(api: ApiKey, code: i16) -> Result<()> {
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        Some(error) => Err(Error::Broker { api, error }),
+    }
+}

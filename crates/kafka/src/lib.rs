@@ -1,0 +1,11 @@
+//! Baton's Kafka layer: a small async client on `kafka-protocol` messages, and a group member
+//! that runs the classic rebalance protocol with Baton's assignor on the leader.
+
+pub mod client;
+pub mod connection;
+pub mod error;
+pub mod member;
+
+pub use client::Client;
+pub use error::{Error, Result};
+pub use member::{GroupMember, MemberConfig};

@@ -1,0 +1,511 @@
+//! A group member on the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), with
+//! protocol type `consumer` and name `stream` as Kafka Streams uses. The member chosen leader
+//! decodes every subscription, fetches changelog end offsets, runs the assignor and hands each
+//! member its `AssignmentInfo`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use baton_assignor::{assignor_by_name, AssignmentConfig, Cluster, TaskId};
+use baton_protocol::bridge::{cluster_state, member_assignments, Member, Topology};
+use baton_protocol::consumer::{ConsumerAssignment, ConsumerSubscription};
+use baton_protocol::{
+    AssignmentInfo, ClientTag, SubscriptionInfo, TaskOffsetSum, TopicPartition, BATON_VERSION,
+    TAG_LEAVING, TAG_WARMUPS,
+};
+use bytes::Bytes;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ApiKey, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use kafka_protocol::ResponseError;
+
+use crate::client::Client;
+use crate::connection::Connection;
+use crate::error::{check, Error, Result};
+
+/// Kafka Streams' protocol type and name.
+pub const PROTOCOL_TYPE: &str = "consumer";
+pub const PROTOCOL_NAME: &str = "stream";
+/// How many join attempts before giving up.
+const MAX_JOIN_ATTEMPTS: u32 = 50;
+
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    pub group_id: String,
+    pub client_id: String,
+    /// Static membership (`group.instance.id`).
+    pub group_instance_id: Option<String>,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub process_id: uuid::Uuid,
+    /// `host:port` for interactive queries, or empty.
+    pub user_endpoint: String,
+    pub topology: Topology,
+    pub assignor: String,
+    pub assignment_config: AssignmentConfig,
+}
+
+/// What one rebalance gave this member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    pub generation: i32,
+    pub member_id: String,
+    pub leader: bool,
+    pub partitions: Vec<TopicPartition>,
+    pub info: AssignmentInfo,
+}
+
+pub struct GroupMember {
+    client: Arc<Client>,
+    cfg: MemberConfig,
+    member_id: String,
+    generation: i32,
+    owned: Vec<TopicPartition>,
+    unique: i8,
+    offset_sums: Vec<TaskOffsetSum>,
+    leaving: bool,
+    warmups: Vec<TaskId>,
+    current: Option<Membership>,
+    /// A connection of our own to the coordinator: a JoinGroup the broker holds must not
+    /// block other members' requests on a shared connection.
+    coordinator: Option<Connection>,
+}
+
+impl GroupMember {
+    pub fn new(client: Arc<Client>, cfg: MemberConfig) -> Self {
+        Self {
+            client,
+            cfg,
+            member_id: String::new(),
+            generation: -1,
+            owned: Vec::new(),
+            unique: 0,
+            offset_sums: Vec::new(),
+            leaving: false,
+            warmups: Vec::new(),
+            current: None,
+            coordinator: None,
+        }
+    }
+
+    async fn coordinator(&mut self) -> Result<&mut Connection> {
+        if self.coordinator.is_none() {
+            let addr = self.client.find_coordinator(&self.cfg.group_id).await?;
+            self.coordinator = Some(Connection::connect(&addr, &self.cfg.client_id).await?);
+        }
+        Ok(self.coordinator.as_mut().expect("just connected"))
+    }
+
+    /// Sends to the coordinator; a failed connection is dropped so the next call finds it anew.
+    async fn send<R: Request>(&mut self, req: &R) -> Result<R::Response> {
+        let result = self.coordinator().await?.send(req).await;
+        if let Err(e) = &result {
+            if e.is_retriable() || matches!(e.broker_error(), Some(ResponseError::NotCoordinator)) {
+                self.coordinator = None;
+            }
+        }
+        result
+    }
+
+    async fn version<R: Request>(&mut self) -> Result<i16> {
+        self.coordinator().await?.version_for::<R>()
+    }
+
+    pub fn membership(&self) -> Option<&Membership> {
+        self.current.as_ref()
+    }
+
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The offset sums the next subscription reports.
+    pub fn set_offset_sums(&mut self, sums: Vec<TaskOffsetSum>) {
+        self.offset_sums = sums;
+    }
+
+    /// Marks this member as leaving (drain); reported in the next subscription.
+    pub fn set_leaving(&mut self, leaving: bool) {
+        self.leaving = leaving;
+    }
+
+    /// The warm-ups this member runs; reported in the next subscription.
+    pub fn set_warmups(&mut self, warmups: Vec<TaskId>) {
+        self.warmups = warmups;
+    }
+
+    fn subscription(&mut self) -> Bytes {
+        // A changing field makes every rejoin a new generation (KAFKA-10455).
+        self.unique = self.unique.wrapping_add(1);
+        let mut info = SubscriptionInfo::build(
+            BATON_VERSION,
+            BATON_VERSION,
+            self.cfg.process_id,
+            &self.cfg.user_endpoint,
+            &self.offset_sums,
+            self.unique,
+            0,
+        );
+        if self.leaving {
+            info.client_tags.push(ClientTag {
+                key: TAG_LEAVING.into(),
+                value: "true".into(),
+            });
+        }
+        if !self.warmups.is_empty() {
+            let list: Vec<String> = self.warmups.iter().map(ToString::to_string).collect();
+            info.client_tags.push(ClientTag {
+                key: TAG_WARMUPS.into(),
+                value: list.join(","),
+            });
+        }
+        let user_data = info
+            .encode()
+            .expect("a member's own subscription always encodes");
+        let mut topics: Vec<String> = self
+            .cfg
+            .topology
+            .subtopologies
+            .values()
+            .flat_map(|s| s.source_topics.iter().cloned())
+            .collect();
+        topics.sort();
+        topics.dedup();
+        let sub = ConsumerSubscription {
+            topics,
+            user_data: Some(user_data),
+            owned_partitions: self.owned.clone(),
+            generation_id: self.generation,
+            rack_id: None,
+        };
+        Bytes::from(
+            sub.encode()
+                .expect("a member's own subscription always encodes"),
+        )
+    }
+
+    /// Joins (or rejoins) the group and waits for this member's assignment.
+    pub async fn join(&mut self) -> Result<&Membership> {
+        let group = GroupId(StrBytes::from_string(self.cfg.group_id.clone()));
+        for _ in 0..MAX_JOIN_ATTEMPTS {
+            let join_version = match self.version::<JoinGroupRequest>().await {
+                Ok(v) => v,
+                Err(e) if e.is_retriable() => {
+                    self.coordinator = None;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let req = JoinGroupRequest::default()
+                .with_group_id(group.clone())
+                .with_session_timeout_ms(self.cfg.session_timeout_ms)
+                .with_rebalance_timeout_ms(self.cfg.rebalance_timeout_ms)
+                .with_member_id(StrBytes::from_string(self.member_id.clone()))
+                .with_group_instance_id(static_id(&self.cfg, join_version, 5))
+                .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
+                .with_protocols(vec![JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str(PROTOCOL_NAME))
+                    .with_metadata(self.subscription())]);
+            let resp = match self.send(&req).await {
+                Ok(r) => r,
+                Err(e) if e.is_retriable() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match ResponseError::try_from_code(resp.error_code) {
+                None => {}
+                Some(ResponseError::MemberIdRequired) => {
+                    self.member_id = resp.member_id.to_string();
+                    continue;
+                }
+                Some(ResponseError::UnknownMemberId) => {
+                    self.member_id.clear();
+                    continue;
+                }
+                Some(e)
+                    if Error::Broker {
+                        api: ApiKey::JoinGroup,
+                        error: e,
+                    }
+                    .is_retriable() =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Some(error) => {
+                    return Err(Error::Broker {
+                        api: ApiKey::JoinGroup,
+                        error,
+                    })
+                }
+            }
+            self.member_id = resp.member_id.to_string();
+            self.generation = resp.generation_id;
+            let leader = resp.leader.as_str() == self.member_id;
+            let assignments = if leader {
+                self.lead(&resp.members).await
+            } else {
+                Vec::new()
+            };
+            let sync_version = self.version::<SyncGroupRequest>().await?;
+            let mut sync = SyncGroupRequest::default()
+                .with_group_id(group.clone())
+                .with_generation_id(self.generation)
+                .with_member_id(StrBytes::from_string(self.member_id.clone()))
+                .with_group_instance_id(static_id(&self.cfg, sync_version, 3))
+                .with_assignments(assignments);
+            if sync_version >= 5 {
+                sync = sync
+                    .with_protocol_type(Some(StrBytes::from_static_str(PROTOCOL_TYPE)))
+                    .with_protocol_name(Some(StrBytes::from_static_str(PROTOCOL_NAME)));
+            }
+            let resp = match self.send(&sync).await {
+                Ok(r) => r,
+                Err(e) if e.is_retriable() => continue,
+                Err(e) => return Err(e),
+            };
+            match ResponseError::try_from_code(resp.error_code) {
+                None => {}
+                Some(ResponseError::UnknownMemberId) => {
+                    self.member_id.clear();
+                    continue;
+                }
+                Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => {
+                    continue
+                }
+                Some(error) => {
+                    return Err(Error::Broker {
+                        api: ApiKey::SyncGroup,
+                        error,
+                    })
+                }
+            }
+            let (partitions, info) = decode_assignment(&resp.assignment)?;
+            self.owned = partitions.clone();
+            self.current = Some(Membership {
+                generation: self.generation,
+                member_id: self.member_id.clone(),
+                leader,
+                partitions,
+                info,
+            });
+            return Ok(self.current.as_ref().expect("just set"));
+        }
+        Err(Error::Protocol(format!(
+            "could not join group {} in {MAX_JOIN_ATTEMPTS} attempts",
+            self.cfg.group_id
+        )))
+    }
+
+    /// Heartbeats; `Ok(true)` means a rebalance started and the member must rejoin.
+    pub async fn heartbeat(&mut self) -> Result<bool> {
+        let version = self.version::<HeartbeatRequest>().await?;
+        let req = HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(self.cfg.group_id.clone())))
+            .with_generation_id(self.generation)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(static_id(&self.cfg, version, 3));
+        let resp = self.send(&req).await?;
+        match ResponseError::try_from_code(resp.error_code) {
+            None => Ok(false),
+            Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => Ok(true),
+            Some(ResponseError::UnknownMemberId) => {
+                self.member_id.clear();
+                Ok(true)
+            }
+            Some(error) => Err(Error::Broker {
+                api: ApiKey::Heartbeat,
+                error,
+            }),
+        }
+    }
+
+    /// Leaves the group so the others rebalance at once instead of after a session timeout.
+    pub async fn leave(&mut self) -> Result<()> {
+        if self.member_id.is_empty() {
+            return Ok(());
+        }
+        let version = self.version::<LeaveGroupRequest>().await?;
+        let group = GroupId(StrBytes::from_string(self.cfg.group_id.clone()));
+        let member = StrBytes::from_string(self.member_id.clone());
+        // v3 leaves by a list of members (with static ids); earlier versions by one member id.
+        let req = if version >= 3 {
+            LeaveGroupRequest::default()
+                .with_group_id(group)
+                .with_members(vec![MemberIdentity::default()
+                    .with_member_id(member)
+                    .with_group_instance_id(
+                        self.cfg
+                            .group_instance_id
+                            .clone()
+                            .map(StrBytes::from_string),
+                    )])
+        } else {
+            LeaveGroupRequest::default()
+                .with_group_id(group)
+                .with_member_id(member)
+        };
+        let resp = self.send(&req).await?;
+        check(ApiKey::LeaveGroup, resp.error_code)?;
+        self.member_id.clear();
+        self.current = None;
+        Ok(())
+    }
+
+    /// The leader's work: every member's assignment. A member whose metadata cannot be decoded
+    /// is skipped with an error in the log; it gets an empty assignment and everyone else
+    /// still gets theirs.
+    async fn lead(&self, joined: &[JoinGroupResponseMember]) -> Vec<SyncGroupRequestAssignment> {
+        let mut members = Vec::new();
+        for m in joined {
+            let id = m.member_id.to_string();
+            match decode_subscription(&m.metadata) {
+                Ok((subscription, owned_partitions)) => members.push(Member {
+                    member_id: id,
+                    subscription,
+                    owned_partitions,
+                }),
+                Err(e) => {
+                    tracing::error!(member = %id, error = %e, "skipping a member whose subscription cannot be decoded")
+                }
+            }
+        }
+        let topology = &self.cfg.topology;
+        let changelogs: Vec<(String, i32)> = topology
+            .subtopologies
+            .values()
+            .flat_map(|s| {
+                s.changelog_topics
+                    .iter()
+                    .flat_map(move |t| (0..s.partitions as i32).map(move |p| (t.clone(), p)))
+            })
+            .collect();
+        let (ends, assignor_name) = match self.client.end_offsets(&changelogs).await {
+            Ok(e) => (
+                e.into_iter()
+                    .map(|((topic, partition), o)| (TopicPartition { topic, partition }, o))
+                    .collect(),
+                self.cfg.assignor.as_str(),
+            ),
+            Err(e) => {
+                // Kafka falls back to a sticky assignment that keeps actives in place.
+                tracing::warn!(error = %e, "changelog end offsets unavailable: falling back to the sticky assignor");
+                (
+                    changelogs
+                        .iter()
+                        .map(|(t, p)| {
+                            (
+                                TopicPartition {
+                                    topic: t.clone(),
+                                    partition: *p,
+                                },
+                                0,
+                            )
+                        })
+                        .collect(),
+                    "sticky",
+                )
+            }
+        };
+        let assignment = match cluster_state(
+            &members,
+            topology,
+            &ends,
+            self.cfg.assignment_config.clone(),
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|s| Cluster::new(s).map_err(|e| e.to_string()))
+        {
+            Ok(cluster) => assignor_by_name(assignor_name)
+                .expect("known assignor")
+                .assign(&cluster),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot build the assignor's input: every member gets nothing this round");
+                return Vec::new();
+            }
+        };
+        for w in &assignment.warnings {
+            tracing::warn!(warning = %w, "assignor");
+        }
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let per_member =
+            member_assignments(&members, topology, &assignment, &self.member_id, now_ms);
+        joined
+            .iter()
+            .map(|m| {
+                let id = m.member_id.to_string();
+                let bytes = match per_member.get(&id) {
+                    Some(a) => encode_assignment(&a.partitions, &a.info),
+                    None => Bytes::new(),
+                };
+                SyncGroupRequestAssignment::default()
+                    .with_member_id(m.member_id.clone())
+                    .with_assignment(bytes)
+            })
+            .collect()
+    }
+}
+
+/// `group.instance.id` where the request version carries it (`since`), else none.
+fn static_id(cfg: &MemberConfig, version: i16, since: i16) -> Option<StrBytes> {
+    if version >= since {
+        cfg.group_instance_id.clone().map(StrBytes::from_string)
+    } else {
+        None
+    }
+}
+
+/// A member's JoinGroup metadata: the consumer protocol subscription and, inside it, Streams'.
+pub fn decode_subscription(
+    metadata: &[u8],
+) -> std::result::Result<(SubscriptionInfo, Vec<TopicPartition>), String> {
+    let sub = ConsumerSubscription::decode(metadata).map_err(|e| e.to_string())?;
+    let user_data = sub
+        .user_data
+        .ok_or("consumer protocol subscription: no user data")?;
+    let info = SubscriptionInfo::decode(&user_data).map_err(|e| e.to_string())?;
+    Ok((info, sub.owned_partitions))
+}
+
+fn encode_assignment(partitions: &[TopicPartition], info: &AssignmentInfo) -> Bytes {
+    let user_data = match info.encode() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode an assignment");
+            None
+        }
+    };
+    let a = ConsumerAssignment {
+        partitions: partitions.to_vec(),
+        user_data,
+    };
+    Bytes::from(a.encode().expect("an assignment envelope always encodes"))
+}
+
+/// A member's SyncGroup assignment; empty bytes mean "nothing this round".
+pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, AssignmentInfo)> {
+    if bytes.is_empty() {
+        return Ok((
+            Vec::new(),
+            AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
+        ));
+    }
+    let bad = |m: String| Error::Protocol(format!("assignment: {m}"));
+    let a = ConsumerAssignment::decode(bytes).map_err(|e| bad(e.to_string()))?;
+    let info = match a.user_data {
+        Some(d) => AssignmentInfo::decode(&d).map_err(|e| bad(e.to_string()))?,
+        None => AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
+    };
+    Ok((a.partitions, info))
+}

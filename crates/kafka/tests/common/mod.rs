@@ -1,0 +1,210 @@
+//! A real broker for each test, and a member driver.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_assignor::{AssignmentConfig, TaskId};
+use baton_kafka::client::NewTopic;
+use baton_kafka::member::Membership;
+use baton_kafka::{Client, GroupMember, MemberConfig};
+use baton_protocol::bridge::{Subtopology, Topology};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The broker binary: `$BATON_NISSHI`, the path `scripts/install-broker.sh` installs to, or `nisshi` on PATH.
+pub fn broker_binary() -> String {
+    if let Ok(p) = std::env::var("BATON_NISSHI") {
+        return p;
+    }
+    let installed = "/opt/baton/nisshi-0.8.1/bin/nisshi";
+    if std::path::Path::new(installed).exists() {
+        return installed.into();
+    }
+    "nisshi".into()
+}
+
+/// A nisshi broker on a free loopback port with in-memory storage; killed on drop.
+pub struct Broker {
+    child: Child,
+    pub addr: String,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(broker_binary())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args([
+                "--storage-engine",
+                "memory://baton/",
+                "--group-initial-rebalance-delay",
+                "0s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start the broker {:?} ({e}): run scripts/install-broker.sh",
+                    broker_binary()
+                )
+            });
+        let addr = format!("127.0.0.1:{port}");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(&addr).is_ok() {
+                return Broker { child, addr };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the broker did not listen on {addr}");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub const PARTITIONS: u32 = 6;
+
+pub fn topology() -> Topology {
+    let mut subtopologies = BTreeMap::new();
+    subtopologies.insert(
+        0,
+        Subtopology {
+            source_topics: vec!["input".into()],
+            changelog_topics: vec!["app-counts-changelog".into()],
+            partitions: PARTITIONS,
+        },
+    );
+    Topology { subtopologies }
+}
+
+pub async fn create_topics(client: &Client) {
+    client
+        .create_topics(&[
+            NewTopic {
+                name: "input".into(),
+                partitions: PARTITIONS as i32,
+                compacted: false,
+            },
+            NewTopic {
+                name: "app-counts-changelog".into(),
+                partitions: PARTITIONS as i32,
+                compacted: true,
+            },
+        ])
+        .await
+        .unwrap();
+}
+
+pub fn config(group: &str, n: u128, session_timeout_ms: i32) -> MemberConfig {
+    MemberConfig {
+        group_id: group.into(),
+        client_id: format!("member-{n}"),
+        group_instance_id: None,
+        session_timeout_ms,
+        rebalance_timeout_ms: 10_000,
+        process_id: uuid::Uuid::from_u128(n),
+        user_endpoint: format!("host-{n}:8080"),
+        topology: topology(),
+        assignor: "high-availability".into(),
+        assignment_config: AssignmentConfig::default(),
+    }
+}
+
+/// A member running its join/heartbeat loop in the background.
+pub struct Driver {
+    pub state: watch::Receiver<Option<Membership>>,
+    pub handle: JoinHandle<()>,
+    pub leave: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+pub fn drive(client: Arc<Client>, cfg: MemberConfig) -> Driver {
+    let (tx, rx) = watch::channel(None);
+    let (leave_tx, mut leave_rx) = tokio::sync::oneshot::channel();
+    let handle = tokio::spawn(async move {
+        let mut m = GroupMember::new(client, cfg);
+        loop {
+            match m.join().await {
+                Ok(ms) => {
+                    let _ = tx.send(Some(ms.clone()));
+                }
+                Err(e) => {
+                    // The broker is gone at the end of a test; anything else is a failure the
+                    // waiting side reports.
+                    eprintln!("join failed: {e}");
+                    return;
+                }
+            }
+            loop {
+                tokio::select! {
+                    _ = &mut leave_rx => {
+                        if let Err(e) = m.leave().await {
+                            eprintln!("leave failed: {e}");
+                        }
+                        let _ = tx.send(None);
+                        return;
+                    }
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+                match m.heartbeat().await {
+                    Ok(false) => {}
+                    Ok(true) => break,
+                    Err(e) => {
+                        eprintln!("heartbeat of {}: {e}", m.member_id());
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    Driver {
+        state: rx,
+        handle,
+        leave: Some(leave_tx),
+    }
+}
+
+/// Waits until every driver holds an assignment of one generation that covers every task once.
+pub async fn wait_settled(drivers: &[&Driver], timeout: Duration) -> Vec<Membership> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let states: Vec<Option<Membership>> =
+            drivers.iter().map(|d| d.state.borrow().clone()).collect();
+        if let Some(all) = states.iter().cloned().collect::<Option<Vec<Membership>>>() {
+            let gen = all[0].generation;
+            let mut tasks: Vec<TaskId> = all
+                .iter()
+                .flat_map(|m| m.info.active_tasks.clone())
+                .collect();
+            tasks.sort();
+            let complete =
+                tasks.len() == PARTITIONS as usize && tasks.windows(2).all(|w| w[0] != w[1]);
+            if all.iter().all(|m| m.generation == gen) && complete {
+                return all;
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("group did not settle in {timeout:?}: {states:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

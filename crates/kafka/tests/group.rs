@@ -1,0 +1,126 @@
+//! The group member against a real broker: elections, joins, graceful leaves, crashes, and a
+//! member with garbage metadata.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use baton_kafka::Client;
+use common::*;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::{GroupId, JoinGroupRequest};
+use kafka_protocol::protocol::StrBytes;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_join_one_leads_a_fourth_joins_and_one_leaves_gracefully() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    create_topics(&client).await;
+
+    let mut drivers: Vec<Driver> = (1..=3)
+        .map(|n| drive(client.clone(), config("g1", n, 6000)))
+        .collect();
+    let all = wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(30)).await;
+    assert_eq!(
+        all.iter().filter(|m| m.leader).count(),
+        1,
+        "exactly one leader"
+    );
+    assert!(
+        all.iter().all(|m| m.info.version == 12),
+        "Baton members speak v12"
+    );
+
+    let start = Instant::now();
+    drivers.push(drive(client.clone(), config("g1", 4, 6000)));
+    let all = wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(30)).await;
+    println!(
+        "a 4th member joined: all 4 held the new assignment after {:?}",
+        start.elapsed()
+    );
+    assert_eq!(all.len(), 4);
+    assert_eq!(all.iter().filter(|m| m.leader).count(), 1);
+
+    // Graceful leave: the rest rebalance at once, without waiting for a session timeout.
+    let mut leaving = drivers.remove(3);
+    let start = Instant::now();
+    leaving.leave.take().unwrap().send(()).unwrap();
+    leaving.handle.await.unwrap();
+    wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(30)).await;
+    let took = start.elapsed();
+    println!("graceful leave: the other 3 held a new assignment after {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "no session-timeout wait after a graceful leave: {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_member_and_a_killed_leader_are_replaced_after_the_session_timeout() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    create_topics(&client).await;
+    let session = Duration::from_millis(6000);
+    let mut drivers: Vec<Driver> = (1..=3)
+        .map(|n| drive(client.clone(), config("g2", n, 6000)))
+        .collect();
+    let all = wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(30)).await;
+
+    // Kill the leader without leaving: the others notice only when the session times out.
+    let leader = all.iter().position(|m| m.leader).unwrap();
+    let dead = drivers.remove(leader);
+    dead.handle.abort();
+    let start = Instant::now();
+    let rest = wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(40)).await;
+    let took = start.elapsed();
+    println!("leader killed: a new leader and a complete assignment after {took:?}");
+    assert!(
+        took >= session - Duration::from_secs(1),
+        "reassigned before the session timeout: {took:?}"
+    );
+    assert_eq!(rest.iter().filter(|m| m.leader).count(), 1, "a new leader");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_with_garbage_metadata_does_not_stop_the_leader() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    create_topics(&client).await;
+    let drivers: Vec<Driver> = (1..=2)
+        .map(|n| drive(client.clone(), config("g3", n, 6000)))
+        .collect();
+    wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(30)).await;
+
+    // A raw member joins with bytes that are no subscription at all.
+    let raw = client.clone();
+    let garbage = tokio::spawn(async move {
+        let coordinator = raw.find_coordinator("g3").await.unwrap();
+        let mut member_id = String::new();
+        for _ in 0..20 {
+            let req = JoinGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g3")))
+                .with_session_timeout_ms(6000)
+                .with_rebalance_timeout_ms(10_000)
+                .with_member_id(StrBytes::from_string(member_id.clone()))
+                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocols(vec![JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("stream"))
+                    .with_metadata(bytes::Bytes::from_static(b"\x00\x03garbage!!"))]);
+            let resp = raw.send_to(&coordinator, &req).await.unwrap();
+            if resp.error_code == 79 {
+                member_id = resp.member_id.to_string();
+                continue;
+            }
+            return resp.error_code;
+        }
+        -1
+    });
+    // The two real members rejoin (the garbage one triggered a rebalance) and still get everything.
+    let all = wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(40)).await;
+    assert_eq!(all.iter().filter(|m| m.leader).count(), 1);
+    assert_eq!(
+        garbage.await.unwrap(),
+        0,
+        "the garbage member's join completed"
+    );
+}
