@@ -2,6 +2,7 @@
 
 mod assign;
 mod blob;
+mod inspect;
 mod simulate;
 mod table;
 
@@ -30,6 +31,8 @@ enum Command {
     Encode(blob::BlobArgs),
     /// Replay scaling scenarios in simulated time and report what each assignor costs.
     Simulate(simulate::SimulateArgs),
+    /// Describe a live group: members, subscriptions, assignments and lags.
+    Inspect(inspect::InspectArgs),
 }
 
 /// Exit status for bad input, as documented in the README.
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Command::Decode(args) => blob::decode(args),
         Command::Encode(args) => blob::encode(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Inspect(args) => inspect::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

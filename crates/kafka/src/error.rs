@@ -69,3 +69,26 @@ pub fn check(api: ApiKey, code: i16) -> Result<()> {
         Some(error) => Err(Error::Broker { api, error }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coordinator_and_rebalance_errors_are_retriable() {
+        let broker = |error| Error::Broker {
+            api: ApiKey::JoinGroup,
+            error,
+        };
+        assert!(broker(ResponseError::NotCoordinator).is_retriable());
+        assert!(broker(ResponseError::CoordinatorNotAvailable).is_retriable());
+        assert!(!broker(ResponseError::GroupAuthorizationFailed).is_retriable());
+        assert!(Error::Timeout(std::time::Duration::from_secs(1)).is_retriable());
+        assert!(!Error::Protocol("x".into()).is_retriable());
+        assert!(check(ApiKey::Heartbeat, 0).is_ok());
+        assert_eq!(
+            check(ApiKey::Heartbeat, 27).unwrap_err().to_string(),
+            "Heartbeat: the broker answered RebalanceInProgress (code 27)"
+        );
+    }
+}

@@ -4,7 +4,9 @@
 pub mod client;
 pub mod connection;
 pub mod error;
+pub mod inspect;
 pub mod member;
+pub mod testing;
 
 pub use client::Client;
 pub use error::{Error, Result};

@@ -509,3 +509,29 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, Assignmen
     };
     Ok((a.partitions, info))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assignments_round_trip_through_the_consumer_envelope() {
+        let mut info = AssignmentInfo::new(BATON_VERSION, BATON_VERSION);
+        info.active_tasks = vec![TaskId::new(0, 1)];
+        let partitions = vec![TopicPartition {
+            topic: "input".into(),
+            partition: 1,
+        }];
+        let bytes = encode_assignment(&partitions, &info);
+        assert_eq!(decode_assignment(&bytes).unwrap(), (partitions, info));
+        assert!(
+            decode_assignment(&[]).unwrap().0.is_empty(),
+            "no assignment this round"
+        );
+        assert!(
+            decode_assignment(b"\x00\x03\x7f\xff\xff\xff").is_err(),
+            "garbage is an error, not an allocation"
+        );
+        assert!(decode_subscription(b"\x00\x03garbage!!").is_err());
+    }
+}

@@ -2,85 +2,17 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use baton_assignor::{AssignmentConfig, TaskId};
 use baton_kafka::client::NewTopic;
 use baton_kafka::member::Membership;
+pub use baton_kafka::testing::Broker;
 use baton_kafka::{Client, GroupMember, MemberConfig};
 use baton_protocol::bridge::{Subtopology, Topology};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-/// The broker binary: `$BATON_NISSHI`, the path `scripts/install-broker.sh` installs to, or `nisshi` on PATH.
-pub fn broker_binary() -> String {
-    if let Ok(p) = std::env::var("BATON_NISSHI") {
-        return p;
-    }
-    let installed = "/opt/baton/nisshi-0.8.1/bin/nisshi";
-    if std::path::Path::new(installed).exists() {
-        return installed.into();
-    }
-    "nisshi".into()
-}
-
-/// A nisshi broker on a free loopback port with in-memory storage; killed on drop.
-pub struct Broker {
-    child: Child,
-    pub addr: String,
-}
-
-impl Broker {
-    pub fn start() -> Broker {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(broker_binary())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args([
-                "--storage-engine",
-                "memory://baton/",
-                "--group-initial-rebalance-delay",
-                "0s",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start the broker {:?} ({e}): run scripts/install-broker.sh",
-                    broker_binary()
-                )
-            });
-        let addr = format!("127.0.0.1:{port}");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(&addr).is_ok() {
-                return Broker { child, addr };
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the broker did not listen on {addr}");
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 pub const PARTITIONS: u32 = 6;
 

@@ -1,0 +1,134 @@
+//! `baton inspect`: describe a live group (Baton's or Kafka Streams').
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use baton_kafka::inspect::{inspect, GroupView};
+use baton_kafka::Client;
+use clap::Args;
+
+use crate::Failure;
+
+#[derive(Args)]
+pub struct InspectArgs {
+    /// A broker to bootstrap from, HOST:PORT.
+    #[arg(long)]
+    bootstrap: String,
+    /// The group (Kafka Streams' application.id).
+    #[arg(long)]
+    group: String,
+    /// Changelog topics of a subtopology, for lags: `SUBTOPOLOGY=TOPIC` (repeatable).
+    #[arg(long = "changelog", value_name = "SUBTOPOLOGY=TOPIC")]
+    changelogs: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: InspectArgs) -> Result<(), Failure> {
+    let mut changelogs: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for c in &args.changelogs {
+        let (sub, topic) = c
+            .split_once('=')
+            .and_then(|(s, t)| Some((s.parse::<u32>().ok()?, t)))
+            .ok_or_else(|| {
+                Failure::bad_input(format!(
+                    "--changelog {c:?}: expected SUBTOPOLOGY=TOPIC, e.g. 0=app-store-changelog"
+                ))
+            })?;
+        changelogs.entry(sub).or_default().push(topic.to_owned());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure {
+            message: format!("starting the runtime: {e}"),
+            status: 1,
+        })?;
+    let view = runtime
+        .block_on(async {
+            let client = Client::new(&[&args.bootstrap], "baton-inspect");
+            inspect(&client, &args.group, &changelogs).await
+        })
+        .map_err(|e| Failure {
+            message: format!("inspecting group {}: {e}", args.group),
+            status: 1,
+        })?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&view).expect("views serialize")
+        );
+    } else {
+        print!("{}", table(&view));
+    }
+    Ok(())
+}
+
+fn list<T: ToString>(v: &[T]) -> String {
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn table(v: &GroupView) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "group {} ({}, {} {}), generation {}, {} member(s)",
+        v.group,
+        v.state,
+        v.protocol_type,
+        v.protocol,
+        v.generation
+            .map(|g| g.to_string())
+            .unwrap_or_else(|| "?".into()),
+        v.members.len()
+    );
+    for m in &v.members {
+        let _ = writeln!(s, "\n{}", m.member_id);
+        if let Some(e) = &m.error {
+            let _ = writeln!(s, "  cannot decode its metadata: {e}");
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "  process {}  version {}  endpoint {}{}",
+            m.process_id.as_deref().unwrap_or("?"),
+            m.subscription_version
+                .map(|x| x.to_string())
+                .unwrap_or_default(),
+            m.endpoint.as_deref().unwrap_or("-"),
+            if m.leaving { "  LEAVING" } else { "" }
+        );
+        let _ = writeln!(s, "  active:  {}", list(&m.active));
+        let _ = writeln!(s, "  standby: {}", list(&m.standby));
+        let _ = writeln!(s, "  warmup:  {}", list(&m.warmup));
+        if let Some(ms) = m.next_rebalance_ms {
+            let _ = writeln!(s, "  next probing rebalance at {ms} ms since the epoch");
+        }
+        let reported: Vec<String> = m
+            .reported
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}={}{}",
+                    r.task,
+                    r.offset_sum,
+                    r.lag
+                        .as_ref()
+                        .map(|l| format!(" (lag {l})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "  offset sums: {}", list(&reported));
+    }
+    s
+}
