@@ -103,6 +103,21 @@ impl Client {
         v
     }
 
+    /// As [`Client::send_to`], at most version `cap`.
+    pub async fn send_capped_to<R: Request>(
+        &self,
+        addr: &str,
+        req: &R,
+        cap: i16,
+    ) -> Result<R::Response> {
+        let conn = self.conn(addr).await?;
+        let result = conn.lock().await.send_capped(req, cap).await;
+        if let Err(Error::Io { .. }) = &result {
+            self.drop_conn(addr).await;
+        }
+        result
+    }
+
     /// Sends to any bootstrap broker that answers.
     pub async fn send_any<R: Request>(&self, req: &R) -> Result<R::Response> {
         let mut last = None;

@@ -6,6 +6,7 @@ pub mod connection;
 pub mod error;
 pub mod inspect;
 pub mod member;
+pub mod records;
 pub mod testing;
 
 pub use client::Client;

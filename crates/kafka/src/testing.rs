@@ -46,7 +46,12 @@ impl Broker {
                 "0s",
             ])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // BATON_BROKER_LOG=1 shows the broker's log, for debugging a test.
+            .stderr(if std::env::var_os("BATON_BROKER_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(

@@ -62,6 +62,16 @@ pub fn config(group: &str, n: u128, session_timeout_ms: i32) -> MemberConfig {
     }
 }
 
+/// 200 ms by default (tuned); `BATON_HEARTBEAT_MS=3000` gives Kafka's default for measurements.
+fn heartbeat_interval() -> Duration {
+    Duration::from_millis(
+        std::env::var("BATON_HEARTBEAT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200),
+    )
+}
+
 /// A member running its join/heartbeat loop in the background.
 pub struct Driver {
     pub state: watch::Receiver<Option<Membership>>,
@@ -95,7 +105,7 @@ pub fn drive(client: Arc<Client>, cfg: MemberConfig) -> Driver {
                         let _ = tx.send(None);
                         return;
                     }
-                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = tokio::time::sleep(heartbeat_interval()) => {}
                 }
                 match m.heartbeat().await {
                     Ok(false) => {}

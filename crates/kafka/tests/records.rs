@@ -1,0 +1,66 @@
+//! Produce, fetch and end offsets against a real broker.
+
+mod common;
+
+use baton_kafka::client::NewTopic;
+use baton_kafka::Client;
+use bytes::Bytes;
+use common::Broker;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_then_fetch_from_the_start_and_mid_batch() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    client
+        .create_topics(&[NewTopic {
+            name: "t".into(),
+            partitions: 2,
+            compacted: false,
+        }])
+        .await
+        .unwrap();
+    let leader = client.leader("t", 1).await.unwrap();
+    let batch: Vec<(Option<Bytes>, Option<Bytes>)> = (0..500)
+        .map(|i| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(format!("v{i}"))),
+            )
+        })
+        .collect();
+    assert_eq!(client.produce(&leader, "t", 1, &batch).await.unwrap(), 0);
+    assert_eq!(client.produce(&leader, "t", 1, &batch).await.unwrap(), 500);
+    let ends = client
+        .end_offsets(&[("t".into(), 0), ("t".into(), 1)])
+        .await
+        .unwrap();
+    assert_eq!(ends[&("t".into(), 0)], 0);
+    assert_eq!(ends[&("t".into(), 1)], 1000);
+
+    let mut next = 0;
+    let mut seen = 0;
+    while next < 1000 {
+        let f = client
+            .fetch(&leader, "t", 1, next, 64 * 1024, 500)
+            .await
+            .unwrap();
+        assert_eq!(f.high_watermark, 1000);
+        for r in &f.records {
+            assert_eq!(r.offset, next);
+            assert_eq!(
+                r.value.as_deref(),
+                Some(format!("v{}", next % 500).as_bytes())
+            );
+            next += 1;
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 1000);
+    // Starting in the middle of a batch returns the rest of it.
+    let f = client
+        .fetch(&leader, "t", 1, 750, 1024 * 1024, 500)
+        .await
+        .unwrap();
+    assert_eq!(f.records.first().map(|r| r.offset), Some(750));
+    assert_eq!(f.records.last().map(|r| r.offset), Some(999));
+}
