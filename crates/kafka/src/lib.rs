@@ -6,6 +6,7 @@ pub mod connection;
 pub mod error;
 pub mod inspect;
 pub mod member;
+pub mod offsets;
 pub mod records;
 pub mod testing;
 

@@ -180,3 +180,33 @@ async fn inspect_shows_members_tasks_and_lags() {
     assert_eq!(view.protocol, "stream");
     m.leave().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_restarts_without_waiting_for_its_session_to_expire() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    create_topics(&client).await;
+    let static_config = |n: u128| {
+        let mut c = config("g5", n, 6000);
+        c.group_instance_id = Some(format!("instance-{n}"));
+        c
+    };
+    let mut drivers: Vec<Driver> = (1..=2)
+        .map(|n| drive(Client::new(&[&broker.addr], "m"), static_config(n)))
+        .collect();
+    wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(30)).await;
+
+    // Kill member 2 without leaving, and start it again with the same group.instance.id.
+    let old = drivers.remove(1);
+    old.handle.abort();
+    let start = Instant::now();
+    drivers.push(drive(Client::new(&[&broker.addr], "m"), static_config(2)));
+    let all = wait_settled(&drivers.iter().collect::<Vec<_>>(), Duration::from_secs(30)).await;
+    let took = start.elapsed();
+    println!("static member restarted: the group held a complete assignment after {took:?}");
+    assert_eq!(all.len(), 2);
+    assert!(
+        took < Duration::from_secs(5),
+        "the restart waited for the session timeout: {took:?}"
+    );
+}

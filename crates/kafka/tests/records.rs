@@ -64,3 +64,35 @@ async fn produce_then_fetch_from_the_start_and_mid_batch() {
     assert_eq!(f.records.first().map(|r| r.offset), Some(750));
     assert_eq!(f.records.last().map(|r| r.offset), Some(999));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_commit_and_fetch_back() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    client
+        .create_topics(&[NewTopic {
+            name: "in".into(),
+            partitions: 2,
+            compacted: false,
+        }])
+        .await
+        .unwrap();
+    let none = client
+        .committed_offsets("app", &[("in".into(), 0), ("in".into(), 1)])
+        .await
+        .unwrap();
+    assert!(
+        none.values().all(|&o| o < 0),
+        "nothing committed yet: {none:?}"
+    );
+    client
+        .commit_offsets("app", -1, "", &[("in".into(), 0, 42), ("in".into(), 1, 7)])
+        .await
+        .unwrap();
+    let got = client
+        .committed_offsets("app", &[("in".into(), 0), ("in".into(), 1)])
+        .await
+        .unwrap();
+    assert_eq!(got[&("in".into(), 0)], 42);
+    assert_eq!(got[&("in".into(), 1)], 7);
+}

@@ -1,0 +1,116 @@
+//! Committed input offsets: OffsetCommit and OffsetFetch at the group coordinator.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, GroupId, OffsetCommitRequest, OffsetFetchRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::client::Client;
+use crate::error::{check, Result};
+
+/// OffsetCommit v9 and OffsetFetch v8 change shape (topic ids, batched groups); this client
+/// uses the name-based forms every broker supports.
+const OFFSET_COMMIT_MAX_VERSION: i16 = 8;
+const OFFSET_FETCH_MAX_VERSION: i16 = 7;
+
+impl Client {
+    /// Commits offsets for `group` as member `member_id` of `generation` (`-1` and `""` commit
+    /// outside a generation, which only an empty group accepts).
+    pub async fn commit_offsets(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: &[(String, i32, i64)],
+    ) -> Result<()> {
+        let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
+        for (t, p, o) in offsets {
+            by_topic.entry(t).or_default().push((*p, *o));
+        }
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(StrBytes::from_string(member_id.to_owned()))
+            .with_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_owned())))
+                            .with_partitions(
+                                ps.into_iter()
+                                    .map(|(p, o)| {
+                                        OffsetCommitRequestPartition::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(o)
+                                            .with_committed_leader_epoch(-1)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+        self.retry(|| async {
+            let coordinator = self.find_coordinator(group).await?;
+            let resp = self
+                .send_capped_to(&coordinator, &req, OFFSET_COMMIT_MAX_VERSION)
+                .await?;
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    check(ApiKey::OffsetCommit, p.error_code)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Committed offsets of `group` for the given partitions; `-1` where none is committed.
+    pub async fn committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<BTreeMap<(String, i32), i64>> {
+        let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in partitions {
+            by_topic.entry(t).or_default().push(*p);
+        }
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+            .with_topics(Some(
+                by_topic
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetFetchRequestTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_owned())))
+                            .with_partition_indexes(ps)
+                    })
+                    .collect(),
+            ));
+        self.retry(|| async {
+            let coordinator = self.find_coordinator(group).await?;
+            let resp = self
+                .send_capped_to(&coordinator, &req, OFFSET_FETCH_MAX_VERSION)
+                .await?;
+            check(ApiKey::OffsetFetch, resp.error_code)?;
+            let mut out = BTreeMap::new();
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    check(ApiKey::OffsetFetch, p.error_code)?;
+                    out.insert(
+                        (t.name.0.to_string(), p.partition_index),
+                        p.committed_offset,
+                    );
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
