@@ -102,6 +102,19 @@ fn balanced(r: &Report) -> String {
         .unwrap_or_else(|| "never".into())
 }
 
+/// One run's summary cells, in column order, for both the table and Markdown.
+fn cells(r: &Report) -> [String; 7] {
+    [
+        format!("{} ({}, {})", r.assignor, r.protocol, r.probing),
+        format!("{:.1}", r.unavailable_total_s),
+        format!("{:.1}", r.unavailable_p99_s),
+        format!("{:.1}", r.unavailable_max_s),
+        r.rebalances.to_string(),
+        balanced(r),
+        format!("{:.0}", r.records_restored),
+    ]
+}
+
 fn table(scenario: &Scenario, reports: &[Report]) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -122,16 +135,11 @@ fn table(scenario: &Scenario, reports: &[Report]) -> String {
         "RECORDS RESTORED"
     );
     for r in reports {
+        let c = cells(r);
         let _ = writeln!(
             s,
-            "{:<32} {:>14.1} {:>10.1} {:>10.1} {:>10} {:>14} {:>16.0}",
-            format!("{} ({}, {})", r.assignor, r.protocol, r.probing),
-            r.unavailable_total_s,
-            r.unavailable_p99_s,
-            r.unavailable_max_s,
-            r.rebalances,
-            balanced(r),
-            r.records_restored
+            "{:<32} {:>14} {:>10} {:>10} {:>10} {:>14} {:>16}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6]
         );
     }
     s.push('\n');
@@ -150,19 +158,7 @@ fn markdown(scenario: &Scenario, reports: &[Report]) -> String {
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|");
     for r in reports {
-        let _ = writeln!(
-            s,
-            "| {} ({}, {}) | {:.1} | {:.1} | {:.1} | {} | {} | {:.0} |",
-            r.assignor,
-            r.protocol,
-            r.probing,
-            r.unavailable_total_s,
-            r.unavailable_p99_s,
-            r.unavailable_max_s,
-            r.rebalances,
-            balanced(r),
-            r.records_restored
-        );
+        let _ = writeln!(s, "| {} |", cells(r).join(" | "));
     }
     s.push('\n');
     s

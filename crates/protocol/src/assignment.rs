@@ -202,35 +202,44 @@ impl AssignmentInfo {
 
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let v = self.version;
+        let max = BATON_VERSION;
+        EncodeError::check(
+            Blob::Assignment,
+            v,
+            &[
+                (
+                    3..=max,
+                    self.commonly_supported_version != UNKNOWN_VERSION,
+                    "commonly_supported_version (other than -1)",
+                ),
+                (
+                    2..=max,
+                    !self.partitions_by_host.is_empty(),
+                    "partitions_by_host",
+                ),
+                (
+                    6..=max,
+                    !self.standby_partitions_by_host.is_empty(),
+                    "standby_partitions_by_host",
+                ),
+                (4..=max, self.error_code != 0, "error_code"),
+                (
+                    7..=max,
+                    self.next_rebalance_ms != i64::MAX,
+                    "next_rebalance_ms",
+                ),
+                (
+                    12..=max,
+                    !self.warmup_tasks.is_empty(),
+                    "warmup_tasks (Baton's version 12 only)",
+                ),
+            ],
+        )?;
         let fail = |problem: String| EncodeError {
             blob: Blob::Assignment,
             version: v,
             problem,
         };
-        if !(1..=BATON_VERSION).contains(&v) {
-            return Err(fail(format!(
-                "can only write versions 1 to {BATON_VERSION}"
-            )));
-        }
-        let unsupported = |what: &str| fail(format!("{what} cannot be written at this version"));
-        if v < 3 && self.commonly_supported_version != UNKNOWN_VERSION {
-            return Err(unsupported("commonly_supported_version (other than -1)"));
-        }
-        if v < 2 && !self.partitions_by_host.is_empty() {
-            return Err(unsupported("partitions_by_host"));
-        }
-        if v < 6 && !self.standby_partitions_by_host.is_empty() {
-            return Err(unsupported("standby_partitions_by_host"));
-        }
-        if v < 4 && self.error_code != 0 {
-            return Err(unsupported("error_code"));
-        }
-        if v < 7 && self.next_rebalance_ms != i64::MAX {
-            return Err(unsupported("next_rebalance_ms"));
-        }
-        if v < 12 && !self.warmup_tasks.is_empty() {
-            return Err(unsupported("warmup_tasks (Baton's version 12 only)"));
-        }
         let mut w = Writer::default();
         let wr = |r: Result<(), String>| r.map_err(fail);
         w.i32(v);

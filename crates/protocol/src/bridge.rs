@@ -35,26 +35,24 @@ pub struct Topology {
 impl Topology {
     /// The source partitions a task reads.
     pub fn source_partitions(&self, task: TaskId) -> Vec<TopicPartition> {
-        self.subtopologies
-            .get(&task.subtopology)
-            .map(|s| {
-                s.source_topics
-                    .iter()
-                    .map(|topic| TopicPartition {
-                        topic: topic.clone(),
-                        partition: task.partition as i32,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.partitions_of(task, |s| &s.source_topics)
     }
 
     /// The changelog partitions holding a task's state.
     pub fn changelog_partitions(&self, task: TaskId) -> Vec<TopicPartition> {
+        self.partitions_of(task, |s| &s.changelog_topics)
+    }
+
+    /// A task's partition of each of the topics `pick` chooses from its subtopology.
+    fn partitions_of(
+        &self,
+        task: TaskId,
+        pick: impl Fn(&Subtopology) -> &Vec<String>,
+    ) -> Vec<TopicPartition> {
         self.subtopologies
             .get(&task.subtopology)
             .map(|s| {
-                s.changelog_topics
+                pick(s)
                     .iter()
                     .map(|topic| TopicPartition {
                         topic: topic.clone(),

@@ -41,6 +41,34 @@ pub struct EncodeError {
     pub problem: String,
 }
 
+impl EncodeError {
+    /// Refuses a version we cannot write, or a field set where `version` cannot carry it.
+    /// `fields` are `(versions that carry the field, whether it is set, its name)`.
+    pub fn check(
+        blob: Blob,
+        version: i32,
+        fields: &[(std::ops::RangeInclusive<i32>, bool, &str)],
+    ) -> Result<(), EncodeError> {
+        let fail = |problem: String| EncodeError {
+            blob,
+            version,
+            problem,
+        };
+        if !(1..=crate::BATON_VERSION).contains(&version) {
+            return Err(fail(format!(
+                "can only write versions 1 to {}",
+                crate::BATON_VERSION
+            )));
+        }
+        for (versions, set, name) in fields {
+            if *set && !versions.contains(&version) {
+                return Err(fail(format!("{name} cannot be written at this version")));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A cursor over untrusted bytes.
 pub struct Reader<'a> {
     buf: &'a [u8],

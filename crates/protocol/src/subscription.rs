@@ -290,41 +290,37 @@ impl SubscriptionInfo {
 
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let v = self.version;
+        let max = BATON_VERSION;
+        EncodeError::check(
+            Blob::Subscription,
+            v,
+            &[
+                (
+                    3..=max,
+                    self.latest_supported_version != UNKNOWN_VERSION,
+                    "latest_supported_version (other than -1)",
+                ),
+                (
+                    1..=6,
+                    !(self.prev_tasks.is_empty() && self.standby_tasks.is_empty()),
+                    "prev_tasks and standby_tasks (use task_offset_sums)",
+                ),
+                (2..=max, !self.user_endpoint.is_empty(), "user_endpoint"),
+                (
+                    7..=max,
+                    !self.task_offset_sums.is_empty(),
+                    "task_offset_sums",
+                ),
+                (8..=max, self.unique_field != 0, "unique_field"),
+                (9..=max, self.error_code != 0, "error_code"),
+                (11..=max, !self.client_tags.is_empty(), "client_tags"),
+            ],
+        )?;
         let fail = |problem: String| EncodeError {
             blob: Blob::Subscription,
             version: v,
             problem,
         };
-        if !(1..=BATON_VERSION).contains(&v) {
-            return Err(fail(format!(
-                "can only write versions 1 to {BATON_VERSION}"
-            )));
-        }
-        let unsupported = |what: &str| fail(format!("{what} cannot be written at this version"));
-        if v < 3 && self.latest_supported_version != UNKNOWN_VERSION {
-            return Err(unsupported("latest_supported_version (other than -1)"));
-        }
-        if v > 6 && !(self.prev_tasks.is_empty() && self.standby_tasks.is_empty()) {
-            return Err(unsupported(
-                "prev_tasks and standby_tasks (use task_offset_sums)",
-            ));
-        }
-        if v < 2 && !self.user_endpoint.is_empty() {
-            return Err(unsupported("user_endpoint"));
-        }
-        if v < 7 && !self.task_offset_sums.is_empty() {
-            return Err(unsupported("task_offset_sums"));
-        }
-        if v < 8 && self.unique_field != 0 {
-            return Err(unsupported("unique_field"));
-        }
-        if v < 9 && self.error_code != 0 {
-            return Err(unsupported("error_code"));
-        }
-        if v < 11 && !self.client_tags.is_empty() {
-            return Err(unsupported("client_tags"));
-        }
-
         let mut w = Writer::default();
         let wr = |r: Result<(), String>| r.map_err(fail);
         w.i32(v);
