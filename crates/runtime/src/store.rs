@@ -1,0 +1,140 @@
+//! A task's persistent key-value store: a fjall (pure-Rust LSM) database per task and store
+//! under the state directory. An LSM takes the bulk writes of a restore into its memtable and
+//! journal without rewriting pages, which is what restore throughput needs (docs/RUNTIME.md).
+//! The changelog offset the store has absorbed lives in a second keyspace, written in the same
+//! atomic batch as the data, so after a crash the store and its checkpoint always agree.
+
+use std::path::{Path, PathBuf};
+
+use baton_assignor::TaskId;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+/// The next changelog offset to apply.
+const NEXT_OFFSET: &str = "next_changelog_offset";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: {message}")]
+    Store { path: String, message: String },
+    #[error("creating {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// One write: `None` deletes the key (a changelog tombstone).
+pub type Write = (Vec<u8>, Option<Vec<u8>>);
+
+pub struct TaskStore {
+    db: Database,
+    data: Keyspace,
+    checkpoint: Keyspace,
+    path: PathBuf,
+}
+
+impl TaskStore {
+    /// Opens (or creates) `state_dir/<task>/<store>/`.
+    pub fn open(state_dir: &Path, task: TaskId, store: &str) -> Result<TaskStore> {
+        let path = state_dir.join(task.to_string()).join(store);
+        std::fs::create_dir_all(&path).map_err(|source| StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let db = Database::builder(&path).open().map_err(|e| err(&path, e))?;
+        let data = db
+            .keyspace("data", KeyspaceCreateOptions::default)
+            .map_err(|e| err(&path, e))?;
+        let checkpoint = db
+            .keyspace("checkpoint", KeyspaceCreateOptions::default)
+            .map_err(|e| err(&path, e))?;
+        Ok(TaskStore {
+            db,
+            data,
+            checkpoint,
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .data
+            .get(key)
+            .map_err(|e| err(&self.path, e))?
+            .map(|v| v.to_vec()))
+    }
+
+    /// Number of keys (a full scan: for tests and tools, not the hot path).
+    pub fn len(&self) -> Result<u64> {
+        Ok(self.data.len().map_err(|e| err(&self.path, e))? as u64)
+    }
+
+    pub fn is_empty(&self) -> Result<bool> {
+        self.data.is_empty().map_err(|e| err(&self.path, e))
+    }
+
+    /// Applies `writes` and, in the same atomic batch, records that changelog offsets below
+    /// `next_changelog_offset` are in the store. Durable when this returns.
+    pub fn apply(&self, writes: &[Write], next_changelog_offset: Option<i64>) -> Result<()> {
+        self.apply_with(writes, next_changelog_offset, Some(PersistMode::SyncAll))
+    }
+
+    /// As [`TaskStore::apply`], but left in the journal's buffer until a later durable write.
+    /// A crash loses such batches whole, data and checkpoint together, so the store stays
+    /// consistent: restoring uses this for every chunk but the last.
+    pub fn apply_lazily(&self, writes: &[Write], next_changelog_offset: Option<i64>) -> Result<()> {
+        self.apply_with(writes, next_changelog_offset, None)
+    }
+
+    fn apply_with(
+        &self,
+        writes: &[Write],
+        next: Option<i64>,
+        durability: Option<PersistMode>,
+    ) -> Result<()> {
+        let mut batch = self.db.batch().durability(durability);
+        for (k, v) in writes {
+            match v {
+                Some(v) => batch.insert(&self.data, k.as_slice(), v.as_slice()),
+                None => batch.remove(&self.data, k.as_slice()),
+            }
+        }
+        if let Some(next) = next {
+            batch.insert(&self.checkpoint, NEXT_OFFSET, next.to_be_bytes().as_slice());
+        }
+        batch.commit().map_err(|e| err(&self.path, e))
+    }
+
+    /// The next changelog offset to apply, or `None` for a store that never absorbed any.
+    pub fn checkpoint(&self) -> Result<Option<i64>> {
+        let v = self
+            .checkpoint
+            .get(NEXT_OFFSET)
+            .map_err(|e| err(&self.path, e))?;
+        match v {
+            None => Ok(None),
+            Some(b) => {
+                let bytes: [u8; 8] = b.as_ref().try_into().map_err(|_| {
+                    err(
+                        &self.path,
+                        format!("checkpoint of {} bytes is corrupt", b.len()),
+                    )
+                })?;
+                Ok(Some(i64::from_be_bytes(bytes)))
+            }
+        }
+    }
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Store {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
