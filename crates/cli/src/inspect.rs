@@ -38,14 +38,7 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
             })?;
         changelogs.entry(sub).or_default().push(topic.to_owned());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure {
-            message: format!("starting the runtime: {e}"),
-            status: 1,
-        })?;
+    let runtime = crate::tokio_runtime()?;
     let view = runtime
         .block_on(async {
             let client = Client::new(&[&args.bootstrap], "baton-inspect");

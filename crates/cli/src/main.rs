@@ -2,7 +2,10 @@
 
 mod assign;
 mod blob;
+mod drain;
 mod inspect;
+mod produce;
+mod run;
 mod simulate;
 mod table;
 
@@ -33,6 +36,12 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Describe a live group: members, subscriptions, assignments and lags.
     Inspect(inspect::InspectArgs),
+    /// Run the example application: count events per key, handing tasks over smoothly.
+    Run(Box<run::RunArgs>),
+    /// Produce test events at a steady rate.
+    Produce(produce::ProduceArgs),
+    /// Mark an instance as leaving: its tasks move off, then it exits.
+    Drain(drain::DrainArgs),
 }
 
 /// Exit status for bad input, as documented in the README.
@@ -46,6 +55,9 @@ fn main() -> ExitCode {
         Command::Encode(args) => blob::encode(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Run(args) => run::run(*args),
+        Command::Produce(args) => produce::run(args),
+        Command::Drain(args) => drain::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -69,4 +81,27 @@ impl Failure {
             status: EXIT_BAD_INPUT,
         }
     }
+}
+
+/// A multi-threaded tokio runtime for the commands that talk to brokers.
+pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure {
+            message: format!("starting the runtime: {e}"),
+            status: 1,
+        })
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }

@@ -23,6 +23,8 @@ const FETCH_MAX_VERSION: i16 = 12;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub offset: i64,
+    /// Milliseconds since the epoch, as the producer stamped it.
+    pub timestamp: i64,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
 }
@@ -32,6 +34,9 @@ pub struct Record {
 pub struct Fetched {
     pub records: Vec<Record>,
     pub high_watermark: i64,
+    /// The offset after the last whole batch returned, control records included: where the
+    /// next fetch starts even when every record returned was a control record.
+    pub next_offset: Option<i64>,
 }
 
 fn now_ms() -> i64 {
@@ -167,6 +172,7 @@ impl Client {
             .ok_or_else(|| Error::Protocol("Fetch answered no partition".into()))?;
         check(ApiKey::Fetch, p.error_code)?;
         let mut records = Vec::new();
+        let mut next_offset = None;
         if let Some(mut bytes) = p.records.clone() {
             // A fetch may end inside a batch; RecordBatchDecoder needs whole batches.
             while bytes.len() >= 12 {
@@ -179,6 +185,9 @@ impl Client {
                     api: ApiKey::Fetch,
                     message: format!("{e:#}"),
                 })?;
+                if let Some(last) = set.records.iter().map(|r| r.offset).max() {
+                    next_offset = Some(next_offset.unwrap_or(offset).max(last + 1));
+                }
                 // A batch that starts before `offset` is returned whole.
                 records.extend(
                     set.records
@@ -186,6 +195,7 @@ impl Client {
                         .filter(|r| r.offset >= offset && !r.control)
                         .map(|r| Record {
                             offset: r.offset,
+                            timestamp: r.timestamp,
                             key: r.key,
                             value: r.value,
                         }),
@@ -195,6 +205,7 @@ impl Client {
         Ok(Fetched {
             records,
             high_watermark: p.high_watermark,
+            next_offset,
         })
     }
 }

@@ -16,6 +16,9 @@ const NEXT_OFFSET: &str = "next_changelog_offset";
 pub enum StoreError {
     #[error("store {path}: {message}")]
     Store { path: String, message: String },
+    /// Another `TaskStore` (another stream thread) holds it open.
+    #[error("store {path}: in use by another thread of this process")]
+    Busy { path: String },
     #[error("creating {path}: {source}")]
     Io {
         path: String,
@@ -43,7 +46,12 @@ impl TaskStore {
             path: path.display().to_string(),
             source,
         })?;
-        let db = Database::builder(&path).open().map_err(|e| err(&path, e))?;
+        let db = Database::builder(&path).open().map_err(|e| match e {
+            fjall::Error::Locked => StoreError::Busy {
+                path: path.display().to_string(),
+            },
+            e => err(&path, e),
+        })?;
         let data = db
             .keyspace("data", KeyspaceCreateOptions::default)
             .map_err(|e| err(&path, e))?;
@@ -109,6 +117,16 @@ impl TaskStore {
             batch.insert(&self.checkpoint, NEXT_OFFSET, next.to_be_bytes().as_slice());
         }
         batch.commit().map_err(|e| err(&self.path, e))
+    }
+
+    /// Makes every batch so far survive a crash of this process (`durable`: of the machine).
+    pub fn persist(&self, durable: bool) -> Result<()> {
+        let mode = if durable {
+            PersistMode::SyncAll
+        } else {
+            PersistMode::Buffer
+        };
+        self.db.persist(mode).map_err(|e| err(&self.path, e))
     }
 
     /// The next changelog offset to apply, or `None` for a store that never absorbed any.

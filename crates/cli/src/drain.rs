@@ -1,0 +1,41 @@
+//! `baton drain`: mark an instance as leaving. Its tasks move off through warm-ups, and it
+//! exits once it holds nothing.
+
+use baton_kafka::Client;
+use clap::Args;
+
+use crate::{tokio_runtime, Failure};
+
+#[derive(Args)]
+pub struct DrainArgs {
+    /// A broker to bootstrap from, HOST:PORT.
+    #[arg(long)]
+    bootstrap: String,
+    /// The group (the application id).
+    #[arg(long)]
+    group: String,
+    /// The instance to drain (its --instance-id).
+    #[arg(long)]
+    instance: String,
+}
+
+pub fn run(args: DrainArgs) -> Result<(), Failure> {
+    if args.instance.is_empty() {
+        return Err(Failure::bad_input("--instance must not be empty"));
+    }
+    let runtime = tokio_runtime()?;
+    let offset = runtime
+        .block_on(async {
+            let client = Client::new(&[&args.bootstrap], "baton-drain");
+            baton_runtime::control::request_drain(&client, &args.group, &args.instance).await
+        })
+        .map_err(|e| Failure {
+            message: format!("draining {} of group {}: {e}", args.instance, args.group),
+            status: 1,
+        })?;
+    println!(
+        "drain requested for instance {} of group {} (control record {offset}); it exits once its tasks have moved",
+        args.instance, args.group
+    );
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! `baton run`: the example application, counting events per key into a state store and
+//! writing each new count to an output topic.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_assignor::AssignmentConfig;
+use baton_runtime::{count_per_key, Exit, RuntimeConfig};
+use clap::Args;
+
+use crate::{tokio_runtime, Failure};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// A broker to bootstrap from, HOST:PORT (repeatable).
+    #[arg(long, required = true)]
+    bootstrap: Vec<String>,
+    /// application.id: the consumer group, and the prefix of changelog topics.
+    #[arg(long, default_value = "baton-count")]
+    app_id: String,
+    /// The topic of events to count (it must exist).
+    #[arg(long, default_value = "events")]
+    input: String,
+    /// Where each key's new count goes (created like the input if missing).
+    #[arg(long, default_value = "counts")]
+    output: String,
+    /// state.dir: task state lives here, one directory per task.
+    #[arg(long, default_value = "baton-state")]
+    state_dir: PathBuf,
+    /// This instance's name, the target of `baton drain` [default: a random one].
+    #[arg(long)]
+    instance_id: Option<String>,
+    /// num.stream.threads.
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// high-availability (warm-ups), kafka, or sticky (the pre-KIP-441 baseline).
+    #[arg(long, default_value = "high-availability")]
+    assignor: String,
+    /// acceptable.recovery.lag: records a copy may be behind and still count as caught up.
+    #[arg(long, default_value_t = 10_000)]
+    acceptable_recovery_lag: u64,
+    /// max.warmup.replicas: warm-ups running at once, group-wide.
+    #[arg(long, default_value_t = 2)]
+    max_warmup_replicas: u32,
+    /// num.standby.replicas.
+    #[arg(long, default_value_t = 0)]
+    num_standby_replicas: u32,
+    /// probing.rebalance.interval.ms: the fallback timer; a caught-up warm-up rebalances at once.
+    #[arg(long, default_value_t = 600_000)]
+    probing_rebalance_interval_ms: u64,
+    /// session.timeout.ms.
+    #[arg(long, default_value_t = 10_000)]
+    session_timeout_ms: u64,
+    /// heartbeat.interval.ms.
+    #[arg(long, default_value_t = 500)]
+    heartbeat_interval_ms: u64,
+    /// commit.interval.ms.
+    #[arg(long, default_value_t = 1_000)]
+    commit_interval_ms: u64,
+    /// state.cleanup.delay.ms: delete task state unused for this long.
+    #[arg(long, default_value_t = 600_000)]
+    state_cleanup_delay_ms: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Use static membership (group.instance.id = INSTANCE-THREAD).
+    #[arg(long)]
+    static_membership: bool,
+    /// application.server: HOST:PORT advertised for interactive queries.
+    #[arg(long, default_value = "")]
+    application_server: String,
+}
+
+pub fn run(args: RunArgs) -> Result<(), Failure> {
+    crate::init_logging();
+    let topology = count_per_key(&args.app_id, &args.input, &args.output)
+        .map_err(|e| Failure::bad_input(e.to_string()))?;
+    let instance_id = args.instance_id.clone().unwrap_or_else(|| {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        format!("instance-{}", &id[..8])
+    });
+    let cfg = RuntimeConfig {
+        bootstrap: args.bootstrap,
+        state_dir: args.state_dir,
+        instance_id,
+        threads: args.threads,
+        assignor: args.assignor,
+        assignment: AssignmentConfig {
+            acceptable_recovery_lag: args.acceptable_recovery_lag,
+            max_warmup_replicas: args.max_warmup_replicas,
+            num_standby_replicas: args.num_standby_replicas,
+            probing_rebalance_interval_ms: args.probing_rebalance_interval_ms,
+        },
+        session_timeout: Duration::from_millis(args.session_timeout_ms),
+        heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
+        commit_interval: Duration::from_millis(args.commit_interval_ms),
+        state_cleanup_delay: Duration::from_millis(args.state_cleanup_delay_ms),
+        metrics_addr: args.metrics_addr,
+        static_membership: args.static_membership,
+        user_endpoint: args.application_server,
+        ..RuntimeConfig::default()
+    };
+    cfg.validate().map_err(Failure::bad_input)?;
+    let runtime = tokio_runtime()?;
+    let exit = runtime.block_on(async {
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down: committing, closing stores, leaving the group");
+            let _ = stop.send(true);
+        });
+        baton_runtime::instance::run(cfg, topology, shutdown).await
+    });
+    match exit {
+        Ok(Exit::Shutdown | Exit::Drained) => Ok(()),
+        Err(e) => Err(Failure {
+            message: e.to_string(),
+            status: 1,
+        }),
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

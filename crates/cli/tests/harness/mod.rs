@@ -1,0 +1,410 @@
+//! End-to-end harness: a real broker, `baton run` instances as child processes (so they can be
+//! killed with SIGKILL), a steady producer, and readers for the output topic and the logs.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use baton_kafka::client::NewTopic;
+use baton_kafka::testing::Broker;
+use baton_kafka::Client;
+use baton_runtime::partitioner::partition_for;
+use bytes::Bytes;
+
+pub const INPUT: &str = "events";
+pub const OUTPUT: &str = "counts";
+pub const PARTITIONS: u32 = 3;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+pub struct Cluster {
+    pub broker: Broker,
+    pub app: String,
+    pub dir: PathBuf,
+    pub rt: tokio::runtime::Runtime,
+    pub client: Arc<Client>,
+}
+
+impl Cluster {
+    pub fn new(app: &str) -> Cluster {
+        let broker = Broker::start();
+        eprintln!("broker at {}", broker.addr);
+        let dir = std::env::temp_dir().join(format!("baton-e2e-{app}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = Client::new(&[&broker.addr], "e2e");
+        let topic = |name: &str, compacted| NewTopic {
+            name: name.into(),
+            partitions: PARTITIONS as i32,
+            compacted,
+        };
+        rt.block_on(client.create_topics(&[
+            topic(INPUT, false),
+            topic(OUTPUT, false),
+            topic(&format!("{app}-counts-changelog"), true),
+        ]))
+        .unwrap();
+        Cluster {
+            broker,
+            app: app.into(),
+            dir,
+            rt,
+            client,
+        }
+    }
+
+    /// Fills every changelog partition with `records` entries of keys that no event uses, so
+    /// a restore from scratch has real work to do. Returns the seconds it took.
+    pub fn preload_state(&self, records: u64) -> f64 {
+        let started = Instant::now();
+        let topic = format!("{}-counts-changelog", self.app);
+        self.rt.block_on(async {
+            for p in 0..PARTITIONS as i32 {
+                let leader = self.client.leader(&topic, p).await.unwrap();
+                let mut i = 0;
+                while i < records {
+                    let n = (records - i).min(20_000);
+                    let batch: Vec<(Option<Bytes>, Option<Bytes>)> = (i..i + n)
+                        .map(|k| {
+                            (
+                                Some(Bytes::from(format!("state-{p}-{k:010}"))),
+                                Some(Bytes::copy_from_slice(&(k as i64).to_be_bytes())),
+                            )
+                        })
+                        .collect();
+                    self.client
+                        .produce(&leader, &topic, p, &batch)
+                        .await
+                        .unwrap();
+                    i += n;
+                }
+            }
+        });
+        started.elapsed().as_secs_f64()
+    }
+
+    pub fn spawn(&self, name: &str, args: &[&str]) -> Instance {
+        let log = self.dir.join(format!("{name}.log"));
+        let state = self.dir.join(name);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
+        cmd.args(["run", "--bootstrap", &self.broker.addr, "--app-id", &self.app])
+            .args(["--input", INPUT, "--output", OUTPUT, "--instance-id", name])
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--heartbeat-interval-ms", "300", "--session-timeout-ms", "6000"])
+            .args(args)
+            .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        Instance {
+            name: name.into(),
+            child: Some(cmd.spawn().unwrap()),
+            log,
+        }
+    }
+
+    /// `baton drain` for an instance.
+    pub fn drain(&self, name: &str) {
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(["drain", "--bootstrap", &self.broker.addr, "--group", &self.app])
+            .args(["--instance", name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Every output record: per partition, (timestamp ms, key, count).
+    pub fn read_output(&self) -> BTreeMap<i32, Vec<(i64, String, i64)>> {
+        self.rt.block_on(async {
+            let mut out = BTreeMap::new();
+            for p in 0..PARTITIONS as i32 {
+                let leader = self.client.leader(OUTPUT, p).await.unwrap();
+                let mut rows = Vec::new();
+                let mut offset = 0;
+                loop {
+                    let f = self
+                        .client
+                        .fetch(&leader, OUTPUT, p, offset, 4 << 20, 1)
+                        .await
+                        .unwrap();
+                    for r in &f.records {
+                        let key = String::from_utf8(r.key.clone().unwrap().to_vec()).unwrap();
+                        let v = std::str::from_utf8(r.value.as_deref().unwrap())
+                            .unwrap()
+                            .parse()
+                            .unwrap();
+                        rows.push((r.timestamp, key, v));
+                        offset = r.offset + 1;
+                    }
+                    if offset >= f.high_watermark {
+                        break;
+                    }
+                }
+                out.insert(p, rows);
+            }
+            out
+        })
+    }
+
+    /// The latest count written for each key.
+    pub fn final_counts(&self) -> BTreeMap<String, i64> {
+        let mut counts = BTreeMap::new();
+        for rows in self.read_output().into_values() {
+            for (_, k, v) in rows {
+                counts.insert(k, v);
+            }
+        }
+        counts
+    }
+
+    /// Waits until every input record is processed (the output holds at least `produced` for
+    /// every key); returns the latest counts of those keys.
+    pub fn await_counts(
+        &self,
+        produced: &BTreeMap<String, i64>,
+        timeout: Duration,
+    ) -> BTreeMap<String, i64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let counts = self.final_counts();
+            let done = produced
+                .iter()
+                .all(|(k, n)| counts.get(k).is_some_and(|c| c >= n));
+            if done || Instant::now() > deadline {
+                return counts
+                    .into_iter()
+                    .filter(|(k, _)| produced.contains_key(k))
+                    .collect();
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The longest gap (seconds) between consecutive output records of each input partition,
+    /// over `[from_ms, to_ms]`; the window's edges count as records.
+    pub fn longest_gaps(&self, from_ms: i64, to_ms: i64) -> BTreeMap<i32, f64> {
+        self.read_output()
+            .into_iter()
+            .map(|(p, rows)| {
+                let mut last = from_ms;
+                let mut gap = 0i64;
+                for (ts, _, _) in rows.iter().filter(|r| r.0 >= from_ms && r.0 <= to_ms) {
+                    gap = gap.max(ts - last);
+                    last = *ts;
+                }
+                gap = gap.max(to_ms - last);
+                (p, gap as f64 / 1000.0)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("logs kept in {}", self.dir.display());
+        }
+    }
+}
+
+pub struct Instance {
+    pub name: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Instance {
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for a line containing every one of `parts`.
+    pub fn await_log(&self, parts: &[&str], timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self
+                .log_text()
+                .lines()
+                .any(|l| parts.iter().all(|p| l.contains(p)))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// SIGTERM: commit, close, leave. Waits for the exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGKILL: no goodbye.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for the process to exit on its own; true if it did.
+    pub fn await_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(c) = &mut self.child {
+                if let Ok(Some(status)) = c.try_wait() {
+                    assert!(status.success(), "{} exited with {status}", self.name);
+                    self.child = None;
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// `restore done` lines: (task, records, changelog records, seconds).
+    pub fn restores(&self) -> Vec<(String, u64, u64, f64)> {
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains("restore done"))
+            .map(|l| {
+                (
+                    field(l, "task").to_owned(),
+                    field(l, "records").parse().unwrap(),
+                    field(l, "changelog_records").parse().unwrap(),
+                    field(l, "seconds").parse().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    /// How long each of this instance's rebalances took, in seconds.
+    pub fn rebalance_seconds(&self) -> Vec<f64> {
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains(" assigned "))
+            .map(|l| field(l, "seconds").parse().unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The value of `name=value` in a log line (quotes removed).
+pub fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    let pat = format!(" {name}=");
+    let start = line.find(&pat).map(|i| i + pat.len()).unwrap_or(line.len());
+    let rest = &line[start..];
+    let end = rest.find(' ').unwrap_or(rest.len());
+    rest[..end].trim_matches('"')
+}
+
+/// A producer thread writing events at a steady rate until stopped; keeps what it sent.
+pub struct Producer {
+    stop: Arc<AtomicBool>,
+    sent: Arc<Mutex<BTreeMap<String, i64>>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Producer {
+    pub fn start(addr: &str, prefix: &str, rate: u64, keys: u64) -> Producer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(Mutex::new(BTreeMap::new()));
+        let (s, counts, addr, prefix) = (stop.clone(), sent.clone(), addr.to_owned(), prefix.to_owned());
+        let handle = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let client = Client::new(&[&addr], "e2e-producer");
+                let mut leaders = BTreeMap::new();
+                for p in 0..PARTITIONS as i32 {
+                    leaders.insert(p, client.leader(INPUT, p).await.unwrap());
+                }
+                let started = Instant::now();
+                let mut n = 0u64;
+                while !s.load(Ordering::SeqCst) {
+                    let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+                    let mut batches: BTreeMap<i32, Vec<(Option<Bytes>, Option<Bytes>)>> =
+                        BTreeMap::new();
+                    let mut keys_sent = Vec::new();
+                    for i in n..due {
+                        let key = format!("{prefix}{}", i % keys);
+                        let p = partition_for(key.as_bytes(), PARTITIONS) as i32;
+                        batches
+                            .entry(p)
+                            .or_default()
+                            .push((Some(Bytes::from(key.clone())), Some(Bytes::from(i.to_string()))));
+                        keys_sent.push(key);
+                    }
+                    for (p, batch) in batches {
+                        client.produce(&leaders[&p], INPUT, p, &batch).await.unwrap();
+                    }
+                    let mut c = counts.lock().unwrap();
+                    for k in keys_sent {
+                        *c.entry(k).or_insert(0) += 1;
+                    }
+                    drop(c);
+                    n = due.max(n);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+        });
+        Producer {
+            stop,
+            sent,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops and returns how many events each key got.
+    pub fn stop(&mut self) -> BTreeMap<String, i64> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            h.join().unwrap();
+        }
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Keeps the heavy end-to-end tests from running at once on a 2-core machine.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn path_exists(p: &Path) -> bool {
+    p.exists()
+}

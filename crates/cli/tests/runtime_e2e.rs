@@ -1,0 +1,206 @@
+//! The runtime end to end on a real broker, with `baton run` instances as processes (so one
+//! can be killed with SIGKILL). One broker and one preloaded changelog serve four phases in
+//! turn; each phase has its own instances, state directories and event keys:
+//!
+//! 1. scale out 2 → 3 with `high-availability`: no stall beyond the rebalance + 2 s;
+//! 2. the same with `sticky` (the pre-KIP-441 baseline): a stall of at least the restore;
+//! 3. nothing lost: a SIGKILL during a warm-up, then a drain;
+//! 4. a restart on the same state directory restores only the tail.
+//!
+//! The changelog is preloaded so a restore from scratch takes at least 10 s
+//! (`BATON_E2E_STATE` records per partition overrides the size).
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use harness::{now_ms, serial, Cluster, Instance, Producer, PARTITIONS};
+
+const APP: &str = "e2e";
+/// Events per second from the steady producer.
+const RATE: u64 = 300;
+const KEYS: u64 = 60;
+const SETTLE: Duration = Duration::from_secs(300);
+
+fn state_records() -> u64 {
+    std::env::var("BATON_E2E_STATE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12_000_000)
+}
+
+/// Waits until every partition of the output has a record written after `since_ms`.
+fn await_all_processing(cluster: &Cluster, since_ms: i64, what: &str) {
+    let started = Instant::now();
+    loop {
+        let out = cluster.read_output();
+        let live = out
+            .values()
+            .filter(|rows| rows.last().is_some_and(|r| r.0 >= since_ms))
+            .count();
+        if live == PARTITIONS as usize {
+            eprintln!("{what}: every partition processing after {:.1} s", started.elapsed().as_secs_f64());
+            return;
+        }
+        assert!(started.elapsed() < SETTLE, "{what}: not every partition is processing");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Stops the producer, waits for the instances to count everything, and returns the
+/// duplicates (counted beyond what was produced); fails if any event was lost.
+fn check_counts(cluster: &Cluster, producer: &mut Producer, what: &str) -> i64 {
+    let produced = producer.stop();
+    let counts = cluster.await_counts(&produced, Duration::from_secs(120));
+    let mut duplicates = 0;
+    for (k, n) in &produced {
+        let c = counts.get(k).copied().unwrap_or(0);
+        assert!(c >= *n, "{what}: key {k} counted {c} of {n} events: events lost");
+        duplicates += c - n;
+    }
+    let total: i64 = produced.values().sum();
+    eprintln!("{what}: {total} events over {} keys, all counted; {duplicates} counted twice", produced.len());
+    duplicates
+}
+
+struct ScaleOut {
+    max_gap: f64,
+    gaps: BTreeMap<i32, f64>,
+    rebalance: f64,
+    /// The joining instance's catch-up: (task, records, seconds) of each restore with records.
+    restores: Vec<(String, u64, f64)>,
+}
+
+/// Two instances process a steady stream; a third joins. Measures, per input partition, the
+/// longest gap between processed records from the join to the end.
+fn scale_out(cluster: &Cluster, assignor: &str) -> ScaleOut {
+    let what = format!("scale out ({assignor})");
+    let args = ["--assignor", assignor];
+    let mut a = cluster.spawn(&format!("{assignor}-a"), &args);
+    let mut b = cluster.spawn(&format!("{assignor}-b"), &args);
+    let mut producer = Producer::start(&cluster.broker.addr, &format!("{assignor}-"), RATE, KEYS);
+    await_all_processing(cluster, now_ms(), &format!("{what}: a and b"));
+    std::thread::sleep(Duration::from_secs(3));
+    let from = now_ms();
+    let mut c = cluster.spawn(&format!("{assignor}-c"), &args);
+    assert!(
+        c.await_log(&["task state", "to=\"running\""], SETTLE),
+        "{what}: c never ran a task"
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let to = now_ms();
+    let duplicates = check_counts(cluster, &mut producer, &what);
+    assert_eq!(duplicates, 0, "{what}: nothing crashed, so nothing may count twice");
+    let gaps = cluster.longest_gaps(from, to);
+    let rebalance = [&a, &b, &c]
+        .iter()
+        .flat_map(|i| i.rebalance_seconds())
+        .fold(0.0, f64::max);
+    let restores = c
+        .restores()
+        .into_iter()
+        .filter(|r| r.1 > 0)
+        .map(|(t, n, _, s)| (t, n, s))
+        .collect();
+    for i in [&mut a, &mut b, &mut c] {
+        i.stop();
+    }
+    ScaleOut {
+        max_gap: gaps.values().copied().fold(0.0, f64::max),
+        gaps,
+        rebalance,
+        restores,
+    }
+}
+
+/// SIGKILL of an active owner while a warm-up runs, then a drain: every event is counted.
+fn nothing_lost(cluster: &Cluster) -> Instance {
+    let what = "nothing lost";
+    let mut x = cluster.spawn("x", &[]);
+    let mut y = cluster.spawn("y", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "lost-", RATE, KEYS);
+    await_all_processing(cluster, now_ms(), &format!("{what}: x and y"));
+    let z = cluster.spawn("z", &[]);
+    assert!(
+        z.await_log(&["task state", "role=\"warmup\""], SETTLE),
+        "{what}: z got no warm-up"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !z.log_text().contains("warm-up caught up"),
+        "{what}: the warm-up finished before the kill; grow the state"
+    );
+    y.kill9();
+    eprintln!("{what}: killed y during z's warm-up");
+    let since = now_ms();
+    await_all_processing(cluster, since, &format!("{what}: after the kill"));
+    cluster.drain("x");
+    assert!(x.await_exit(SETTLE), "{what}: x did not exit after the drain");
+    eprintln!("{what}: x drained and exited");
+    await_all_processing(cluster, now_ms(), &format!("{what}: after the drain"));
+    let duplicates = check_counts(cluster, &mut producer, what);
+    eprintln!("{what}: {duplicates} duplicates, from replaying what y processed after its last commit");
+    z
+}
+
+/// An instance killed and restarted on its state directory restores only the tail.
+fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
+    let what = "restart";
+    let mut producer = Producer::start(&cluster.broker.addr, "restart-", RATE, KEYS);
+    await_all_processing(cluster, now_ms(), what);
+    z.kill9();
+    std::thread::sleep(Duration::from_secs(2));
+    let z = cluster.spawn("z", &[]);
+    await_all_processing(cluster, now_ms(), &format!("{what}: after the restart"));
+    check_counts(cluster, &mut producer, what);
+    let restores = z.restores();
+    let restored: u64 = restores.iter().map(|r| r.1).sum();
+    let changelog: u64 = restores.iter().map(|r| r.2).sum();
+    assert_eq!(restores.len(), PARTITIONS as usize, "{what}: {restores:?}");
+    let share = restored as f64 / changelog as f64;
+    eprintln!(
+        "{what}: restored {restored} of {changelog} changelog records ({:.3}%)",
+        share * 100.0
+    );
+    assert!(share < 0.05, "{what}: restored {:.1}% of the changelog", share * 100.0);
+}
+
+#[test]
+fn runtime_end_to_end() {
+    let _serial = serial();
+    let cluster = Cluster::new(APP);
+    let records = state_records();
+    let secs = cluster.preload_state(records);
+    eprintln!("preloaded {records} changelog records per partition in {secs:.1} s");
+
+    let ha = scale_out(&cluster, "high-availability");
+    let sticky = scale_out(&cluster, "sticky");
+    let show = |name: &str, s: &ScaleOut| {
+        eprintln!(
+            "{name}: longest gap {:.2} s (per partition {:?}); longest rebalance {:.2} s; new instance caught up with {:?}",
+            s.max_gap, s.gaps, s.rebalance, s.restores
+        )
+    };
+    show("high-availability", &ha);
+    show("sticky", &sticky);
+    let restore = sticky.restores.iter().map(|r| r.2).fold(0.0, f64::max);
+    assert!(
+        restore >= 10.0,
+        "a restore from scratch took only {restore:.1} s: grow BATON_E2E_STATE"
+    );
+    assert!(
+        ha.max_gap <= ha.rebalance + 2.0,
+        "high-availability stalled {:.2} s (rebalance {:.2} s)",
+        ha.max_gap,
+        ha.rebalance
+    );
+    assert!(
+        sticky.max_gap >= restore,
+        "sticky stalled only {:.2} s for a {restore:.2} s restore",
+        sticky.max_gap
+    );
+
+    let z = nothing_lost(&cluster);
+    restart_restores_only_the_tail(&cluster, z);
+}

@@ -1,0 +1,94 @@
+//! State directories: finding the tasks with state on disk at startup, and deleting the ones
+//! unused for `state.cleanup.delay`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use baton_assignor::TaskId;
+
+use crate::context::Context;
+use crate::store::TaskStore;
+use crate::task::LAST_USED_FILE;
+
+/// Records the checkpoint of every task with state under the state directory, so the first
+/// subscription reports it. Directories that are not tasks of this topology are left alone.
+pub fn scan(ctx: &Context) {
+    for (task, _) in task_dirs(&ctx.cfg.state_dir) {
+        let mut sum = 0i64;
+        let mut found = false;
+        for store in ctx.topology.stores_of(task.subtopology) {
+            if !ctx.cfg.state_dir.join(task.to_string()).join(store).is_dir() {
+                continue;
+            }
+            match TaskStore::open(&ctx.cfg.state_dir, task, store).and_then(|s| s.checkpoint()) {
+                Ok(Some(offset)) => {
+                    sum += offset;
+                    found = true;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(task = %task, store, error = %e, "ignoring unreadable state"),
+            }
+        }
+        if found {
+            tracing::info!(task = %task, offset_sum = sum, "state on disk");
+            ctx.status.set_checkpoint(task, sum);
+        }
+    }
+}
+
+/// Deletes, now and then, task directories not held and unused for the cleanup delay.
+pub async fn run(ctx: Arc<Context>) {
+    let delay = ctx.cfg.state_cleanup_delay;
+    let every = (delay / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(every).await;
+        sweep(&ctx, delay);
+    }
+}
+
+fn sweep(ctx: &Context, delay: Duration) {
+    let now = now_ms();
+    for (task, dir) in task_dirs(&ctx.cfg.state_dir) {
+        if ctx.status.is_held(task) {
+            continue;
+        }
+        let last_used = std::fs::read_to_string(dir.join(LAST_USED_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<u128>().ok())
+            .unwrap_or(0);
+        if now.saturating_sub(last_used) < delay.as_millis() {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {
+                ctx.status.forget_checkpoint(task);
+                tracing::info!(task = %task, dir = %dir.display(), "removed state unused for the cleanup delay");
+            }
+            Err(e) => tracing::warn!(task = %task, error = %e, "removing unused state"),
+        }
+    }
+}
+
+fn task_dirs(state_dir: &Path) -> Vec<(TaskId, std::path::PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(state_dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(TaskId, std::path::PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| {
+            let task: TaskId = e.file_name().to_str()?.parse().ok()?;
+            Some((task, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}

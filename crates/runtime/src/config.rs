@@ -1,0 +1,91 @@
+//! An instance's configuration. Names follow Kafka Streams' where one exists.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_assignor::AssignmentConfig;
+
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// `bootstrap.servers`.
+    pub bootstrap: Vec<String>,
+    /// `state.dir`: one directory per task under it, kept when a task moves away.
+    pub state_dir: PathBuf,
+    /// This instance's name: the target of `baton drain`, and the base of each stream
+    /// thread's `group.instance.id` when `static_membership` is on.
+    pub instance_id: String,
+    /// `num.stream.threads`: the instance's capacity.
+    pub threads: u32,
+    /// `high-availability` (warm-ups, KIP-441), `kafka` or `sticky` (no warm-ups).
+    pub assignor: String,
+    /// `acceptable.recovery.lag`, `max.warmup.replicas`, `num.standby.replicas`,
+    /// `probing.rebalance.interval.ms`.
+    pub assignment: AssignmentConfig,
+    /// `session.timeout.ms`.
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms`.
+    pub heartbeat_interval: Duration,
+    /// `commit.interval.ms`: input offsets are committed at least this often (and before
+    /// every rebalance).
+    pub commit_interval: Duration,
+    /// Most bytes one changelog fetch returns while restoring or tailing.
+    pub restore_fetch_bytes: i32,
+    /// `state.cleanup.delay.ms`: a task directory unused this long is deleted.
+    pub state_cleanup_delay: Duration,
+    /// Where `/metrics` is served, if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Use `group.instance.id` (`<instance_id>-<thread>`), so a restart within the session
+    /// timeout causes no rebalance.
+    pub static_membership: bool,
+    /// `application.server`: `host:port` for interactive queries, or empty.
+    pub user_endpoint: String,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap: vec!["127.0.0.1:9092".into()],
+            state_dir: PathBuf::from("/tmp/baton"),
+            instance_id: String::new(),
+            threads: 1,
+            assignor: "high-availability".into(),
+            assignment: AssignmentConfig::default(),
+            session_timeout: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_millis(500),
+            commit_interval: Duration::from_secs(1),
+            restore_fetch_bytes: 4 << 20,
+            state_cleanup_delay: Duration::from_secs(600),
+            metrics_addr: None,
+            static_membership: false,
+            user_endpoint: String::new(),
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Checks what the types cannot: returns `field: problem`.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.bootstrap.is_empty() {
+            return Err("bootstrap: at least one broker address".into());
+        }
+        if self.instance_id.is_empty() {
+            return Err("instance_id: must not be empty".into());
+        }
+        if !(1..=64).contains(&self.threads) {
+            return Err(format!("threads: {} is not in 1..=64", self.threads));
+        }
+        if baton_assignor::assignor_by_name(&self.assignor).is_none() {
+            return Err(format!("assignor: {:?} is not an assignor", self.assignor));
+        }
+        if self.heartbeat_interval >= self.session_timeout {
+            return Err("heartbeat_interval: must be shorter than session_timeout".into());
+        }
+        if self.restore_fetch_bytes < 1024 {
+            return Err("restore_fetch_bytes: at least 1024".into());
+        }
+        self.assignment
+            .validate()
+            .map_err(|(field, e)| format!("assignment.{field}: {e}"))
+    }
+}

@@ -1,0 +1,82 @@
+//! What an instance's stream threads share: the Kafka client, the topology, the status board
+//! and the drain flag.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use baton_kafka::Client;
+use baton_protocol::bridge::Topology as WireTopology;
+
+use crate::config::RuntimeConfig;
+use crate::status::Status;
+use crate::topology::Topology;
+
+pub struct Context {
+    pub client: Arc<Client>,
+    pub cfg: RuntimeConfig,
+    pub topology: Topology,
+    pub wire: WireTopology,
+    /// Partition counts of the sink topics.
+    pub sink_partitions: BTreeMap<String, u32>,
+    pub process_id: uuid::Uuid,
+    pub status: Status,
+    leaving: AtomicBool,
+    leaders: Mutex<BTreeMap<(String, i32), String>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Arc<Client>,
+        cfg: RuntimeConfig,
+        topology: Topology,
+        wire: WireTopology,
+        sink_partitions: BTreeMap<String, u32>,
+        process_id: uuid::Uuid,
+    ) -> Context {
+        Context {
+            client,
+            cfg,
+            topology,
+            wire,
+            sink_partitions,
+            process_id,
+            status: Status::default(),
+            leaving: AtomicBool::new(false),
+            leaders: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The consumer group: the application id, as in Kafka Streams.
+    pub fn group(&self) -> &str {
+        self.topology.app_id()
+    }
+
+    pub fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::SeqCst)
+    }
+
+    /// Marks the instance as leaving (drain): its threads rejoin with the leaving flag.
+    pub fn set_leaving(&self) {
+        self.leaving.store(true, Ordering::SeqCst);
+    }
+
+    /// The leader of a partition, from a cache that [`Context::forget_leader`] invalidates.
+    pub async fn leader(&self, topic: &str, partition: i32) -> baton_kafka::Result<String> {
+        let key = (topic.to_owned(), partition);
+        if let Some(l) = self.lock_leaders().get(&key) {
+            return Ok(l.clone());
+        }
+        let l = self.client.leader(topic, partition).await?;
+        self.lock_leaders().insert(key, l.clone());
+        Ok(l)
+    }
+
+    pub fn forget_leader(&self, topic: &str, partition: i32) {
+        self.lock_leaders().remove(&(topic.to_owned(), partition));
+    }
+
+    fn lock_leaders(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), String>> {
+        self.leaders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

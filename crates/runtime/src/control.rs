@@ -1,0 +1,95 @@
+//! Drain requests travel through a control topic on the broker, `<application id>-baton-control`:
+//! `baton drain` appends `(instance id, "drain")`, and each instance follows the topic from
+//! where it stood at startup, so an old request never drains a restarted instance.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_kafka::client::NewTopic;
+use baton_kafka::Client;
+
+use crate::context::Context;
+use crate::error::{kafka, Result};
+
+pub const DRAIN: &[u8] = b"drain";
+
+/// The control topic of an application.
+pub fn control_topic(app_id: &str) -> String {
+    format!("{app_id}-baton-control")
+}
+
+/// Creates the control topic if it does not exist.
+pub async fn ensure_control_topic(client: &Client, app_id: &str) -> Result<()> {
+    client
+        .create_topics(&[NewTopic {
+            name: control_topic(app_id),
+            partitions: 1,
+            compacted: false,
+        }])
+        .await
+        .map_err(kafka("creating the control topic"))
+}
+
+/// Asks instance `instance` of application `app_id` to drain.
+pub async fn request_drain(client: &Client, app_id: &str, instance: &str) -> Result<i64> {
+    ensure_control_topic(client, app_id).await?;
+    let topic = control_topic(app_id);
+    let leader = client
+        .leader(&topic, 0)
+        .await
+        .map_err(kafka(format!("control topic {topic}")))?;
+    client
+        .produce(
+            &leader,
+            &topic,
+            0,
+            &[(
+                Some(bytes::Bytes::from(instance.to_owned())),
+                Some(bytes::Bytes::from_static(DRAIN)),
+            )],
+        )
+        .await
+        .map_err(kafka(format!("control topic {topic}")))
+}
+
+/// Follows the control topic from its current end until a drain for this instance arrives.
+pub async fn watch(ctx: Arc<Context>) {
+    let topic = control_topic(ctx.group());
+    // Its own connection: a long-polling fetch must not hold up anyone else's requests.
+    let bootstrap: Vec<&str> = ctx.cfg.bootstrap.iter().map(String::as_str).collect();
+    let client = Client::new(&bootstrap, &format!("{}-control", ctx.cfg.instance_id));
+    let mut position = None;
+    loop {
+        let step = async {
+            let leader = ctx.leader(&topic, 0).await?;
+            let from = match position {
+                Some(p) => p,
+                None => {
+                    let ends = client.end_offsets(&[(topic.clone(), 0)]).await?;
+                    ends.get(&(topic.clone(), 0)).copied().unwrap_or(0)
+                }
+            };
+            position = Some(from);
+            let f = client.fetch(&leader, &topic, 0, from, 1 << 20, 500).await?;
+            Ok::<_, baton_kafka::Error>(f.records)
+        };
+        match step.await {
+            Ok(records) => {
+                for r in records {
+                    position = Some(r.offset + 1);
+                    let me = r.key.as_deref() == Some(ctx.cfg.instance_id.as_bytes());
+                    if me && r.value.as_deref() == Some(DRAIN) {
+                        tracing::info!(instance = %ctx.cfg.instance_id, "drain requested: handing every task over, then exiting");
+                        ctx.set_leaving();
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                ctx.forget_leader(&topic, 0);
+                tracing::warn!(error = %e, "reading the control topic");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}

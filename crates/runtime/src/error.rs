@@ -1,0 +1,30 @@
+use crate::store::StoreError;
+use crate::topology::TopologyError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("config: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{what}: {source}")]
+    Kafka {
+        what: String,
+        source: baton_kafka::Error,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// Wraps a Kafka error with what was being done.
+pub fn kafka(what: impl Into<String>) -> impl FnOnce(baton_kafka::Error) -> RuntimeError {
+    let what = what.into();
+    move |source| RuntimeError::Kafka { what, source }
+}

@@ -1,0 +1,262 @@
+//! What an instance holds, shared by its stream threads: each task's role, phase, lag and
+//! counters, and the changelog offsets its stores have absorbed. The subscription's offset
+//! sums and the `/metrics` page are both read from here.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use baton_assignor::TaskId;
+use baton_protocol::TaskOffsetSum;
+
+/// A task's role on this instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Active,
+    Standby,
+    /// A standby placed to take over an active once caught up (KIP-441).
+    Warmup,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Standby => "standby",
+            Role::Warmup => "warmup",
+        }
+    }
+}
+
+/// Where a held task is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for another thread of this process to release the task's stores.
+    Opening,
+    /// An active catching up with its changelog before processing.
+    Restoring,
+    /// An active processing input.
+    Running,
+    /// A standby or warm-up following its changelog.
+    Tailing,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Opening => "opening",
+            Phase::Restoring => "restoring",
+            Phase::Running => "running",
+            Phase::Tailing => "tailing",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStatus {
+    pub role: Role,
+    pub phase: Phase,
+    /// Changelog records behind the end, summed over the task's stores.
+    pub lag: u64,
+    pub processed: u64,
+    pub restored: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    held: BTreeMap<TaskId, TaskStatus>,
+    /// Next changelog offset absorbed, summed over stores, for every task with state on disk.
+    checkpoints: BTreeMap<TaskId, i64>,
+    rebalances: u64,
+    processed_total: BTreeMap<TaskId, u64>,
+}
+
+#[derive(Debug, Default)]
+pub struct Status(Mutex<Inner>);
+
+impl Status {
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A thread that panicked while holding the lock left counters, not invariants.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn hold(&self, task: TaskId, status: TaskStatus) {
+        self.inner().held.insert(task, status);
+    }
+
+    pub fn update(&self, task: TaskId, f: impl FnOnce(&mut TaskStatus)) {
+        if let Some(s) = self.inner().held.get_mut(&task) {
+            f(s);
+        }
+    }
+
+    pub fn release(&self, task: TaskId) {
+        self.inner().held.remove(&task);
+    }
+
+    pub fn is_held(&self, task: TaskId) -> bool {
+        self.inner().held.contains_key(&task)
+    }
+
+    pub fn held(&self) -> BTreeMap<TaskId, TaskStatus> {
+        self.inner().held.clone()
+    }
+
+    pub fn set_checkpoint(&self, task: TaskId, offset_sum: i64) {
+        self.inner().checkpoints.insert(task, offset_sum);
+    }
+
+    pub fn forget_checkpoint(&self, task: TaskId) {
+        self.inner().checkpoints.remove(&task);
+    }
+
+    pub fn add_processed(&self, task: TaskId, n: u64) {
+        let mut i = self.inner();
+        *i.processed_total.entry(task).or_default() += n;
+        if let Some(s) = i.held.get_mut(&task) {
+            s.processed += n;
+        }
+    }
+
+    pub fn count_rebalance(&self) {
+        self.inner().rebalances += 1;
+    }
+
+    /// The offset sums a subscription reports: running actives as `RUNNING`, every other task
+    /// with state on disk by its checkpoint.
+    pub fn offset_sums(&self) -> Vec<TaskOffsetSum> {
+        let i = self.inner();
+        let mut sums: BTreeMap<TaskId, i64> = i.checkpoints.clone();
+        for (task, s) in &i.held {
+            if s.role == Role::Active && s.phase == Phase::Running {
+                sums.insert(*task, baton_protocol::subscription::RUNNING);
+            }
+        }
+        sums.into_iter()
+            .map(|(task, offset_sum)| TaskOffsetSum { task, offset_sum })
+            .collect()
+    }
+
+    /// The Prometheus text exposition of this instance.
+    pub fn render(&self, instance: &str) -> String {
+        let i = self.inner();
+        let mut out = String::new();
+        let inst = escape(instance);
+        let _ = writeln!(
+            out,
+            "# HELP baton_task_held 1 for each task this instance holds, by role and phase.\n# TYPE baton_task_held gauge"
+        );
+        for (t, s) in &i.held {
+            let _ = writeln!(
+                out,
+                "baton_task_held{{instance=\"{inst}\",task=\"{t}\",role=\"{}\",phase=\"{}\"}} 1",
+                s.role.as_str(),
+                s.phase.as_str()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP baton_task_lag_records Changelog records the task's stores are behind.\n# TYPE baton_task_lag_records gauge"
+        );
+        for (t, s) in &i.held {
+            let _ = writeln!(
+                out,
+                "baton_task_lag_records{{instance=\"{inst}\",task=\"{t}\",role=\"{}\"}} {}",
+                s.role.as_str(),
+                s.lag
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP baton_task_restored_records Changelog records restored since the task was assigned.\n# TYPE baton_task_restored_records gauge"
+        );
+        for (t, s) in &i.held {
+            let _ = writeln!(
+                out,
+                "baton_task_restored_records{{instance=\"{inst}\",task=\"{t}\"}} {}",
+                s.restored
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP baton_task_processed_records_total Input records processed by this instance.\n# TYPE baton_task_processed_records_total counter"
+        );
+        for (t, n) in &i.processed_total {
+            let _ = writeln!(
+                out,
+                "baton_task_processed_records_total{{instance=\"{inst}\",task=\"{t}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP baton_rebalances_total Rebalances this instance's threads took part in.\n# TYPE baton_rebalances_total counter\nbaton_rebalances_total{{instance=\"{inst}\"}} {}",
+            i.rebalances
+        );
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_actives_report_running_and_others_their_checkpoint() {
+        let s = Status::default();
+        let (a, b, c) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
+        s.set_checkpoint(a, 10);
+        s.set_checkpoint(b, 20);
+        s.set_checkpoint(c, 30);
+        let held = |role, phase| TaskStatus {
+            role,
+            phase,
+            lag: 0,
+            processed: 0,
+            restored: 0,
+        };
+        s.hold(a, held(Role::Active, Phase::Running));
+        s.hold(b, held(Role::Active, Phase::Restoring));
+        s.hold(c, held(Role::Warmup, Phase::Tailing));
+        let sums: Vec<(TaskId, i64)> = s
+            .offset_sums()
+            .into_iter()
+            .map(|t| (t.task, t.offset_sum))
+            .collect();
+        assert_eq!(sums, vec![(a, -2), (b, 20), (c, 30)]);
+    }
+
+    #[test]
+    fn metrics_are_prometheus_text() {
+        let s = Status::default();
+        let t = TaskId::new(1, 3);
+        s.hold(
+            t,
+            TaskStatus {
+                role: Role::Warmup,
+                phase: Phase::Tailing,
+                lag: 42,
+                processed: 0,
+                restored: 7,
+            },
+        );
+        s.add_processed(t, 5);
+        s.count_rebalance();
+        let text = s.render("a\"b");
+        assert!(text.contains(
+            "baton_task_held{instance=\"a\\\"b\",task=\"1_3\",role=\"warmup\",phase=\"tailing\"} 1"
+        ));
+        assert!(text.contains("baton_task_lag_records{instance=\"a\\\"b\",task=\"1_3\",role=\"warmup\"} 42"));
+        assert!(text.contains("baton_task_processed_records_total{instance=\"a\\\"b\",task=\"1_3\"} 5"));
+        assert!(text.contains("baton_rebalances_total{instance=\"a\\\"b\"} 1"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}

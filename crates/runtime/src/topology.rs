@@ -1,0 +1,501 @@
+//! The application a Baton instance runs: streams of records from source topics through
+//! stateless steps (filter, map) and keyed stateful steps (aggregate, count) into state stores,
+//! out to a sink topic.
+//!
+//! Each stream is one subtopology, and its tasks are the partitions of its (co-partitioned)
+//! sources, as in Kafka Streams: task `s_p` reads partition `p` of every source of stream `s`
+//! and owns partition `p` of each of its stores' changelogs. A stateful step groups by the
+//! record's key as it arrives, so no step may change keys before it (there is no repartition
+//! topic); `map_values` may.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use baton_assignor::TaskId;
+use baton_protocol::bridge::{Subtopology, Topology as WireTopology};
+use bytes::Bytes;
+
+use crate::store::StoreError;
+
+type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
+type MapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<u8> + Send + Sync>;
+type MapFn = Arc<dyn Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync>;
+/// `(current aggregate or None, key, value) -> new aggregate`.
+type AggregateFn = Arc<dyn Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync>;
+
+#[derive(Clone)]
+enum Step {
+    Filter(FilterFn),
+    MapValues(MapValuesFn),
+    Map(MapFn),
+    /// Updates the store's value for the record's key and passes `(key, new value)` on.
+    Aggregate { store: String, f: AggregateFn },
+}
+
+/// One stream: sources, steps, and optionally a sink. Built with chained calls.
+#[derive(Clone)]
+pub struct Stream {
+    sources: Vec<String>,
+    steps: Vec<Step>,
+    sink: Option<String>,
+}
+
+impl Stream {
+    /// A stream reading `sources`; several sources must be co-partitioned.
+    pub fn from<S: AsRef<str>>(sources: &[S]) -> Stream {
+        Stream {
+            sources: sources.iter().map(|s| s.as_ref().to_owned()).collect(),
+            steps: Vec::new(),
+            sink: None,
+        }
+    }
+
+    /// Keeps the records for which `f(key, value)` holds.
+    pub fn filter(mut self, f: impl Fn(&[u8], &[u8]) -> bool + Send + Sync + 'static) -> Self {
+        self.steps.push(Step::Filter(Arc::new(f)));
+        self
+    }
+
+    /// Replaces each value with `f(key, value)`.
+    pub fn map_values(
+        mut self,
+        f: impl Fn(&[u8], &[u8]) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::MapValues(Arc::new(f)));
+        self
+    }
+
+    /// Replaces each record with `f(key, value)`. Not allowed before a stateful step.
+    pub fn map(
+        mut self,
+        f: impl Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::Map(Arc::new(f)));
+        self
+    }
+
+    /// Folds each key's values into `store` with `f(current, key, value)`; passes on
+    /// `(key, new aggregate)`.
+    pub fn aggregate(
+        mut self,
+        store: &str,
+        f: impl Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::Aggregate {
+            store: store.to_owned(),
+            f: Arc::new(f),
+        });
+        self
+    }
+
+    /// Counts records per key into `store` (an 8-byte big-endian count); passes on
+    /// `(key, count)`.
+    pub fn count(self, store: &str) -> Self {
+        self.aggregate(store, |current, _, _| {
+            (decode_count(current).unwrap_or(0) + 1)
+                .to_be_bytes()
+                .to_vec()
+        })
+    }
+
+    /// Writes the stream's records to `topic`, partitioned by key.
+    pub fn to(mut self, topic: &str) -> Self {
+        self.sink = Some(topic.to_owned());
+        self
+    }
+
+    fn stores(&self) -> impl Iterator<Item = &str> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Aggregate { store, .. } => Some(store.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// A count as [`Stream::count`] stores it; `None` if absent or not 8 bytes.
+pub fn decode_count(value: Option<&[u8]>) -> Option<i64> {
+    value
+        .and_then(|v| <[u8; 8]>::try_from(v).ok())
+        .map(i64::from_be_bytes)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    #[error("application id {0:?}: use 1 to 200 of [a-zA-Z0-9._-]")]
+    BadAppId(String),
+    #[error("the topology has no stream")]
+    Empty,
+    #[error("streams[{0}]: no source topic")]
+    NoSource(usize),
+    #[error("streams[{stream}]: topic {topic:?} is already a source of streams[{first}]")]
+    SharedSource {
+        stream: usize,
+        first: usize,
+        topic: String,
+    },
+    #[error("streams[{stream}]: store {store:?} is already used by streams[{first}]")]
+    SharedStore {
+        stream: usize,
+        first: usize,
+        store: String,
+    },
+    #[error("streams[{stream}].steps[{step}]: `map` changes keys before the stateful step on store {store:?}; use `map_values`")]
+    KeyChangeBeforeState {
+        stream: usize,
+        step: usize,
+        store: String,
+    },
+    #[error("streams[{stream}]: sources are not co-partitioned: {detail}")]
+    NotCoPartitioned { stream: usize, detail: String },
+    #[error("topic {0:?} does not exist")]
+    MissingTopic(String),
+}
+
+/// A validated application.
+#[derive(Clone)]
+pub struct Topology {
+    app_id: String,
+    streams: Vec<Stream>,
+}
+
+/// Where a processed record goes.
+pub trait Stores {
+    fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>);
+}
+
+impl Topology {
+    pub fn new(app_id: &str, streams: Vec<Stream>) -> Result<Topology, TopologyError> {
+        let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if app_id.is_empty() || app_id.len() > 200 || !app_id.chars().all(valid) {
+            return Err(TopologyError::BadAppId(app_id.to_owned()));
+        }
+        if streams.is_empty() {
+            return Err(TopologyError::Empty);
+        }
+        let mut source_of: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut store_of: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, s) in streams.iter().enumerate() {
+            if s.sources.is_empty() {
+                return Err(TopologyError::NoSource(i));
+            }
+            for t in &s.sources {
+                if let Some(&first) = source_of.get(t.as_str()) {
+                    return Err(TopologyError::SharedSource {
+                        stream: i,
+                        first,
+                        topic: t.clone(),
+                    });
+                }
+                source_of.insert(t, i);
+            }
+            for store in s.stores() {
+                if let Some(&first) = store_of.get(store) {
+                    return Err(TopologyError::SharedStore {
+                        stream: i,
+                        first,
+                        store: store.to_owned(),
+                    });
+                }
+                store_of.insert(store, i);
+            }
+            let mut key_changed_at = None;
+            for (j, step) in s.steps.iter().enumerate() {
+                match step {
+                    Step::Map(_) => key_changed_at = key_changed_at.or(Some(j)),
+                    Step::Aggregate { store, .. } => {
+                        if let Some(step) = key_changed_at {
+                            return Err(TopologyError::KeyChangeBeforeState {
+                                stream: i,
+                                step,
+                                store: store.clone(),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Topology {
+            app_id: app_id.to_owned(),
+            streams,
+        })
+    }
+
+    pub fn app_id(&self) -> &str {
+        &self.app_id
+    }
+
+    /// The changelog topic of `store`: `<app id>-<store>-changelog`, as Kafka Streams names it.
+    pub fn changelog_topic(&self, store: &str) -> String {
+        format!("{}-{store}-changelog", self.app_id)
+    }
+
+    /// Every source topic.
+    pub fn source_topics(&self) -> BTreeSet<&str> {
+        self.streams
+            .iter()
+            .flat_map(|s| s.sources.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// Every sink topic.
+    pub fn sink_topics(&self) -> BTreeSet<&str> {
+        self.streams.iter().filter_map(|s| s.sink.as_deref()).collect()
+    }
+
+    /// The stores of subtopology `sub`, in step order.
+    pub fn stores_of(&self, sub: u32) -> Vec<&str> {
+        self.streams
+            .get(sub as usize)
+            .map(|s| s.stores().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn sink_of(&self, sub: u32) -> Option<&str> {
+        self.streams.get(sub as usize)?.sink.as_deref()
+    }
+
+    pub fn sources_of(&self, sub: u32) -> &[String] {
+        self.streams
+            .get(sub as usize)
+            .map(|s| s.sources.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// The topology the group leader assigns, given every source topic's partition count.
+    pub fn wire(&self, partitions: &BTreeMap<String, u32>) -> Result<WireTopology, TopologyError> {
+        let mut wire = WireTopology::default();
+        for (i, s) in self.streams.iter().enumerate() {
+            let mut counts = BTreeMap::new();
+            for t in &s.sources {
+                let n = *partitions
+                    .get(t)
+                    .ok_or_else(|| TopologyError::MissingTopic(t.clone()))?;
+                counts.insert(t.as_str(), n);
+            }
+            let distinct: BTreeSet<u32> = counts.values().copied().collect();
+            if distinct.len() != 1 {
+                return Err(TopologyError::NotCoPartitioned {
+                    stream: i,
+                    detail: counts
+                        .iter()
+                        .map(|(t, n)| format!("{t} has {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            wire.subtopologies.insert(
+                i as u32,
+                Subtopology {
+                    source_topics: s.sources.clone(),
+                    changelog_topics: s.stores().map(|st| self.changelog_topic(st)).collect(),
+                    partitions: distinct.into_iter().next().unwrap_or(0),
+                },
+            );
+        }
+        Ok(wire)
+    }
+
+    /// Runs one record of task `task` through its stream. Stateful steps read and write
+    /// `stores`; what reaches the end goes to `out` if the stream has a sink.
+    pub fn process(
+        &self,
+        task: TaskId,
+        key: Bytes,
+        value: Bytes,
+        stores: &mut dyn Stores,
+        out: &mut Vec<(Bytes, Bytes)>,
+    ) -> Result<(), StoreError> {
+        let Some(stream) = self.streams.get(task.subtopology as usize) else {
+            return Ok(());
+        };
+        let (mut key, mut value) = (key, value);
+        for step in &stream.steps {
+            match step {
+                Step::Filter(f) => {
+                    if !f(&key, &value) {
+                        return Ok(());
+                    }
+                }
+                Step::MapValues(f) => value = Bytes::from(f(&key, &value)),
+                Step::Map(f) => {
+                    let (k, v) = f(&key, &value);
+                    (key, value) = (Bytes::from(k), Bytes::from(v));
+                }
+                Step::Aggregate { store, f } => {
+                    let current = stores.get(store, &key)?;
+                    let next = f(current.as_deref(), &key, &value);
+                    stores.put(store, &key, next.clone());
+                    value = Bytes::from(next);
+                }
+            }
+        }
+        if stream.sink.is_some() {
+            out.push((key, value));
+        }
+        Ok(())
+    }
+}
+
+/// Baton's example application: counts events per key from `input` into the store `counts`
+/// and writes each new count, as decimal text, to `output`.
+pub fn count_per_key(app_id: &str, input: &str, output: &str) -> Result<Topology, TopologyError> {
+    Topology::new(
+        app_id,
+        vec![Stream::from(&[input])
+            .count("counts")
+            .map_values(|_, v| {
+                decode_count(Some(v))
+                    .unwrap_or_default()
+                    .to_string()
+                    .into_bytes()
+            })
+            .to(output)],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct MemStores(HashMap<(String, Vec<u8>), Vec<u8>>);
+
+    impl Stores for MemStores {
+        fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
+        }
+        fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+            self.0.insert((store.to_owned(), key.to_vec()), value);
+        }
+    }
+
+    fn run(t: &Topology, records: &[(&str, &str)]) -> (MemStores, Vec<(String, String)>) {
+        let mut stores = MemStores::default();
+        let mut out = Vec::new();
+        for (k, v) in records {
+            t.process(
+                TaskId::new(0, 0),
+                Bytes::from(k.to_string()),
+                Bytes::from(v.to_string()),
+                &mut stores,
+                &mut out,
+            )
+            .unwrap();
+        }
+        let out = out
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8(k.to_vec()).unwrap(),
+                    String::from_utf8(v.to_vec()).unwrap(),
+                )
+            })
+            .collect();
+        (stores, out)
+    }
+
+    #[test]
+    fn the_example_counts_per_key() {
+        let t = count_per_key("app", "in", "out").unwrap();
+        let (stores, out) = run(&t, &[("a", "x"), ("b", "y"), ("a", "z")]);
+        assert_eq!(
+            out,
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "1".into()),
+                ("a".into(), "2".into())
+            ]
+        );
+        let a = stores.0.get(&("counts".to_owned(), b"a".to_vec())).cloned();
+        assert_eq!(decode_count(a.as_deref()), Some(2));
+        assert_eq!(t.changelog_topic("counts"), "app-counts-changelog");
+    }
+
+    #[test]
+    fn filters_and_maps_apply_in_order() {
+        let t = Topology::new(
+            "app",
+            vec![Stream::from(&["in"])
+                .filter(|_, v| v != b"skip")
+                .map_values(|_, v| v.to_ascii_uppercase())
+                .aggregate("last", |_, _, v| v.to_vec())
+                .map(|k, v| ([k, b"!"].concat(), v.to_vec()))
+                .to("out")],
+        )
+        .unwrap();
+        let (_, out) = run(&t, &[("a", "x"), ("a", "skip"), ("b", "y")]);
+        assert_eq!(
+            out,
+            vec![("a!".into(), "X".into()), ("b!".into(), "Y".into())]
+        );
+    }
+
+    #[test]
+    fn bad_topologies_say_what_and_where() {
+        let e = |r: Result<Topology, TopologyError>| r.err().unwrap().to_string();
+        assert!(e(Topology::new("bad id", vec![Stream::from(&["a"])])).contains("bad id"));
+        assert_eq!(e(Topology::new("app", vec![])), "the topology has no stream");
+        assert_eq!(
+            e(Topology::new(
+                "app",
+                vec![Stream::from(&["a"]), Stream::from(&["b", "a"])]
+            )),
+            "streams[1]: topic \"a\" is already a source of streams[0]"
+        );
+        assert_eq!(
+            e(Topology::new(
+                "app",
+                vec![Stream::from(&["a"]).count("c"), Stream::from(&["b"]).count("c")]
+            )),
+            "streams[1]: store \"c\" is already used by streams[0]"
+        );
+        assert!(e(Topology::new(
+            "app",
+            vec![Stream::from(&["a"])
+                .map(|k, v| (v.to_vec(), k.to_vec()))
+                .count("c")]
+        ))
+        .starts_with("streams[0].steps[0]: `map` changes keys"));
+        let none: &[&str] = &[];
+        assert_eq!(
+            e(Topology::new("app", vec![Stream::from(none)])),
+            "streams[0]: no source topic"
+        );
+    }
+
+    #[test]
+    fn subtopologies_follow_co_partitioned_sources() {
+        let t = Topology::new(
+            "app",
+            vec![
+                Stream::from(&["a", "b"]).count("c"),
+                Stream::from(&["x"]).to("y"),
+            ],
+        )
+        .unwrap();
+        let parts = |v: &[(&str, u32)]| -> BTreeMap<String, u32> {
+            v.iter().map(|(t, n)| (t.to_string(), *n)).collect()
+        };
+        let wire = t.wire(&parts(&[("a", 4), ("b", 4), ("x", 2)])).unwrap();
+        assert_eq!(wire.subtopologies[&0].partitions, 4);
+        assert_eq!(
+            wire.subtopologies[&0].changelog_topics,
+            vec!["app-c-changelog".to_string()]
+        );
+        assert!(wire.subtopologies[&1].changelog_topics.is_empty());
+        assert_eq!(
+            t.wire(&parts(&[("a", 4), ("b", 3), ("x", 2)]))
+                .unwrap_err()
+                .to_string(),
+            "streams[0]: sources are not co-partitioned: a has 4, b has 3"
+        );
+        assert_eq!(
+            t.wire(&parts(&[("a", 4)])).unwrap_err(),
+            TopologyError::MissingTopic("b".into())
+        );
+    }
+}
