@@ -151,61 +151,125 @@ impl Client {
         max_bytes: i32,
         max_wait_ms: i32,
     ) -> Result<Fetched> {
+        let want = FetchWant {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            max_bytes,
+        };
+        self.fetch_many(leader, &[want], max_wait_ms)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::Protocol("Fetch answered no partition".into()))?
+    }
+
+    /// Reads several partitions led by one broker in one request. The broker answers as soon as
+    /// any of them has data, or after `max_wait_ms`. Results come in the order of `wants`; a
+    /// partition the broker left out of its answer is an empty result.
+    pub async fn fetch_many(
+        &self,
+        leader: &str,
+        wants: &[FetchWant],
+        max_wait_ms: i32,
+    ) -> Result<Vec<Result<Fetched>>> {
+        let mut by_topic: Vec<FetchTopic> = Vec::new();
+        for w in wants {
+            let part = FetchPartition::default()
+                .with_partition(w.partition)
+                .with_fetch_offset(w.offset)
+                .with_partition_max_bytes(w.max_bytes);
+            match by_topic.iter_mut().find(|t| t.topic.0.as_str() == w.topic) {
+                Some(t) => t.partitions.push(part),
+                None => by_topic.push(
+                    FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(w.topic.clone())))
+                        .with_partitions(vec![part]),
+                ),
+            }
+        }
+        let total: i64 = wants.iter().map(|w| w.max_bytes.max(0) as i64).sum();
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait_ms)
             .with_min_bytes(1)
-            .with_max_bytes(max_bytes)
+            .with_max_bytes(total.min(i32::MAX as i64) as i32)
             .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(max_bytes)])]);
+            .with_topics(by_topic);
         let resp = self.send_capped_to(leader, &req, FETCH_MAX_VERSION).await?;
         check(ApiKey::Fetch, resp.error_code)?;
-        let p = resp
-            .responses
-            .first()
-            .and_then(|t| t.partitions.first())
-            .ok_or_else(|| Error::Protocol("Fetch answered no partition".into()))?;
-        check(ApiKey::Fetch, p.error_code)?;
-        let mut records = Vec::new();
-        let mut next_offset = None;
-        if let Some(mut bytes) = p.records.clone() {
-            // A fetch may end inside a batch; RecordBatchDecoder needs whole batches.
-            while bytes.len() >= 12 {
-                let len = i32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-                if len < 0 || bytes.len() < 12 + len as usize {
-                    break;
+        Ok(wants
+            .iter()
+            .map(|w| {
+                let found = resp
+                    .responses
+                    .iter()
+                    .filter(|t| t.topic.0.as_str() == w.topic)
+                    .flat_map(|t| &t.partitions)
+                    .find(|p| p.partition_index == w.partition);
+                match found {
+                    None => Ok(Fetched {
+                        records: Vec::new(),
+                        high_watermark: -1,
+                        next_offset: None,
+                    }),
+                    Some(p) => {
+                        check(ApiKey::Fetch, p.error_code)?;
+                        let (records, next_offset) = decode_batches(p.records.clone(), w.offset)?;
+                        Ok(Fetched {
+                            records,
+                            high_watermark: p.high_watermark,
+                            next_offset,
+                        })
+                    }
                 }
-                let mut one = bytes.split_to(12 + len as usize);
-                let set = RecordBatchDecoder::decode(&mut one).map_err(|e| Error::Codec {
-                    api: ApiKey::Fetch,
-                    message: format!("{e:#}"),
-                })?;
-                if let Some(last) = set.records.iter().map(|r| r.offset).max() {
-                    next_offset = Some(next_offset.unwrap_or(offset).max(last + 1));
-                }
-                // A batch that starts before `offset` is returned whole.
-                records.extend(
-                    set.records
-                        .into_iter()
-                        .filter(|r| r.offset >= offset && !r.control)
-                        .map(|r| Record {
-                            offset: r.offset,
-                            timestamp: r.timestamp,
-                            key: r.key,
-                            value: r.value,
-                        }),
-                );
-            }
-        }
-        Ok(Fetched {
-            records,
-            high_watermark: p.high_watermark,
-            next_offset,
-        })
+            })
+            .collect())
     }
+}
+
+/// One partition of a [`Client::fetch_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchWant {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: i32,
+}
+
+/// The records at or after `offset` in a fetched record set, and the offset after its last
+/// whole batch.
+fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Result<(Vec<Record>, Option<i64>)> {
+    let mut records = Vec::new();
+    let mut next_offset = None;
+    let Some(mut bytes) = bytes else {
+        return Ok((records, next_offset));
+    };
+    // A fetch may end inside a batch; RecordBatchDecoder needs whole batches.
+    while bytes.len() >= 12 {
+        let len = i32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        if len < 0 || bytes.len() < 12 + len as usize {
+            break;
+        }
+        let mut one = bytes.split_to(12 + len as usize);
+        let set = RecordBatchDecoder::decode(&mut one).map_err(|e| Error::Codec {
+            api: ApiKey::Fetch,
+            message: format!("{e:#}"),
+        })?;
+        if let Some(last) = set.records.iter().map(|r| r.offset).max() {
+            next_offset = Some(next_offset.unwrap_or(offset).max(last + 1));
+        }
+        // A batch that starts before `offset` is returned whole.
+        records.extend(
+            set.records
+                .into_iter()
+                .filter(|r| r.offset >= offset && !r.control)
+                .map(|r| Record {
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    key: r.key,
+                    value: r.value,
+                }),
+        );
+    }
+    Ok((records, next_offset))
 }

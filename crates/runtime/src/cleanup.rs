@@ -18,7 +18,13 @@ pub fn scan(ctx: &Context) {
         let mut sum = 0i64;
         let mut found = false;
         for store in ctx.topology.stores_of(task.subtopology) {
-            if !ctx.cfg.state_dir.join(task.to_string()).join(store).is_dir() {
+            if !ctx
+                .cfg
+                .state_dir
+                .join(task.to_string())
+                .join(store)
+                .is_dir()
+            {
                 continue;
             }
             match TaskStore::open(&ctx.cfg.state_dir, task, store).and_then(|s| s.checkpoint()) {
@@ -27,7 +33,9 @@ pub fn scan(ctx: &Context) {
                     found = true;
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(task = %task, store, error = %e, "ignoring unreadable state"),
+                Err(e) => {
+                    tracing::warn!(task = %task, store, error = %e, "ignoring unreadable state")
+                }
             }
         }
         if found {

@@ -106,7 +106,9 @@ pub async fn run(
             }
             Ok(Err(e)) => result = Err(e),
             Err(e) => {
-                result = Err(RuntimeError::Config(format!("a stream thread panicked: {e}")));
+                result = Err(RuntimeError::Config(format!(
+                    "a stream thread panicked: {e}"
+                )));
             }
         }
     }

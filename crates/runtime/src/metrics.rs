@@ -14,10 +14,12 @@ use crate::error::{Result, RuntimeError};
 const MAX_REQUEST: usize = 8192;
 
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr).await.map_err(|source| RuntimeError::Io {
-        what: format!("metrics: binding {addr}"),
-        source,
-    })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| RuntimeError::Io {
+            what: format!("metrics: binding {addr}"),
+            source,
+        })
 }
 
 pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
@@ -48,15 +50,16 @@ async fn answer(mut stream: TcpStream, ctx: &Context) -> std::io::Result<()> {
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split(' ');
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, content_type, body) = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
-        (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            ctx.status.render(&ctx.cfg.instance_id),
-        )
-    } else {
-        ("404 Not Found", "text/plain", "try /metrics\n".to_owned())
-    };
+    let (status, content_type, body) =
+        if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
+            (
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                ctx.status.render(&ctx.cfg.instance_id),
+            )
+        } else {
+            ("404 Not Found", "text/plain", "try /metrics\n".to_owned())
+        };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

@@ -1,6 +1,7 @@
 //! Restoring a store from its changelog: from the store's checkpoint to the end of the log,
 //! one atomic batch per fetched chunk, so an interrupted restore resumes where it stopped.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use baton_kafka::Client;
@@ -17,6 +18,15 @@ pub enum RestoreError {
         partition: i32,
         source: baton_kafka::Error,
     },
+    #[error(
+        "changelog {topic}-{partition}: no records from offset {offset} though the end is {end}"
+    )]
+    Stuck {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        end: i64,
+    },
     #[error("changelog {topic}-{partition}: record at offset {offset} has no key")]
     NoKey {
         topic: String,
@@ -24,6 +34,9 @@ pub enum RestoreError {
         offset: i64,
     },
 }
+
+/// Fetches in a row that may return nothing below the end before the restore gives up.
+const MAX_IDLE_ROUNDS: u32 = 20;
 
 /// What one restore did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -34,10 +47,15 @@ pub struct RestoreStats {
     pub seconds: f64,
 }
 
+/// Records gathered before one bulk load into the store. Larger loads mean fewer tables for
+/// the LSM to compact later; this many small records is about 30 MB.
+pub const INGEST_RECORDS: usize = 500_000;
+
 /// Applies the changelog `topic`-`partition` to `store` from its checkpoint up to `end`
-/// (exclusive), fetching at most `max_bytes` at a time.
+/// (exclusive), fetching at most `max_bytes` at a time. The next fetch is in flight while a
+/// chunk is loaded into the store, and chunks are bulk-loaded ([`TaskStore::ingest`]).
 pub async fn restore(
-    client: &Client,
+    client: &Arc<Client>,
     leader: &str,
     topic: &str,
     partition: i32,
@@ -54,29 +72,57 @@ pub async fn restore(
         partition,
         source,
     };
-    while next < end {
-        let fetched = client
-            .fetch(leader, topic, partition, next, max_bytes, 500)
+    let spawn_fetch = |offset: i64| {
+        let (client, leader, topic) = (client.clone(), leader.to_owned(), topic.to_owned());
+        tokio::spawn(async move {
+            client
+                .fetch(&leader, &topic, partition, offset, max_bytes, 500)
+                .await
+        })
+    };
+    let mut buffer: Vec<Write> = Vec::new();
+    let mut idle_rounds = 0;
+    let mut inflight = (next < end).then(|| spawn_fetch(next));
+    while let Some(handle) = inflight.take() {
+        let fetched = handle
             .await
+            .map_err(|e| kafka(baton_kafka::Error::Protocol(format!("fetch task: {e}"))))?
             .map_err(kafka)?;
-        let mut writes: Vec<Write> = Vec::with_capacity(fetched.records.len());
-        let mut last = None;
+        let mut reached = next;
+        let before = buffer.len();
         for r in fetched.records.iter().take_while(|r| r.offset < end) {
             let key = r.key.as_ref().ok_or(RestoreError::NoKey {
                 topic: topic.to_owned(),
                 partition,
                 offset: r.offset,
             })?;
-            writes.push((key.to_vec(), r.value.as_ref().map(|v| v.to_vec())));
-            last = Some(r.offset);
+            buffer.push((key.to_vec(), r.value.as_ref().map(|v| v.to_vec())));
+            reached = r.offset + 1;
         }
-        let Some(last) = last else {
-            // Nothing left below `end` (compaction can leave gaps up to it).
-            break;
-        };
-        records += writes.len() as u64;
-        next = last + 1;
-        store.apply_lazily(&writes, Some(next))?;
+        // Batches whose records were compacted away or are control records still end somewhere.
+        reached = reached.max(fetched.next_offset.unwrap_or(next).min(end));
+        if reached <= next {
+            idle_rounds += 1;
+            if idle_rounds > MAX_IDLE_ROUNDS {
+                return Err(RestoreError::Stuck {
+                    topic: topic.to_owned(),
+                    partition,
+                    offset: next,
+                    end,
+                });
+            }
+            inflight = Some(spawn_fetch(next));
+            continue;
+        }
+        idle_rounds = 0;
+        records += (buffer.len() - before) as u64;
+        next = reached;
+        if next < end {
+            inflight = Some(spawn_fetch(next));
+        }
+        if buffer.len() >= INGEST_RECORDS || next >= end {
+            store.ingest(std::mem::take(&mut buffer), next)?;
+        }
     }
     // Records up to `end` may have been compacted away: the store has everything there is.
     // This last commit is durable, and makes every lazy one before it durable too.

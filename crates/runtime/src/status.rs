@@ -251,8 +251,12 @@ mod tests {
         assert!(text.contains(
             "baton_task_held{instance=\"a\\\"b\",task=\"1_3\",role=\"warmup\",phase=\"tailing\"} 1"
         ));
-        assert!(text.contains("baton_task_lag_records{instance=\"a\\\"b\",task=\"1_3\",role=\"warmup\"} 42"));
-        assert!(text.contains("baton_task_processed_records_total{instance=\"a\\\"b\",task=\"1_3\"} 5"));
+        assert!(text.contains(
+            "baton_task_lag_records{instance=\"a\\\"b\",task=\"1_3\",role=\"warmup\"} 42"
+        ));
+        assert!(
+            text.contains("baton_task_processed_records_total{instance=\"a\\\"b\",task=\"1_3\"} 5")
+        );
         assert!(text.contains("baton_rebalances_total{instance=\"a\\\"b\"} 1"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();

@@ -13,21 +13,20 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_assignor::TaskId;
+use baton_kafka::records::{FetchWant, Fetched};
 use baton_kafka::Client;
 use bytes::Bytes;
 
 use crate::context::Context;
 use crate::error::{kafka, Result};
 use crate::partitioner::partition_for;
+use crate::restore::INGEST_RECORDS;
 use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{StoreError, TaskStore, Write};
 use crate::topology::Stores;
 
 /// Most input bytes one processing batch fetches per partition.
 const INPUT_FETCH_BYTES: i32 = 1 << 20;
-/// The broker's wait for data. Not 0: nisshi answers a zero-wait fetch with no partition at
-/// all (docs/BROKERS.md), and a thread steps all its tasks in turn, so waits must stay short.
-const FETCH_WAIT_MS: i32 = 1;
 /// How often restore progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// The file in a task directory that says when the task was last held.
@@ -39,6 +38,10 @@ struct StoreSlot {
     store: TaskStore,
     /// The next changelog offset to apply: the store's checkpoint.
     position: i64,
+    /// The next changelog offset to fetch: ahead of `position` by what `buffer` holds.
+    fetched_to: i64,
+    /// Changelog records fetched but not yet in the store, gathered for one bulk load.
+    buffer: Vec<Write>,
     /// The changelog's end as last seen.
     end: i64,
 }
@@ -54,6 +57,9 @@ struct Restore {
     records: u64,
     last_log: Instant,
 }
+
+/// What a thread's fetch returned, by (topic, partition).
+pub type Fetches = BTreeMap<(String, i32), Fetched>;
 
 /// What one step achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -90,6 +96,8 @@ impl Task {
                 changelog: ctx.topology.changelog_topic(name),
                 store,
                 position,
+                fetched_to: position,
+                buffer: Vec::new(),
                 end: position,
             });
         }
@@ -168,45 +176,69 @@ impl Task {
             .sum()
     }
 
-    /// One unit of work.
-    pub async fn step(&mut self, ctx: &Context, io: &Client) -> Result<Progress> {
+    /// The partitions this task reads next: its changelogs while restoring or tailing, its
+    /// sources while running.
+    pub fn wants(&self, ctx: &Context) -> Vec<FetchWant> {
+        let partition = self.id.partition as i32;
+        match self.phase {
+            Phase::Opening => Vec::new(),
+            Phase::Restoring | Phase::Tailing => self
+                .stores
+                .iter()
+                .map(|s| FetchWant {
+                    topic: s.changelog.clone(),
+                    partition,
+                    offset: s.fetched_to,
+                    max_bytes: ctx.cfg.restore_fetch_bytes,
+                })
+                .collect(),
+            Phase::Running => self
+                .sources
+                .iter()
+                .map(|s| FetchWant {
+                    topic: s.topic.clone(),
+                    partition,
+                    offset: s.position,
+                    max_bytes: INPUT_FETCH_BYTES,
+                })
+                .collect(),
+        }
+    }
+
+    /// One unit of work on what the thread fetched for [`Task::wants`]; takes its partitions
+    /// out of `fetched`.
+    pub async fn step(
+        &mut self,
+        ctx: &Context,
+        io: &Client,
+        fetched: &mut Fetches,
+    ) -> Result<Progress> {
         match self.phase {
             Phase::Opening => Ok(Progress::default()),
-            Phase::Restoring | Phase::Tailing => self.catch_up(ctx, io).await,
-            Phase::Running => self.process(ctx, io).await,
+            Phase::Restoring | Phase::Tailing => self.catch_up(ctx, io, fetched).await,
+            Phase::Running => self.process(ctx, io, fetched).await,
         }
     }
 
     /// Applies one chunk of each store's changelog.
-    async fn catch_up(&mut self, ctx: &Context, io: &Client) -> Result<Progress> {
+    async fn catch_up(
+        &mut self,
+        ctx: &Context,
+        io: &Client,
+        fetched: &mut Fetches,
+    ) -> Result<Progress> {
         let mut records = 0u64;
         let partition = self.id.partition as i32;
         for slot in &mut self.stores {
-            let leader = ctx
-                .leader(&slot.changelog, partition)
-                .await
-                .map_err(kafka(format!("changelog {}-{partition}", slot.changelog)))?;
-            let fetched = match ctx
-                .client
-                .fetch(
-                    &leader,
-                    &slot.changelog,
-                    partition,
-                    slot.position,
-                    ctx.cfg.restore_fetch_bytes,
-                    FETCH_WAIT_MS,
-                )
-                .await
-            {
-                Ok(f) => f,
-                Err(e) => {
-                    ctx.forget_leader(&slot.changelog, partition);
-                    return Err(kafka(format!("changelog {}-{partition}", slot.changelog))(e));
-                }
+            let Some(fetched) = fetched.remove(&(slot.changelog.clone(), partition)) else {
+                continue;
             };
+            if fetched.high_watermark < 0 {
+                continue; // the broker left this partition out of its answer
+            }
             slot.end = fetched.high_watermark;
             let mut writes: Vec<Write> = Vec::with_capacity(fetched.records.len());
-            let mut next = slot.position;
+            let mut next = slot.fetched_to;
             for r in &fetched.records {
                 let Some(key) = &r.key else {
                     tracing::warn!(task = %self.id, changelog = %slot.changelog, offset = r.offset, "skipping a changelog record without a key");
@@ -218,10 +250,23 @@ impl Task {
             }
             // Past control records too, which carry offsets but no data.
             next = next.max(fetched.next_offset.unwrap_or(next));
-            if next > slot.position {
+            if next <= slot.fetched_to {
+                continue;
+            }
+            slot.fetched_to = next;
+            if slot.buffer.is_empty() && next >= slot.end {
+                // Caught up: a standby's small chunk goes straight in.
+                records += writes.len() as u64;
                 slot.store.apply_lazily(&writes, Some(next))?;
                 slot.position = next;
-                records += writes.len() as u64;
+            } else {
+                // Far behind: gather, then bulk-load, which is several times faster.
+                slot.buffer.extend(writes);
+                if slot.buffer.len() >= INGEST_RECORDS || next >= slot.end {
+                    records += slot.buffer.len() as u64;
+                    slot.store.ingest(std::mem::take(&mut slot.buffer), next)?;
+                    slot.position = next;
+                }
             }
         }
         let lag = self.lag();
@@ -309,7 +354,12 @@ impl Task {
     }
 
     /// Processes one batch of input.
-    async fn process(&mut self, ctx: &Context, io: &Client) -> Result<Progress> {
+    async fn process(
+        &mut self,
+        ctx: &Context,
+        io: &Client,
+        fetched: &mut Fetches,
+    ) -> Result<Progress> {
         let partition = self.id.partition as i32;
         let mut pending = Pending {
             stores: &self.stores,
@@ -319,32 +369,19 @@ impl Task {
         let mut advanced: Vec<(usize, i64)> = Vec::new();
         let mut records = 0u64;
         for (i, source) in self.sources.iter().enumerate() {
-            let leader = ctx
-                .leader(&source.topic, partition)
-                .await
-                .map_err(kafka(format!("input {}-{partition}", source.topic)))?;
-            let fetched = match ctx
-                .client
-                .fetch(
-                    &leader,
-                    &source.topic,
-                    partition,
-                    source.position,
-                    INPUT_FETCH_BYTES,
-                    FETCH_WAIT_MS,
-                )
-                .await
-            {
-                Ok(f) => f,
-                Err(e) => {
-                    ctx.forget_leader(&source.topic, partition);
-                    return Err(kafka(format!("input {}-{partition}", source.topic))(e));
-                }
-            };
-            let Some(last) = fetched.records.last() else {
+            let Some(fetched) = fetched.remove(&(source.topic.clone(), partition)) else {
                 continue;
             };
-            advanced.push((i, last.offset + 1));
+            // Past control records too, which carry offsets but no data.
+            let next = fetched
+                .records
+                .last()
+                .map_or(source.position, |r| r.offset + 1)
+                .max(fetched.next_offset.unwrap_or(source.position));
+            if next <= source.position {
+                continue;
+            }
+            advanced.push((i, next));
             for r in &fetched.records {
                 records += 1;
                 let (Some(k), Some(v)) = (&r.key, &r.value) else {
@@ -394,13 +431,10 @@ impl Task {
             for (p, batch) in by_partition {
                 let what = format!("sink {sink}-{p}");
                 let leader = ctx.leader(sink, p).await.map_err(kafka(what.clone()))?;
-                io
-                    .produce(&leader, sink, p, &batch)
-                    .await
-                    .map_err(|e| {
-                        ctx.forget_leader(sink, p);
-                        kafka(what)(e)
-                    })?;
+                io.produce(&leader, sink, p, &batch).await.map_err(|e| {
+                    ctx.forget_leader(sink, p);
+                    kafka(what)(e)
+                })?;
             }
         }
         // Only now, with changelog and sink acknowledged, may the positions be committed.

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_assignor::TaskId;
 use baton_kafka::member::Membership;
+use baton_kafka::records::FetchWant;
 use baton_kafka::{Client, GroupMember, MemberConfig};
 use baton_protocol::assignment::error_code;
 use tokio::sync::watch;
@@ -17,10 +18,15 @@ use crate::context::Context;
 use crate::error::{kafka, Result};
 use crate::status::Role;
 use crate::store::StoreError;
-use crate::task::Task;
+use crate::task::{Fetches, Task};
 
-/// How long an idle loop sleeps before fetching again.
+/// How long an idle loop sleeps before fetching again (a fetch itself waits for data).
 const IDLE: Duration = Duration::from_millis(5);
+/// How long the broker may hold a fetch while none of its partitions has data. Short enough
+/// for heartbeats and commits to keep their pace; a fetch with data returns at once. (A very
+/// short wait is no good: nisshi then answers with whatever it has read so far, often nothing;
+/// docs/BROKERS.md.)
+const FETCH_WAIT_MS: i32 = 100;
 /// The pause after a failed step, so a broker hiccup does not become a busy loop.
 const BACKOFF: Duration = Duration::from_millis(200);
 
@@ -115,10 +121,10 @@ impl StreamThread {
                 reason = Some("probing rebalance");
             }
             self.open_pending();
+            let (mut fetched, mut failed) = self.fetch().await;
             let mut worked = false;
-            let mut failed = false;
             for task in self.tasks.values_mut() {
-                match task.step(&self.ctx, &self.io).await {
+                match task.step(&self.ctx, &self.io, &mut fetched).await {
                     Ok(p) => {
                         worked |= p.records > 0;
                         if p.caught_up {
@@ -147,6 +153,51 @@ impl StreamThread {
                 }
             }
         }
+    }
+
+    /// One fetch per leader for every partition the tasks want; the broker answers as soon as
+    /// any has data. Returns what came back and whether anything failed.
+    async fn fetch(&mut self) -> (Fetches, bool) {
+        let mut by_leader: BTreeMap<String, Vec<FetchWant>> = BTreeMap::new();
+        let mut failed = false;
+        for task in self.tasks.values() {
+            for want in task.wants(&self.ctx) {
+                match self.ctx.leader(&want.topic, want.partition).await {
+                    Ok(l) => by_leader.entry(l).or_default().push(want),
+                    Err(e) => {
+                        failed = true;
+                        tracing::warn!(topic = %want.topic, partition = want.partition, error = %e, "no leader");
+                    }
+                }
+            }
+        }
+        let mut fetched = Fetches::new();
+        for (leader, wants) in by_leader {
+            match self.io.fetch_many(&leader, &wants, FETCH_WAIT_MS).await {
+                Ok(results) => {
+                    for (want, result) in wants.into_iter().zip(results) {
+                        match result {
+                            Ok(f) => {
+                                fetched.insert((want.topic, want.partition), f);
+                            }
+                            Err(e) => {
+                                failed = true;
+                                self.ctx.forget_leader(&want.topic, want.partition);
+                                tracing::warn!(topic = %want.topic, partition = want.partition, error = %e, "fetch failed");
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    for w in &wants {
+                        self.ctx.forget_leader(&w.topic, w.partition);
+                    }
+                    tracing::warn!(leader = %leader, error = %e, "fetch failed");
+                }
+            }
+        }
+        (fetched, failed)
     }
 
     /// Commits every running active's advanced input positions in one request.
@@ -198,7 +249,11 @@ impl StreamThread {
             .member
             .join()
             .await
-            .map_err(kafka(format!("{}: joining group {}", self.name, ctx.group())))?
+            .map_err(kafka(format!(
+                "{}: joining group {}",
+                self.name,
+                ctx.group()
+            )))?
             .clone();
         ctx.status.count_rebalance();
         tracing::info!(

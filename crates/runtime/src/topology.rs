@@ -29,7 +29,10 @@ enum Step {
     MapValues(MapValuesFn),
     Map(MapFn),
     /// Updates the store's value for the record's key and passes `(key, new value)` on.
-    Aggregate { store: String, f: AggregateFn },
+    Aggregate {
+        store: String,
+        f: AggregateFn,
+    },
 }
 
 /// One stream: sources, steps, and optionally a sink. Built with chained calls.
@@ -241,7 +244,10 @@ impl Topology {
 
     /// Every sink topic.
     pub fn sink_topics(&self) -> BTreeSet<&str> {
-        self.streams.iter().filter_map(|s| s.sink.as_deref()).collect()
+        self.streams
+            .iter()
+            .filter_map(|s| s.sink.as_deref())
+            .collect()
     }
 
     /// The stores of subtopology `sub`, in step order.
@@ -438,7 +444,10 @@ mod tests {
     fn bad_topologies_say_what_and_where() {
         let e = |r: Result<Topology, TopologyError>| r.err().unwrap().to_string();
         assert!(e(Topology::new("bad id", vec![Stream::from(&["a"])])).contains("bad id"));
-        assert_eq!(e(Topology::new("app", vec![])), "the topology has no stream");
+        assert_eq!(
+            e(Topology::new("app", vec![])),
+            "the topology has no stream"
+        );
         assert_eq!(
             e(Topology::new(
                 "app",
@@ -449,7 +458,10 @@ mod tests {
         assert_eq!(
             e(Topology::new(
                 "app",
-                vec![Stream::from(&["a"]).count("c"), Stream::from(&["b"]).count("c")]
+                vec![
+                    Stream::from(&["a"]).count("c"),
+                    Stream::from(&["b"]).count("c")
+                ]
             )),
             "streams[1]: store \"c\" is already used by streams[0]"
         );

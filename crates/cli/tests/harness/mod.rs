@@ -99,18 +99,34 @@ impl Cluster {
     }
 
     pub fn spawn(&self, name: &str, args: &[&str]) -> Instance {
+        self.spawn_on(name, name, args)
+    }
+
+    /// An instance on the state directory `state` (shared with earlier instances, in turn).
+    pub fn spawn_on(&self, name: &str, state: &str, args: &[&str]) -> Instance {
         let log = self.dir.join(format!("{name}.log"));
-        let state = self.dir.join(name);
+        let state = self.dir.join(state);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
-        cmd.args(["run", "--bootstrap", &self.broker.addr, "--app-id", &self.app])
-            .args(["--input", INPUT, "--output", OUTPUT, "--instance-id", name])
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["--heartbeat-interval-ms", "300", "--session-timeout-ms", "6000"])
-            .args(args)
-            .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
+        cmd.args([
+            "run",
+            "--bootstrap",
+            &self.broker.addr,
+            "--app-id",
+            &self.app,
+        ])
+        .args(["--input", INPUT, "--output", OUTPUT, "--instance-id", name])
+        .arg("--state-dir")
+        .arg(&state)
+        .args([
+            "--heartbeat-interval-ms",
+            "300",
+            "--session-timeout-ms",
+            "6000",
+        ])
+        .args(args)
+        .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
         Instance {
             name: name.into(),
             child: Some(cmd.spawn().unwrap()),
@@ -121,11 +137,21 @@ impl Cluster {
     /// `baton drain` for an instance.
     pub fn drain(&self, name: &str) {
         let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-            .args(["drain", "--bootstrap", &self.broker.addr, "--group", &self.app])
+            .args([
+                "drain",
+                "--bootstrap",
+                &self.broker.addr,
+                "--group",
+                &self.app,
+            ])
             .args(["--instance", name])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Every output record: per partition, (timestamp ms, key, count).
@@ -136,10 +162,15 @@ impl Cluster {
                 let leader = self.client.leader(OUTPUT, p).await.unwrap();
                 let mut rows = Vec::new();
                 let mut offset = 0;
+                let deadline = Instant::now() + Duration::from_secs(60);
                 loop {
+                    assert!(
+                        Instant::now() < deadline,
+                        "reading {OUTPUT}-{p} is stuck at {offset}"
+                    );
                     let f = self
                         .client
-                        .fetch(&leader, OUTPUT, p, offset, 4 << 20, 1)
+                        .fetch(&leader, OUTPUT, p, offset, 4 << 20, 500)
                         .await
                         .unwrap();
                     for r in &f.records {
@@ -151,13 +182,25 @@ impl Cluster {
                         rows.push((r.timestamp, key, v));
                         offset = r.offset + 1;
                     }
-                    if offset >= f.high_watermark {
+                    if f.high_watermark >= 0 && offset >= f.high_watermark {
                         break;
                     }
                 }
                 out.insert(p, rows);
             }
             out
+        })
+    }
+
+    /// Per input partition: end offset and the group's committed offset.
+    pub fn offsets_report(&self) -> String {
+        self.rt.block_on(async {
+            let parts: Vec<(String, i32)> = (0..PARTITIONS as i32)
+                .map(|p| (INPUT.to_owned(), p))
+                .collect();
+            let ends = self.client.end_offsets(&parts).await;
+            let committed = self.client.committed_offsets(&self.app, &parts).await;
+            format!("ends {ends:?}, committed {committed:?}")
         })
     }
 
@@ -335,7 +378,12 @@ impl Producer {
     pub fn start(addr: &str, prefix: &str, rate: u64, keys: u64) -> Producer {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(Mutex::new(BTreeMap::new()));
-        let (s, counts, addr, prefix) = (stop.clone(), sent.clone(), addr.to_owned(), prefix.to_owned());
+        let (s, counts, addr, prefix) = (
+            stop.clone(),
+            sent.clone(),
+            addr.to_owned(),
+            prefix.to_owned(),
+        );
         let handle = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -357,14 +405,17 @@ impl Producer {
                     for i in n..due {
                         let key = format!("{prefix}{}", i % keys);
                         let p = partition_for(key.as_bytes(), PARTITIONS) as i32;
-                        batches
-                            .entry(p)
-                            .or_default()
-                            .push((Some(Bytes::from(key.clone())), Some(Bytes::from(i.to_string()))));
+                        batches.entry(p).or_default().push((
+                            Some(Bytes::from(key.clone())),
+                            Some(Bytes::from(i.to_string())),
+                        ));
                         keys_sent.push(key);
                     }
                     for (p, batch) in batches {
-                        client.produce(&leaders[&p], INPUT, p, &batch).await.unwrap();
+                        client
+                            .produce(&leaders[&p], INPUT, p, &batch)
+                            .await
+                            .unwrap();
                     }
                     let mut c = counts.lock().unwrap();
                     for k in keys_sent {
