@@ -7,6 +7,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use baton_kafka::client::NewTopic;
+use baton_kafka::records::KeyValue;
 use baton_kafka::Client;
 use baton_runtime::partitioner::partition_for;
 use bytes::Bytes;
@@ -69,7 +70,7 @@ pub fn run(args: ProduceArgs) -> Result<(), Failure> {
             .await
             .map_err(fail("creating the topic"))?;
         let meta = client
-            .metadata(Some(&[args.topic.clone()]))
+            .metadata(Some(std::slice::from_ref(&args.topic)))
             .await
             .map_err(fail("reading metadata"))?;
         let partitions = meta
@@ -104,7 +105,7 @@ pub fn run(args: ProduceArgs) -> Result<(), Failure> {
         while sent < args.count {
             let due = ((started.elapsed().as_secs_f64() * args.rate as f64) as u64)
                 .clamp(sent + 1, args.count);
-            let mut batches: BTreeMap<i32, Vec<(Option<Bytes>, Option<Bytes>)>> = BTreeMap::new();
+            let mut batches: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
             for i in sent..due {
                 let n = args.start + i;
                 let key = format!("{}{}", args.key_prefix, n % args.keys);

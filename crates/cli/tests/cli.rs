@@ -200,3 +200,61 @@ fn simulate_compares_assignors_and_draws() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown assignor \"nope\""), "{err}");
 }
+
+#[test]
+fn runtime_commands_reject_bad_options_before_connecting() {
+    // Nothing listens on port 1: these must fail on their options, with status 2.
+    let (code, _, err) = baton(
+        &[
+            "run",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--assignor",
+            "nope",
+            "--instance-id",
+            "a",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("assignor: \"nope\" is not an assignor"),
+        "{err}"
+    );
+    let (code, _, err) = baton(
+        &["run", "--bootstrap", "127.0.0.1:1", "--app-id", "bad id"],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("application id \"bad id\""), "{err}");
+    let (code, _, err) = baton(
+        &[
+            "run",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--probing-rebalance-interval-ms",
+            "1000",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("probing.rebalance.interval.ms"), "{err}");
+    let (code, _, err) = baton(
+        &["produce", "--bootstrap", "127.0.0.1:1", "--rate", "0"],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = baton(
+        &[
+            "drain",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--group",
+            "g",
+            "--instance",
+            "",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+}

@@ -180,8 +180,34 @@ fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
     await_all_processing(cluster, now_ms(), what);
     z.kill9();
     std::thread::sleep(Duration::from_secs(2));
-    let z = cluster.spawn_on("z", "z", &["--static-membership"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let z = cluster.spawn_on(
+        "z",
+        "z",
+        &["--static-membership", "--metrics-addr", &metrics_addr],
+    );
     await_all_processing(cluster, now_ms(), &format!("{what}: after the restart"));
+    let metrics = http_get(&metrics_addr, "/metrics");
+    for task in ["0_0", "0_1", "0_2"] {
+        let held = format!(
+            "baton_task_held{{instance=\"z\",task=\"{task}\",role=\"active\",phase=\"running\"}} 1"
+        );
+        assert!(
+            metrics.contains(&held),
+            "{what}: /metrics lacks {held}:\n{metrics}"
+        );
+        assert!(
+            metrics.contains(&format!(
+                "baton_task_processed_records_total{{instance=\"z\",task=\"{task}\"}}"
+            )),
+            "{metrics}"
+        );
+    }
     check_counts(cluster, &mut producer, what);
     let restores = z.restores();
     let restored: u64 = restores.iter().map(|r| r.1).sum();
@@ -236,4 +262,18 @@ fn runtime_end_to_end() {
 
     let z = nothing_lost(&cluster);
     restart_restores_only_the_tail(&cluster, z);
+}
+
+/// A bare HTTP/1.1 GET; returns the body.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }

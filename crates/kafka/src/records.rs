@@ -19,6 +19,9 @@ use crate::error::{check, Error, Result};
 const PRODUCE_MAX_VERSION: i16 = 12;
 const FETCH_MAX_VERSION: i16 = 12;
 
+/// A record to produce: key and value, either may be null.
+pub type KeyValue = (Option<Bytes>, Option<Bytes>);
+
 /// A record read back from a partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -84,7 +87,7 @@ impl Client {
         leader: &str,
         topic: &str,
         partition: i32,
-        records: &[(Option<Bytes>, Option<Bytes>)],
+        records: &[KeyValue],
     ) -> Result<i64> {
         let ts = now_ms();
         let wire: Vec<WireRecord> = records

@@ -100,3 +100,62 @@ fn now_ms() -> u128 {
         .map(|d| d.as_millis())
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use baton_kafka::Client;
+    use baton_protocol::bridge::Topology as WireTopology;
+
+    use super::*;
+    use crate::config::RuntimeConfig;
+    use crate::status::{Phase, Role, TaskStatus};
+    use crate::topology::count_per_key;
+
+    #[test]
+    fn sweeps_only_unheld_state_unused_for_the_delay() {
+        let dir = std::env::temp_dir().join(format!("baton-cleanup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = RuntimeConfig {
+            state_dir: dir.clone(),
+            instance_id: "test".into(),
+            ..RuntimeConfig::default()
+        };
+        let ctx = Context::new(
+            Client::new(&["127.0.0.1:1"], "test"),
+            cfg,
+            count_per_key("app", "in", "out").unwrap(),
+            WireTopology::default(),
+            BTreeMap::new(),
+            uuid::Uuid::nil(),
+        );
+        let old = now_ms() - 3_600_000;
+        for (task, last_used) in [("0_0", old), ("0_1", old), ("0_2", now_ms())] {
+            std::fs::create_dir_all(dir.join(task)).unwrap();
+            std::fs::write(dir.join(task).join(LAST_USED_FILE), last_used.to_string()).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("not-a-task")).unwrap();
+        ctx.status.hold(
+            TaskId::new(0, 1),
+            TaskStatus {
+                role: Role::Standby,
+                phase: Phase::Tailing,
+                lag: 0,
+                processed: 0,
+                restored: 0,
+            },
+        );
+        ctx.status.set_checkpoint(TaskId::new(0, 0), 10);
+        sweep(&ctx, Duration::from_secs(600));
+        assert!(!dir.join("0_0").exists(), "unheld and unused for an hour");
+        assert!(dir.join("0_1").exists(), "held");
+        assert!(dir.join("0_2").exists(), "used just now");
+        assert!(dir.join("not-a-task").exists(), "not ours to delete");
+        assert!(
+            ctx.status.offset_sums().is_empty(),
+            "its offset sum is no longer reported"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_assignor::TaskId;
-use baton_kafka::records::{FetchWant, Fetched};
+use baton_kafka::records::{FetchWant, Fetched, KeyValue};
 use baton_kafka::Client;
 use bytes::Bytes;
 
@@ -397,7 +397,7 @@ impl Task {
         let writes = pending.writes;
         for (idx, batch) in writes {
             let slot = &mut self.stores[idx];
-            let wire: Vec<(Option<Bytes>, Option<Bytes>)> = batch
+            let wire: Vec<KeyValue> = batch
                 .iter()
                 .map(|(k, v)| (Some(Bytes::from(k.clone())), Some(Bytes::from(v.clone()))))
                 .collect();
@@ -422,8 +422,7 @@ impl Task {
         }
         if let Some(sink) = ctx.topology.sink_of(self.id.subtopology) {
             let partitions = ctx.sink_partitions.get(sink).copied().unwrap_or(1);
-            let mut by_partition: BTreeMap<i32, Vec<(Option<Bytes>, Option<Bytes>)>> =
-                BTreeMap::new();
+            let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
             for (k, v) in out {
                 let p = partition_for(&k, partitions) as i32;
                 by_partition.entry(p).or_default().push((Some(k), Some(v)));

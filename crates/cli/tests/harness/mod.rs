@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_kafka::client::NewTopic;
+use baton_kafka::records::KeyValue;
 use baton_kafka::testing::Broker;
 use baton_kafka::Client;
 use baton_runtime::partitioner::partition_for;
@@ -79,7 +80,7 @@ impl Cluster {
                 let mut i = 0;
                 while i < records {
                     let n = (records - i).min(20_000);
-                    let batch: Vec<(Option<Bytes>, Option<Bytes>)> = (i..i + n)
+                    let batch: Vec<KeyValue> = (i..i + n)
                         .map(|k| {
                             (
                                 Some(Bytes::from(format!("state-{p}-{k:010}"))),
@@ -399,8 +400,7 @@ impl Producer {
                 let mut n = 0u64;
                 while !s.load(Ordering::SeqCst) {
                     let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
-                    let mut batches: BTreeMap<i32, Vec<(Option<Bytes>, Option<Bytes>)>> =
-                        BTreeMap::new();
+                    let mut batches: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
                     let mut keys_sent = Vec::new();
                     for i in n..due {
                         let key = format!("{prefix}{}", i % keys);
@@ -417,11 +417,12 @@ impl Producer {
                             .await
                             .unwrap();
                     }
-                    let mut c = counts.lock().unwrap();
-                    for k in keys_sent {
-                        *c.entry(k).or_insert(0) += 1;
+                    {
+                        let mut c = counts.lock().unwrap();
+                        for k in keys_sent {
+                            *c.entry(k).or_insert(0) += 1;
+                        }
                     }
-                    drop(c);
                     n = due.max(n);
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
