@@ -140,59 +140,72 @@ impl Status {
     /// The Prometheus text exposition of this instance.
     pub fn render(&self, instance: &str) -> String {
         let i = self.inner();
+        let inst = format!("instance=\"{}\"", escape(instance));
         let mut out = String::new();
-        let inst = escape(instance);
-        let _ = writeln!(
-            out,
-            "# HELP baton_task_held 1 for each task this instance holds, by role and phase.\n# TYPE baton_task_held gauge"
+        family(
+            &mut out,
+            "baton_task_held",
+            "gauge",
+            "1 for each task this instance holds, by role and phase.",
+            i.held.iter().map(|(t, s)| {
+                let labels = format!(
+                    "{inst},task=\"{t}\",role=\"{}\",phase=\"{}\"",
+                    s.role.as_str(),
+                    s.phase.as_str()
+                );
+                (labels, 1)
+            }),
         );
-        for (t, s) in &i.held {
-            let _ = writeln!(
-                out,
-                "baton_task_held{{instance=\"{inst}\",task=\"{t}\",role=\"{}\",phase=\"{}\"}} 1",
-                s.role.as_str(),
-                s.phase.as_str()
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP baton_task_lag_records Changelog records the task's stores are behind.\n# TYPE baton_task_lag_records gauge"
+        family(
+            &mut out,
+            "baton_task_lag_records",
+            "gauge",
+            "Changelog records the task's stores are behind.",
+            i.held.iter().map(|(t, s)| {
+                let labels = format!("{inst},task=\"{t}\",role=\"{}\"", s.role.as_str());
+                (labels, s.lag)
+            }),
         );
-        for (t, s) in &i.held {
-            let _ = writeln!(
-                out,
-                "baton_task_lag_records{{instance=\"{inst}\",task=\"{t}\",role=\"{}\"}} {}",
-                s.role.as_str(),
-                s.lag
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP baton_task_restored_records Changelog records restored since the task was assigned.\n# TYPE baton_task_restored_records gauge"
+        family(
+            &mut out,
+            "baton_task_restored_records",
+            "gauge",
+            "Changelog records restored since the task was assigned.",
+            i.held
+                .iter()
+                .map(|(t, s)| (format!("{inst},task=\"{t}\""), s.restored)),
         );
-        for (t, s) in &i.held {
-            let _ = writeln!(
-                out,
-                "baton_task_restored_records{{instance=\"{inst}\",task=\"{t}\"}} {}",
-                s.restored
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP baton_task_processed_records_total Input records processed by this instance.\n# TYPE baton_task_processed_records_total counter"
+        family(
+            &mut out,
+            "baton_task_processed_records_total",
+            "counter",
+            "Input records processed by this instance.",
+            i.processed_total
+                .iter()
+                .map(|(t, n)| (format!("{inst},task=\"{t}\""), *n)),
         );
-        for (t, n) in &i.processed_total {
-            let _ = writeln!(
-                out,
-                "baton_task_processed_records_total{{instance=\"{inst}\",task=\"{t}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP baton_rebalances_total Rebalances this instance's threads took part in.\n# TYPE baton_rebalances_total counter\nbaton_rebalances_total{{instance=\"{inst}\"}} {}",
-            i.rebalances
+        family(
+            &mut out,
+            "baton_rebalances_total",
+            "counter",
+            "Rebalances this instance's threads took part in.",
+            std::iter::once((inst.clone(), i.rebalances)),
         );
         out
+    }
+}
+
+/// One metric family: its HELP and TYPE lines, then one sample per (labels, value).
+fn family(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: impl Iterator<Item = (String, u64)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
 }
 
