@@ -1,0 +1,72 @@
+//! The store ends up holding exactly what replaying its changelog into a map gives, however the
+//! records are split into chunks and whichever way (batch or bulk load) each chunk goes in.
+
+use std::collections::BTreeMap;
+
+use baton_assignor::TaskId;
+use baton_runtime::store::Write;
+use baton_runtime::TaskStore;
+use proptest::prelude::*;
+
+/// A changelog record: one of a few keys, and a value or a tombstone.
+fn record() -> impl Strategy<Value = Write> {
+    (
+        0u8..8,
+        prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..4)),
+    )
+        .prop_map(|(k, v)| (vec![b'k', k], v))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn any_mix_of_batches_and_bulk_loads_replays_the_changelog(
+        records in prop::collection::vec(record(), 0..60),
+        cuts in prop::collection::vec((1usize..12, any::<bool>()), 1..12),
+    ) {
+        let dir = tempdir();
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut offset = 0usize;
+        let mut chunks = cuts.iter().cycle();
+        while offset < records.len() {
+            let &(len, bulk) = chunks.next().unwrap();
+            let chunk = &records[offset..(offset + len).min(records.len())];
+            offset += chunk.len();
+            for (k, v) in chunk {
+                match v {
+                    Some(v) => model.insert(k.clone(), v.clone()),
+                    None => model.remove(k),
+                };
+            }
+            if bulk {
+                store.ingest(chunk.to_vec(), offset as i64).unwrap();
+            } else {
+                store.apply_lazily(chunk, Some(offset as i64)).unwrap();
+            }
+        }
+        for k in 0u8..8 {
+            let key = vec![b'k', k];
+            prop_assert_eq!(store.get(&key).unwrap(), model.get(&key).cloned(), "key {}", k);
+        }
+        prop_assert_eq!(store.len().unwrap(), model.len() as u64);
+        if !records.is_empty() {
+            prop_assert_eq!(store.checkpoint().unwrap(), Some(records.len() as i64));
+        }
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+fn tempdir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "baton-store-prop-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
