@@ -40,8 +40,7 @@ fn two_threaded_instances_scale_out_and_drain_without_losing_or_repeating_events
     let log = b.log_text();
     let threads_assigned = ["b-0", "b-1"].map(|t| {
         log.lines()
-            .filter(|l| l.contains(" assigned ") && l.contains(&format!("thread={t} ")))
-            .next_back()
+            .rfind(|l| l.contains(" assigned ") && l.contains(&format!("thread={t} ")))
             .map(|l| harness::field(l, "active").parse::<u32>().unwrap())
             .unwrap_or(0)
     });
