@@ -394,9 +394,12 @@ impl Task {
         if advanced.is_empty() {
             return Ok(Progress::default());
         }
-        let writes = pending.writes;
-        for (idx, batch) in writes {
-            let slot = &mut self.stores[idx];
+        // Changelog first, then sink; the store takes the batch only once both are
+        // acknowledged. A write that fails leaves the store as it was, so the retried batch
+        // computes the same values again instead of counting twice.
+        let mut applied: Vec<(usize, Vec<Write>, i64)> = Vec::new();
+        for (idx, batch) in pending.writes {
+            let slot = &self.stores[idx];
             let wire: Vec<KeyValue> = batch
                 .iter()
                 .map(|(k, v)| (Some(Bytes::from(k.clone())), Some(Bytes::from(v.clone()))))
@@ -406,8 +409,7 @@ impl Task {
                 .leader(&slot.changelog, partition)
                 .await
                 .map_err(kafka(what.clone()))?;
-            let base = ctx
-                .client
+            let base = io
                 .produce(&leader, &slot.changelog, partition, &wire)
                 .await
                 .map_err(|e| {
@@ -415,10 +417,8 @@ impl Task {
                     kafka(what)(e)
                 })?;
             let next = base + wire.len() as i64;
-            let applied: Vec<Write> = batch.into_iter().map(|(k, v)| (k, Some(v))).collect();
-            slot.store.apply_lazily(&applied, Some(next))?;
-            slot.position = next;
-            slot.end = next;
+            let writes = batch.into_iter().map(|(k, v)| (k, Some(v))).collect();
+            applied.push((idx, writes, next));
         }
         if let Some(sink) = ctx.topology.sink_of(self.id.subtopology) {
             let partitions = ctx.sink_partitions.get(sink).copied().unwrap_or(1);
@@ -435,6 +435,13 @@ impl Task {
                     kafka(what)(e)
                 })?;
             }
+        }
+        for (idx, writes, next) in applied {
+            let slot = &mut self.stores[idx];
+            slot.store.apply_lazily(&writes, Some(next))?;
+            slot.position = next;
+            slot.fetched_to = next;
+            slot.end = next;
         }
         // Only now, with changelog and sink acknowledged, may the positions be committed.
         for (i, next) in advanced {
