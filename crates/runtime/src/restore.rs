@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use baton_kafka::Client;
 
-use crate::store::{StoreError, TaskStore, Write};
+use bytes::Bytes;
+
+use crate::store::{StoreError, TaskStore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
@@ -80,7 +82,7 @@ pub async fn restore(
                 .await
         })
     };
-    let mut buffer: Vec<Write> = Vec::new();
+    let mut buffer: Vec<(Bytes, Option<Bytes>)> = Vec::new();
     let mut idle_rounds = 0;
     let mut inflight = (next < end).then(|| spawn_fetch(next));
     while let Some(handle) = inflight.take() {
@@ -96,7 +98,7 @@ pub async fn restore(
                 partition,
                 offset: r.offset,
             })?;
-            buffer.push((key.to_vec(), r.value.as_ref().map(|v| v.to_vec())));
+            buffer.push((key.clone(), r.value.clone()));
             reached = r.offset + 1;
         }
         // Batches whose records were compacted away or are control records still end somewhere.

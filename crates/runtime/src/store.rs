@@ -126,20 +126,24 @@ impl TaskStore {
     ///
     /// A crash between the table and the checkpoint leaves the checkpoint behind the data;
     /// replaying the changelog from there rewrites the same values, so it is harmless.
-    pub fn ingest(&self, mut writes: Vec<Write>, next_changelog_offset: i64) -> Result<()> {
+    pub fn ingest<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        mut writes: Vec<(K, Option<V>)>,
+        next_changelog_offset: i64,
+    ) -> Result<()> {
         if !writes.is_empty() {
             // Reversed, a stable sort puts each key's latest write first; dedup keeps it.
             writes.reverse();
-            writes.sort_by(|a, b| a.0.cmp(&b.0));
-            writes.dedup_by(|later, first| later.0 == first.0);
+            writes.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+            writes.dedup_by(|later, first| later.0.as_ref() == first.0.as_ref());
             let mut ingestion = self
                 .data
                 .start_ingestion()
                 .map_err(|e| err(&self.path, e))?;
-            for (k, v) in writes {
+            for (k, v) in &writes {
                 match v {
-                    Some(v) => ingestion.write(k, v),
-                    None => ingestion.write_tombstone(k),
+                    Some(v) => ingestion.write(k.as_ref(), v.as_ref()),
+                    None => ingestion.write_tombstone(k.as_ref()),
                 }
                 .map_err(|e| err(&self.path, e))?;
             }

@@ -41,7 +41,7 @@ struct StoreSlot {
     /// The next changelog offset to fetch: ahead of `position` by what `buffer` holds.
     fetched_to: i64,
     /// Changelog records fetched but not yet in the store, gathered for one bulk load.
-    buffer: Vec<Write>,
+    buffer: Vec<(Bytes, Option<Bytes>)>,
     /// The changelog's end as last seen.
     end: i64,
 }
@@ -237,16 +237,15 @@ impl Task {
                 continue; // the broker left this partition out of its answer
             }
             slot.end = fetched.high_watermark;
-            let mut writes: Vec<Write> = Vec::with_capacity(fetched.records.len());
+            let mut writes: Vec<(Bytes, Option<Bytes>)> = Vec::with_capacity(fetched.records.len());
             let mut next = slot.fetched_to;
-            for r in &fetched.records {
-                let Some(key) = &r.key else {
+            for r in fetched.records {
+                next = r.offset + 1;
+                let Some(key) = r.key else {
                     tracing::warn!(task = %self.id, changelog = %slot.changelog, offset = r.offset, "skipping a changelog record without a key");
-                    next = r.offset + 1;
                     continue;
                 };
-                writes.push((key.to_vec(), r.value.as_ref().map(|v| v.to_vec())));
-                next = r.offset + 1;
+                writes.push((key, r.value));
             }
             // Past control records too, which carry offsets but no data.
             next = next.max(fetched.next_offset.unwrap_or(next));
@@ -257,6 +256,10 @@ impl Task {
             if slot.buffer.is_empty() && next >= slot.end {
                 // Caught up: a standby's small chunk goes straight in.
                 records += writes.len() as u64;
+                let writes: Vec<Write> = writes
+                    .into_iter()
+                    .map(|(k, v)| (k.to_vec(), v.map(|v| v.to_vec())))
+                    .collect();
                 slot.store.apply_lazily(&writes, Some(next))?;
                 slot.position = next;
             } else {
