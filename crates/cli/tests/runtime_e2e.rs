@@ -29,7 +29,7 @@ fn state_records() -> u64 {
     std::env::var("BATON_E2E_STATE")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(24_000_000)
+        .unwrap_or(28_000_000)
 }
 
 /// Waits until every partition of the output has a record written after `since_ms`.
