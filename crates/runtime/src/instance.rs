@@ -19,6 +19,8 @@ use crate::{cleanup, control, metrics};
 /// The file under the state directory that keeps this instance's process id across restarts,
 /// so the assignor recognises the state it left.
 const PROCESS_ID_FILE: &str = "process-id";
+/// The file whose lock marks the state directory as in use.
+const LOCK_FILE: &str = ".lock";
 
 /// Runs `topology` until `shutdown` turns true (then commits, closes and leaves) or until the
 /// instance is drained. Returns how it ended.
@@ -67,6 +69,9 @@ pub async fn run(
         what: format!("state dir {}", cfg.state_dir.display()),
         source,
     })?;
+    // Held until this function returns: a second instance on the same directory is refused
+    // instead of waiting forever for stores this one holds.
+    let _lock = lock_state_dir(&cfg.state_dir)?;
     let process_id = process_id(&cfg.state_dir)?;
     let metrics_addr = cfg.metrics_addr;
     let threads = cfg.threads;
@@ -152,6 +157,32 @@ async fn partition_counts(client: &Client, topology: &Topology) -> Result<BTreeM
     Ok(out)
 }
 
+/// Locks the state directory for this process (an advisory lock the OS drops on exit, even
+/// after `kill -9`).
+pub fn lock_state_dir(state_dir: &Path) -> Result<std::fs::File> {
+    let path = state_dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| RuntimeError::Io {
+            what: format!("lock file {}", path.display()),
+            source,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(RuntimeError::Config(format!(
+            "state dir {} is in use by another instance; give each instance its own",
+            state_dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(source)) => Err(RuntimeError::Io {
+            what: format!("locking {}", path.display()),
+            source,
+        }),
+    }
+}
+
 /// The process id kept under the state directory, created on first use.
 fn process_id(state_dir: &Path) -> Result<uuid::Uuid> {
     let path = state_dir.join(PROCESS_ID_FILE);
@@ -169,5 +200,28 @@ fn process_id(state_dir: &Path) -> Result<uuid::Uuid> {
             Ok(id)
         }
         Err(e) => Err(io(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_dir_serves_one_instance_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("baton-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = lock_state_dir(&dir).unwrap();
+        let err = lock_state_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("is in use by another instance"), "{err}");
+        drop(first);
+        lock_state_dir(&dir).unwrap();
+        let id = process_id(&dir).unwrap();
+        assert_eq!(
+            process_id(&dir).unwrap(),
+            id,
+            "the process id survives a restart"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
