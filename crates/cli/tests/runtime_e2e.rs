@@ -17,7 +17,7 @@ mod harness;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use harness::{now_ms, serial, Cluster, Instance, Producer, PARTITIONS};
+use harness::{now_ms, Cluster, Instance, Producer, PARTITIONS};
 
 const APP: &str = "e2e";
 /// Events per second from the steady producer.
@@ -227,7 +227,6 @@ fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
 
 #[test]
 fn runtime_end_to_end() {
-    let _serial = serial();
     let cluster = Cluster::new(APP);
     let records = state_records();
     let secs = cluster.preload_state(records);

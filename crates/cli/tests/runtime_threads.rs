@@ -5,11 +5,10 @@ mod harness;
 
 use std::time::Duration;
 
-use harness::{now_ms, serial, Cluster, Producer, PARTITIONS};
+use harness::{now_ms, Cluster, Producer, PARTITIONS};
 
 #[test]
 fn two_threaded_instances_scale_out_and_drain_without_losing_or_repeating_events() {
-    let _serial = serial();
     let cluster = Cluster::new("threads");
     let mut producer = Producer::start(&cluster.broker.addr, "t-", 400, 40);
     let args = ["--threads", "2"];

@@ -163,6 +163,17 @@ impl<'a> Reader<'a> {
     ) -> Result<usize, DecodeError> {
         let at = self.pos;
         let n = self.i32(field)?;
+        self.checked_len(field, at, n, min_entry_bytes)
+    }
+
+    /// A declared length `n` (read at `at`), checked against what remains.
+    fn checked_len(
+        &self,
+        field: &'static str,
+        at: usize,
+        n: i32,
+        min_entry_bytes: usize,
+    ) -> Result<usize, DecodeError> {
         if n < 0 {
             return Err(self.error(field, at, format!("length {n} is negative")));
         }
@@ -193,17 +204,8 @@ impl<'a> Reader<'a> {
         if n == -1 {
             return Ok(None);
         }
-        if n < 0 || n as usize > self.remaining() {
-            return Err(self.error(
-                field,
-                at,
-                format!(
-                    "length {n} exceeds the {} bytes that remain",
-                    self.remaining()
-                ),
-            ));
-        }
-        self.take(field, n as usize).map(Some)
+        let n = self.checked_len(field, at, n, 1)?;
+        self.take(field, n).map(Some)
     }
 
     /// `bytes` holding UTF-8 text.

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use baton_assignor::TaskId;
-use baton_runtime::restore::INGEST_RECORDS;
+use baton_runtime::catchup::INGEST_RECORDS;
 use baton_runtime::store::Write;
 use baton_runtime::TaskStore;
 

@@ -2,10 +2,12 @@
 //! by changelog topics, and hand tasks over only once their new owner has caught up.
 //!
 //! The layers, from pure to imperative: [`topology`] (what the application does, no I/O),
-//! [`store`] (one persistent store per task and store), [`task`] (one task's steps),
+//! [`store`] (one persistent store per task and store), [`catchup`] (a store following its
+//! changelog), [`task`] (one task's steps),
 //! [`thread`] (a group member driving its tasks), [`instance`] (threads, drain, cleanup,
 //! metrics).
 
+pub mod catchup;
 pub mod cleanup;
 pub mod config;
 pub mod context;

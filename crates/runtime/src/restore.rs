@@ -1,13 +1,13 @@
-//! Restoring a store from its changelog: from the store's checkpoint to the end of the log,
-//! one atomic batch per fetched chunk, so an interrupted restore resumes where it stopped.
+//! Restoring one store from its changelog, from its checkpoint to a given end, outside any
+//! instance: for tools and the restore benchmark. It runs the runtime's own catch-up
+//! ([`Catchup`]), with the next fetch in flight while a chunk is loaded.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use baton_kafka::Client;
 
-use bytes::Bytes;
-
+use crate::catchup::Catchup;
 use crate::store::{StoreError, TaskStore};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,12 +29,6 @@ pub enum RestoreError {
         offset: i64,
         end: i64,
     },
-    #[error("changelog {topic}-{partition}: record at offset {offset} has no key")]
-    NoKey {
-        topic: String,
-        partition: i32,
-        offset: i64,
-    },
 }
 
 /// Fetches in a row that may return nothing below the end before the restore gives up.
@@ -48,10 +42,6 @@ pub struct RestoreStats {
     pub records: u64,
     pub seconds: f64,
 }
-
-/// Records gathered before one bulk load into the store. Larger loads mean fewer tables for
-/// the LSM to compact later; this many small records is about 30 MB.
-pub const INGEST_RECORDS: usize = 500_000;
 
 /// Applies the changelog `topic`-`partition` to `store` from its checkpoint up to `end`
 /// (exclusive), fetching at most `max_bytes` at a time. The next fetch is in flight while a
@@ -67,7 +57,6 @@ pub async fn restore(
 ) -> Result<RestoreStats, RestoreError> {
     let start = Instant::now();
     let from = store.checkpoint()?.unwrap_or(0);
-    let mut next = from;
     let mut records = 0u64;
     let kafka = |source| RestoreError::Kafka {
         topic: topic.to_owned(),
@@ -82,53 +71,48 @@ pub async fn restore(
                 .await
         })
     };
-    let mut buffer: Vec<(Bytes, Option<Bytes>)> = Vec::new();
+    let mut catchup = Catchup::new(from);
     let mut idle_rounds = 0;
-    let mut inflight = (next < end).then(|| spawn_fetch(next));
+    let mut inflight = (from < end).then(|| spawn_fetch(from));
     while let Some(handle) = inflight.take() {
         let fetched = handle
             .await
             .map_err(|e| kafka(baton_kafka::Error::Protocol(format!("fetch task: {e}"))))?
             .map_err(kafka)?;
-        let mut reached = next;
-        let before = buffer.len();
-        for r in fetched.records.iter().take_while(|r| r.offset < end) {
-            let key = r.key.as_ref().ok_or(RestoreError::NoKey {
-                topic: topic.to_owned(),
-                partition,
-                offset: r.offset,
-            })?;
-            buffer.push((key.clone(), r.value.clone()));
-            reached = r.offset + 1;
-        }
-        // Batches whose records were compacted away or are control records still end somewhere.
-        reached = reached.max(fetched.next_offset.unwrap_or(next).min(end));
-        if reached <= next {
+        let at = catchup.fetch_from();
+        let reached = catchup.reach(&fetched, end);
+        if reached <= at {
             idle_rounds += 1;
             if idle_rounds > MAX_IDLE_ROUNDS {
                 return Err(RestoreError::Stuck {
                     topic: topic.to_owned(),
                     partition,
-                    offset: next,
+                    offset: at,
                     end,
                 });
             }
-            inflight = Some(spawn_fetch(next));
+            inflight = Some(spawn_fetch(at));
             continue;
         }
         idle_rounds = 0;
-        records += (buffer.len() - before) as u64;
-        next = reached;
-        if next < end {
-            inflight = Some(spawn_fetch(next));
+        if reached < end {
+            // In flight while the store loads this chunk.
+            inflight = Some(spawn_fetch(reached));
         }
-        if buffer.len() >= INGEST_RECORDS || next >= end {
-            store.ingest(std::mem::take(&mut buffer), next)?;
+        let absorbed = catchup.absorb(store, fetched, end)?;
+        records += absorbed.applied;
+        if absorbed.skipped > 0 {
+            tracing::warn!(
+                topic,
+                partition,
+                records = absorbed.skipped,
+                "skipped changelog records without a key"
+            );
         }
     }
     // Records up to `end` may have been compacted away: the store has everything there is.
     // This last commit is durable, and makes every lazy one before it durable too.
-    next = next.max(end);
+    let next = catchup.position().max(end);
     store.apply(&[], Some(next))?;
     Ok(RestoreStats {
         from_offset: from,

@@ -98,10 +98,6 @@ impl Status {
         self.inner().held.contains_key(&task)
     }
 
-    pub fn held(&self) -> BTreeMap<TaskId, TaskStatus> {
-        self.inner().held.clone()
-    }
-
     pub fn set_checkpoint(&self, task: TaskId, offset_sum: i64) {
         self.inner().checkpoints.insert(task, offset_sum);
     }

@@ -17,10 +17,10 @@ use baton_kafka::records::{FetchWant, Fetched, KeyValue};
 use baton_kafka::Client;
 use bytes::Bytes;
 
+use crate::catchup::{next_position, Catchup};
 use crate::context::Context;
 use crate::error::{kafka, Result};
 use crate::partitioner::partition_for;
-use crate::restore::INGEST_RECORDS;
 use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{StoreError, TaskStore, Write};
 use crate::topology::Stores;
@@ -36,12 +36,8 @@ struct StoreSlot {
     name: String,
     changelog: String,
     store: TaskStore,
-    /// The next changelog offset to apply: the store's checkpoint.
-    position: i64,
-    /// The next changelog offset to fetch: ahead of `position` by what `buffer` holds.
-    fetched_to: i64,
-    /// Changelog records fetched but not yet in the store, gathered for one bulk load.
-    buffer: Vec<(Bytes, Option<Bytes>)>,
+    /// Where the store stands in its changelog.
+    catchup: Catchup,
     /// The changelog's end as last seen.
     end: i64,
 }
@@ -95,9 +91,7 @@ impl Task {
                 name: name.to_owned(),
                 changelog: ctx.topology.changelog_topic(name),
                 store,
-                position,
-                fetched_to: position,
-                buffer: Vec::new(),
+                catchup: Catchup::new(position),
                 end: position,
             });
         }
@@ -165,14 +159,14 @@ impl Task {
     }
 
     fn offset_sum(&self) -> i64 {
-        self.stores.iter().map(|s| s.position).sum()
+        self.stores.iter().map(|s| s.catchup.position()).sum()
     }
 
     /// Changelog records behind the last seen end.
     pub fn lag(&self) -> u64 {
         self.stores
             .iter()
-            .map(|s| (s.end - s.position).max(0) as u64)
+            .map(|s| (s.end - s.catchup.position()).max(0) as u64)
             .sum()
     }
 
@@ -188,7 +182,7 @@ impl Task {
                 .map(|s| FetchWant {
                     topic: s.changelog.clone(),
                     partition,
-                    offset: s.fetched_to,
+                    offset: s.catchup.fetch_from(),
                     max_bytes: ctx.cfg.restore_fetch_bytes,
                 })
                 .collect(),
@@ -237,39 +231,10 @@ impl Task {
                 continue; // the broker left this partition out of its answer
             }
             slot.end = fetched.high_watermark;
-            let mut writes: Vec<(Bytes, Option<Bytes>)> = Vec::with_capacity(fetched.records.len());
-            let mut next = slot.fetched_to;
-            for r in fetched.records {
-                next = r.offset + 1;
-                let Some(key) = r.key else {
-                    tracing::warn!(task = %self.id, changelog = %slot.changelog, offset = r.offset, "skipping a changelog record without a key");
-                    continue;
-                };
-                writes.push((key, r.value));
-            }
-            // Past control records too, which carry offsets but no data.
-            next = next.max(fetched.next_offset.unwrap_or(next));
-            if next <= slot.fetched_to {
-                continue;
-            }
-            slot.fetched_to = next;
-            if slot.buffer.is_empty() && next >= slot.end {
-                // Caught up: a standby's small chunk goes straight in.
-                records += writes.len() as u64;
-                let writes: Vec<Write> = writes
-                    .into_iter()
-                    .map(|(k, v)| (k.to_vec(), v.map(|v| v.to_vec())))
-                    .collect();
-                slot.store.apply_lazily(&writes, Some(next))?;
-                slot.position = next;
-            } else {
-                // Far behind: gather, then bulk-load, which is several times faster.
-                slot.buffer.extend(writes);
-                if slot.buffer.len() >= INGEST_RECORDS || next >= slot.end {
-                    records += slot.buffer.len() as u64;
-                    slot.store.ingest(std::mem::take(&mut slot.buffer), next)?;
-                    slot.position = next;
-                }
+            let absorbed = slot.catchup.absorb(&slot.store, fetched, slot.end)?;
+            records += absorbed.applied;
+            if absorbed.skipped > 0 {
+                tracing::warn!(task = %self.id, changelog = %slot.changelog, records = absorbed.skipped, "skipped changelog records without a key");
             }
         }
         let lag = self.lag();
@@ -375,12 +340,7 @@ impl Task {
             let Some(fetched) = fetched.remove(&(source.topic.clone(), partition)) else {
                 continue;
             };
-            // Past control records too, which carry offsets but no data.
-            let next = fetched
-                .records
-                .last()
-                .map_or(source.position, |r| r.offset + 1)
-                .max(fetched.next_offset.unwrap_or(source.position));
+            let next = next_position(&fetched, source.position, i64::MAX);
             if next <= source.position {
                 continue;
             }
@@ -442,8 +402,7 @@ impl Task {
         for (idx, writes, next) in applied {
             let slot = &mut self.stores[idx];
             slot.store.apply_lazily(&writes, Some(next))?;
-            slot.position = next;
-            slot.fetched_to = next;
+            slot.catchup.advance_to(next);
             slot.end = next;
         }
         // Only now, with changelog and sink acknowledged, may the positions be committed.

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -449,14 +449,4 @@ impl Drop for Producer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
     }
-}
-
-/// Keeps the heavy end-to-end tests from running at once on a 2-core machine.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub fn path_exists(p: &Path) -> bool {
-    p.exists()
 }

@@ -1,0 +1,193 @@
+//! A store catching up with its changelog, one fetched chunk at a time. Shared by a task's
+//! restore and tailing and by the standalone [`crate::restore()`], so the restore benchmark
+//! measures the path the runtime runs.
+//!
+//! A store near the end applies each chunk as a batch. A store far behind gathers chunks and
+//! bulk-loads them ([`TaskStore::ingest`]), which is faster; only then does its checkpoint move.
+
+use baton_kafka::records::Fetched;
+use bytes::Bytes;
+
+use crate::store::{StoreError, TaskStore, Write};
+
+/// Records gathered before one bulk load into the store. Larger loads mean fewer tables for
+/// the LSM to compact later; this many small records is about 30 MB.
+pub const INGEST_RECORDS: usize = 500_000;
+
+#[derive(Debug)]
+pub struct Catchup {
+    /// The next changelog offset in the store: its checkpoint.
+    position: i64,
+    /// The next changelog offset to fetch: ahead of `position` by what `buffer` holds.
+    fetched_to: i64,
+    /// Records fetched but not yet in the store, gathered for one bulk load.
+    buffer: Vec<(Bytes, Option<Bytes>)>,
+}
+
+/// What one chunk did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Absorbed {
+    /// The chunk moved the fetch position (it was not empty).
+    pub progressed: bool,
+    /// Records that went into the store.
+    pub applied: u64,
+    /// Records without a key, which no store can hold: skipped.
+    pub skipped: u64,
+}
+
+impl Catchup {
+    /// Starting from the store's checkpoint.
+    pub fn new(position: i64) -> Catchup {
+        Catchup {
+            position,
+            fetched_to: position,
+            buffer: Vec::new(),
+        }
+    }
+
+    pub fn position(&self) -> i64 {
+        self.position
+    }
+
+    /// Where the next fetch starts.
+    pub fn fetch_from(&self) -> i64 {
+        self.fetched_to
+    }
+
+    /// Where the fetch position moves with `fetched` (see [`next_position`]).
+    pub fn reach(&self, fetched: &Fetched, end: i64) -> i64 {
+        next_position(fetched, self.fetched_to, end)
+    }
+
+    /// Takes the records of `fetched` below `end` into `store`, now or in a later bulk load.
+    /// Everything fetched is in the store once the fetch position reaches `end`.
+    pub fn absorb(
+        &mut self,
+        store: &TaskStore,
+        fetched: Fetched,
+        end: i64,
+    ) -> Result<Absorbed, StoreError> {
+        let mut out = Absorbed::default();
+        let next = self.reach(&fetched, end);
+        if next <= self.fetched_to {
+            return Ok(out);
+        }
+        out.progressed = true;
+        self.fetched_to = next;
+        let mut writes: Vec<(Bytes, Option<Bytes>)> = Vec::with_capacity(fetched.records.len());
+        for r in fetched.records.into_iter().take_while(|r| r.offset < end) {
+            match r.key {
+                Some(key) => writes.push((key, r.value)),
+                None => out.skipped += 1,
+            }
+        }
+        if self.buffer.is_empty() && next >= end {
+            // Caught up: a small chunk goes straight in.
+            out.applied = writes.len() as u64;
+            let writes: Vec<Write> = writes
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), v.map(|v| v.to_vec())))
+                .collect();
+            store.apply_lazily(&writes, Some(next))?;
+            self.position = next;
+        } else {
+            self.buffer.extend(writes);
+            if self.buffer.len() >= INGEST_RECORDS || next >= end {
+                out.applied = self.buffer.len() as u64;
+                store.ingest(std::mem::take(&mut self.buffer), next)?;
+                self.position = next;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The store has taken writes of its own up to `next` (an active's processing).
+    pub fn advance_to(&mut self, next: i64) {
+        debug_assert!(self.buffer.is_empty(), "an active has nothing left to load");
+        self.position = next;
+        self.fetched_to = next;
+    }
+}
+
+/// Where a reader at `from` stands after `fetched`: past its last record below `end`, and past
+/// control records and compacted-away records, which end batches but carry no data. Never
+/// behind `from`.
+pub fn next_position(fetched: &Fetched, from: i64, end: i64) -> i64 {
+    fetched
+        .records
+        .iter()
+        .take_while(|r| r.offset < end)
+        .last()
+        .map_or(from, |r| r.offset + 1)
+        .max(fetched.next_offset.unwrap_or(from).min(end))
+        .max(from)
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_assignor::TaskId;
+    use baton_kafka::records::Record;
+
+    use super::*;
+
+    fn fetched(offsets: &[i64], next_offset: Option<i64>) -> Fetched {
+        Fetched {
+            records: offsets
+                .iter()
+                .map(|&o| Record {
+                    offset: o,
+                    timestamp: 0,
+                    key: (o != 3).then(|| Bytes::from(format!("k{o}"))),
+                    value: Some(Bytes::from(format!("v{o}"))),
+                })
+                .collect(),
+            high_watermark: 100,
+            next_offset,
+        }
+    }
+
+    #[test]
+    fn positions_move_past_records_control_batches_and_stop_at_the_end() {
+        let f = fetched(&[5, 6], Some(9));
+        assert_eq!(
+            next_position(&f, 5, i64::MAX),
+            9,
+            "control records end at 8"
+        );
+        assert_eq!(next_position(&f, 5, 6), 6, "nothing at or past the end");
+        assert_eq!(
+            next_position(&fetched(&[], None), 7, 100),
+            7,
+            "never behind"
+        );
+    }
+
+    #[test]
+    fn a_store_far_behind_loads_in_bulk_and_one_near_the_end_applies_at_once() {
+        let dir = std::env::temp_dir().join(format!("baton-catchup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let mut c = Catchup::new(0);
+        // Far behind: gathered, not yet in the store, checkpoint unmoved.
+        let a = c.absorb(&store, fetched(&[0, 1, 2, 3], None), 10).unwrap();
+        assert_eq!((a.progressed, a.applied, a.skipped), (true, 0, 1));
+        assert_eq!((c.position(), c.fetch_from()), (0, 4));
+        assert_eq!(store.get(b"k0").unwrap(), None);
+        // Reaching the end loads everything gathered.
+        let a = c
+            .absorb(&store, fetched(&[4, 5, 6, 7, 8, 9], None), 10)
+            .unwrap();
+        assert_eq!(a.applied, 9);
+        assert_eq!(c.position(), 10);
+        assert_eq!(store.get(b"k0").unwrap(), Some(b"v0".to_vec()));
+        assert_eq!(store.checkpoint().unwrap(), Some(10));
+        // At the end: each chunk goes straight in.
+        let a = c.absorb(&store, fetched(&[10], None), 11).unwrap();
+        assert_eq!((a.applied, c.position()), (1, 11));
+        assert_eq!(store.get(b"k10").unwrap(), Some(b"v10".to_vec()));
+        // An empty answer changes nothing.
+        assert!(!c.absorb(&store, fetched(&[], None), 11).unwrap().progressed);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
