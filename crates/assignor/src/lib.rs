@@ -1,13 +1,13 @@
 //! Baton's assignor: cluster state in, assignment out. Pure and deterministic, no I/O.
 //!
 //! ```
-//! use baton_assignor::{assignor_by_name, input::parse_cluster_json};
+//! use baton_assignor::{input::parse_cluster_json, AssignorKind};
 //!
 //! let cluster = parse_cluster_json(r#"{
 //!   "tasks": [{"id": "0_0", "stateful": true, "end_offset_sum": 100}],
 //!   "clients": [{"id": "a"}, {"id": "b"}]
 //! }"#).unwrap();
-//! let assignment = assignor_by_name("high-availability").unwrap().assign(&cluster);
+//! let assignment = AssignorKind::HighAvailability.assignor().assign(&cluster);
 //! assert!(!assignment.followup_rebalance);
 //! ```
 
@@ -18,6 +18,7 @@ pub mod config;
 pub mod high_availability;
 pub mod input;
 pub mod kafka;
+mod kind;
 mod load;
 pub mod model;
 pub mod output;
@@ -28,6 +29,7 @@ pub use cluster::{ClientSpec, Cluster, ClusterState, InputError, TaskSpec};
 pub use config::AssignmentConfig;
 pub use high_availability::HighAvailabilityAssignor;
 pub use kafka::KafkaAssignor;
+pub use kind::{AssignorKind, UnknownAssignor};
 pub use model::{ClientId, Lag, Role, TaskId};
 pub use sticky::StickyAssignor;
 
@@ -37,17 +39,4 @@ pub trait TaskAssignor: Send + Sync {
     fn name(&self) -> &'static str;
     /// Assigns every task. The same cluster gives the same assignment, always.
     fn assign(&self, cluster: &Cluster) -> Assignment;
-}
-
-/// The names accepted by [`assignor_by_name`], default first.
-pub const ASSIGNOR_NAMES: [&str; 3] = ["high-availability", "kafka", "sticky"];
-
-/// Looks an assignor up by its `--assignor` name.
-pub fn assignor_by_name(name: &str) -> Option<Box<dyn TaskAssignor>> {
-    match name {
-        "high-availability" => Some(Box::new(HighAvailabilityAssignor)),
-        "kafka" => Some(Box::new(KafkaAssignor)),
-        "sticky" => Some(Box::new(StickyAssignor)),
-        _ => None,
-    }
 }

@@ -5,8 +5,7 @@
 mod common;
 
 use baton_assignor::{
-    assignor_by_name, ClientId, ClusterState, HighAvailabilityAssignor, TaskAssignor, TaskId,
-    TaskSpec,
+    AssignorKind, ClientId, ClusterState, HighAvailabilityAssignor, TaskAssignor, TaskId, TaskSpec,
 };
 use common::*;
 
@@ -208,7 +207,7 @@ fn high_availability_converges_to_balance_with_mixed_threads() {
 #[test]
 fn kafka_converges_to_balance() {
     run_random(
-        assignor_by_name("kafka").unwrap().as_ref(),
+        AssignorKind::Kafka.assignor().as_ref(),
         0..300,
         false,
         false,
@@ -230,7 +229,7 @@ fn add_node_and_drop_node_cases() {
     };
     for assignor in [
         &HighAvailabilityAssignor as &dyn TaskAssignor,
-        assignor_by_name("kafka").unwrap().as_ref(),
+        AssignorKind::Kafka.assignor().as_ref(),
     ] {
         let ours = assignor.name() == "high-availability";
         let state = ClusterState {

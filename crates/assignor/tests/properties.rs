@@ -4,16 +4,16 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use baton_assignor::{assignor_by_name, Cluster, ClusterState, Role, ASSIGNOR_NAMES};
+use baton_assignor::{AssignorKind, Cluster, ClusterState, Role};
 use common::*;
 use proptest::prelude::*;
 
-fn check(name: &str, state: &ClusterState) -> Result<(), TestCaseError> {
+fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> {
     let cluster = Cluster::new(state.clone()).unwrap();
-    let a = assignor_by_name(name).unwrap().assign(&cluster);
+    let a = name.assignor().assign(&cluster);
     let cfg = &state.config;
     let all_leaving = state.clients.iter().all(|c| c.leaving);
-    let eligible = if name == "high-availability" && !all_leaving {
+    let eligible = if name == AssignorKind::HighAvailability && !all_leaving {
         state.clients.iter().filter(|c| !c.leaving).count()
     } else {
         state.clients.len()
@@ -59,13 +59,13 @@ fn check(name: &str, state: &ClusterState) -> Result<(), TestCaseError> {
         name,
         warmups
     );
-    if name == "sticky" {
+    if name == AssignorKind::Sticky {
         prop_assert_eq!(warmups, 0);
         prop_assert!(!a.followup_rebalance);
     }
     prop_assert_eq!(a.probe_after_ms.is_some(), a.followup_rebalance);
 
-    if name == "high-availability" {
+    if name == AssignorKind::HighAvailability {
         prop_assert_eq!(a.followup_rebalance, !a.pending.is_empty());
         // Available: a stateful active runs on a caught-up client whenever one exists.
         for (ti, task) in cluster.tasks.iter().enumerate() {
@@ -126,7 +126,7 @@ proptest! {
 
     #[test]
     fn every_assignor_keeps_the_invariants(state in arb_state()) {
-        for name in ASSIGNOR_NAMES {
+        for name in AssignorKind::ALL {
             check(name, &state)?;
         }
     }
@@ -141,8 +141,8 @@ proptest! {
         for i in (1..shuffled.tasks.len()).rev() {
             shuffled.tasks.swap(i, rng.below(i as u64 + 1) as usize);
         }
-        for name in ASSIGNOR_NAMES {
-            let assignor = assignor_by_name(name).unwrap();
+        for name in AssignorKind::ALL {
+            let assignor = name.assignor();
             let a = assignor.assign(&Cluster::new(state.clone()).unwrap());
             let b = assignor.assign(&Cluster::new(shuffled.clone()).unwrap());
             prop_assert_eq!(
@@ -161,15 +161,12 @@ fn identical_input_gives_byte_identical_output() {
         "/../../examples/scale-out.json"
     ))
     .unwrap();
-    for name in ASSIGNOR_NAMES {
+    for name in AssignorKind::ALL {
         let outputs: BTreeMap<String, ()> = (0..5)
             .map(|_| {
                 let c = baton_assignor::input::parse_cluster_json(&text).unwrap();
                 (
-                    baton_assignor::output::to_json(
-                        &assignor_by_name(name).unwrap().assign(&c),
-                        false,
-                    ),
+                    baton_assignor::output::to_json(&name.assignor().assign(&c), false),
                     (),
                 )
             })

@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use baton_assignor::{assignor_by_name, input::parse_cluster_json, output, ASSIGNOR_NAMES};
+use baton_assignor::{input::parse_cluster_json, output, AssignorKind};
 use clap::{Args, ValueEnum};
 
 use crate::{table, Failure};
@@ -14,8 +14,8 @@ pub struct AssignArgs {
     #[arg(default_value = "-")]
     input: PathBuf,
     /// Which assignor to run.
-    #[arg(long, default_value = "high-availability", value_parser = clap::builder::PossibleValuesParser::new(ASSIGNOR_NAMES))]
-    assignor: String,
+    #[arg(long, value_enum, default_value_t = AssignorKind::HighAvailability)]
+    assignor: AssignorKind,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Json)]
     format: Format,
@@ -43,7 +43,7 @@ pub fn read_input(path: &PathBuf) -> Result<String, Failure> {
 pub fn run(args: AssignArgs) -> Result<(), Failure> {
     let text = read_input(&args.input)?;
     let cluster = parse_cluster_json(&text).map_err(|e| Failure::bad_input(e.to_string()))?;
-    let assignor = assignor_by_name(&args.assignor).expect("clap checked the name");
+    let assignor = args.assignor.assignor();
     let assignment = assignor.assign(&cluster);
     match args.format {
         Format::Json => println!("{}", output::to_json(&assignment, false)),

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_assignor::AssignmentConfig;
+use baton_assignor::{AssignmentConfig, AssignorKind};
 use baton_runtime::{count_per_key, Exit, RuntimeConfig};
 use clap::Args;
 
@@ -35,8 +35,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     threads: u32,
     /// high-availability (warm-ups), kafka, or sticky (the pre-KIP-441 baseline).
-    #[arg(long, default_value = "high-availability")]
-    assignor: String,
+    #[arg(long, value_enum, default_value_t = AssignorKind::HighAvailability)]
+    assignor: AssignorKind,
     /// acceptable.recovery.lag: records a copy may be behind and still count as caught up.
     #[arg(long, default_value_t = 10_000)]
     acceptable_recovery_lag: u64,

@@ -51,7 +51,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             vec![args
                 .assignor
                 .clone()
-                .unwrap_or_else(|| scenario.assignor.name.clone())]
+                .unwrap_or_else(|| scenario.assignor.name.to_string())]
         };
         let mut reports = Vec::new();
         for spec in &specs {

@@ -55,6 +55,8 @@ pub struct Client {
     backoff: Backoff,
     conns: Mutex<BTreeMap<String, Arc<Mutex<Connection>>>>,
     brokers: Mutex<BTreeMap<i32, String>>,
+    /// Each request's deadline, in milliseconds.
+    request_timeout_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Client {
@@ -65,7 +67,25 @@ impl Client {
             backoff: Backoff::default(),
             conns: Mutex::new(BTreeMap::new()),
             brokers: Mutex::new(BTreeMap::new()),
+            request_timeout_ms: std::sync::atomic::AtomicU64::new(
+                crate::connection::DEFAULT_REQUEST_TIMEOUT.as_millis() as u64,
+            ),
         })
+    }
+
+    /// The deadline of every request on connections opened from now on.
+    pub fn set_request_timeout(&self, timeout: Duration) {
+        self.request_timeout_ms.store(
+            timeout.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(
+            self.request_timeout_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     async fn conn(&self, addr: &str) -> Result<Arc<Mutex<Connection>>> {
@@ -73,9 +93,9 @@ impl Client {
         if let Some(c) = conns.get(addr) {
             return Ok(c.clone());
         }
-        let c = Arc::new(Mutex::new(
-            Connection::connect(addr, &self.client_id).await?,
-        ));
+        let mut conn = Connection::connect(addr, &self.client_id).await?;
+        conn.set_timeout(self.request_timeout());
+        let c = Arc::new(Mutex::new(conn));
         conns.insert(addr.to_owned(), c.clone());
         Ok(c)
     }
@@ -89,7 +109,7 @@ impl Client {
     pub async fn send_to<R: Request>(&self, addr: &str, req: &R) -> Result<R::Response> {
         let conn = self.conn(addr).await?;
         let result = conn.lock().await.send(req).await;
-        if let Err(Error::Io { .. }) = &result {
+        if let Err(Error::Io { .. } | Error::Timeout(_)) = &result {
             self.drop_conn(addr).await;
         }
         result
@@ -112,7 +132,7 @@ impl Client {
     ) -> Result<R::Response> {
         let conn = self.conn(addr).await?;
         let result = conn.lock().await.send_capped(req, cap).await;
-        if let Err(Error::Io { .. }) = &result {
+        if let Err(Error::Io { .. } | Error::Timeout(_)) = &result {
             self.drop_conn(addr).await;
         }
         result

@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 /// Frames larger than this are refused: a corrupt length must not allocate gigabytes.
 const MAX_FRAME: usize = 128 * 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request's deadline unless the owner sets another.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Connection {
     addr: String,
@@ -22,6 +24,8 @@ pub struct Connection {
     correlation_id: i32,
     /// Broker's supported `(min, max)` per API key.
     versions: BTreeMap<i16, (i16, i16)>,
+    /// How long one request may take, answer included.
+    timeout: Duration,
 }
 
 impl Connection {
@@ -41,6 +45,7 @@ impl Connection {
             client_id: client_id.to_owned(),
             correlation_id: 0,
             versions: BTreeMap::new(),
+            timeout: CONNECT_TIMEOUT,
         };
         // Version 0 is understood by every broker; it lists what the broker supports.
         let resp = conn.send_at(&ApiVersionsRequest::default(), 0).await?;
@@ -50,7 +55,14 @@ impl Connection {
             .iter()
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
             .collect();
+        conn.timeout = DEFAULT_REQUEST_TIMEOUT;
         Ok(conn)
+    }
+
+    /// Every later request fails with [`Error::Timeout`] past `timeout`; the connection is
+    /// then unusable (a late answer would be misread) and must be dropped.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
     }
 
     pub fn addr(&self) -> &str {
@@ -94,6 +106,13 @@ impl Connection {
     }
 
     async fn send_at<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        let timeout = self.timeout;
+        tokio::time::timeout(timeout, self.exchange(req, version))
+            .await
+            .map_err(|_| Error::Timeout(timeout))?
+    }
+
+    async fn exchange<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
         let api = api_key(R::KEY);
         let codec = |e: anyhow::Error| Error::Codec {
             api,

@@ -3,12 +3,14 @@
 //! decodes every subscription, fetches changelog end offsets, runs the assignor and hands each
 //! member its `AssignmentInfo`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use baton_assignor::{assignor_by_name, AssignmentConfig, Cluster, TaskId};
-use baton_protocol::bridge::{cluster_state, member_assignments, Member, Topology};
-use baton_protocol::consumer::{ConsumerAssignment, ConsumerSubscription};
+use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
+use baton_protocol::bridge::Topology;
+use baton_protocol::consumer::ConsumerSubscription;
+use baton_protocol::leader::{self, JoinedMember, LeaderInput};
 use baton_protocol::{
     AssignmentInfo, ClientTag, SubscriptionInfo, TaskOffsetSum, TopicPartition, BATON_VERSION,
     TAG_LEAVING, TAG_WARMUPS,
@@ -46,8 +48,11 @@ pub struct MemberConfig {
     /// `host:port` for interactive queries, or empty.
     pub user_endpoint: String,
     pub topology: Topology,
-    pub assignor: String,
+    pub assignor: AssignorKind,
     pub assignment_config: AssignmentConfig,
+    /// The group's metadata (all subscriptions and assignments) must fit in this many bytes:
+    /// the broker's `message.max.bytes` for `__consumer_offsets`.
+    pub metadata_limit: usize,
 }
 
 /// What one rebalance gave this member.
@@ -96,7 +101,14 @@ impl GroupMember {
     async fn coordinator(&mut self) -> Result<&mut Connection> {
         if self.coordinator.is_none() {
             let addr = self.client.find_coordinator(&self.cfg.group_id).await?;
-            self.coordinator = Some(Connection::connect(&addr, &self.cfg.client_id).await?);
+            let mut conn = Connection::connect(&addr, &self.cfg.client_id).await?;
+            // The coordinator holds a JoinGroup until every member has joined, for up to the
+            // rebalance timeout.
+            conn.set_timeout(
+                Duration::from_millis(self.cfg.rebalance_timeout_ms.max(0) as u64)
+                    + Duration::from_secs(5),
+            );
+            self.coordinator = Some(conn);
         }
         Ok(self.coordinator.as_mut().expect("just connected"))
     }
@@ -137,6 +149,12 @@ impl GroupMember {
     /// The warm-ups this member runs; reported in the next subscription.
     pub fn set_warmups(&mut self, warmups: Vec<TaskId>) {
         self.warmups = warmups;
+    }
+
+    /// The partitions this member still owns (its running actives), reported in the next
+    /// subscription so the leader holds them back from anyone else until they are released.
+    pub fn set_owned(&mut self, owned: Vec<TopicPartition>) {
+        self.owned = owned;
     }
 
     fn subscription(&mut self) -> Bytes {
@@ -360,24 +378,9 @@ impl GroupMember {
         Ok(())
     }
 
-    /// The leader's work: every member's assignment. A member whose metadata cannot be decoded
-    /// is skipped with an error in the log; it gets an empty assignment and everyone else
-    /// still gets theirs.
+    /// The leader's work: the changelog end offsets (the only I/O), then the pure
+    /// [`leader::lead`] for every member's assignment.
     async fn lead(&self, joined: &[JoinGroupResponseMember]) -> Vec<SyncGroupRequestAssignment> {
-        let mut members = Vec::new();
-        for m in joined {
-            let id = m.member_id.to_string();
-            match decode_subscription(&m.metadata) {
-                Ok((subscription, owned_partitions)) => members.push(Member {
-                    member_id: id,
-                    subscription,
-                    owned_partitions,
-                }),
-                Err(e) => {
-                    tracing::error!(member = %id, error = %e, "skipping a member whose subscription cannot be decoded")
-                }
-            }
-        }
         let topology = &self.cfg.topology;
         let changelogs: Vec<(String, i32)> = topology
             .subtopologies
@@ -388,70 +391,55 @@ impl GroupMember {
                     .flat_map(move |t| (0..s.partitions as i32).map(move |p| (t.clone(), p)))
             })
             .collect();
-        let (ends, assignor_name) = match self.client.end_offsets(&changelogs).await {
-            Ok(e) => (
-                e.into_iter()
-                    .map(|((topic, partition), o)| (TopicPartition { topic, partition }, o))
-                    .collect(),
-                self.cfg.assignor.as_str(),
-            ),
-            Err(e) => {
-                // Kafka falls back to a sticky assignment that keeps actives in place.
-                tracing::warn!(error = %e, "changelog end offsets unavailable: falling back to the sticky assignor");
-                (
-                    changelogs
-                        .iter()
-                        .map(|(t, p)| {
-                            (
-                                TopicPartition {
-                                    topic: t.clone(),
-                                    partition: *p,
-                                },
-                                0,
-                            )
-                        })
+        let ends: Option<BTreeMap<TopicPartition, i64>> =
+            match self.client.end_offsets(&changelogs).await {
+                Ok(e) => Some(
+                    e.into_iter()
+                        .map(|((topic, partition), o)| (TopicPartition { topic, partition }, o))
                         .collect(),
-                    "sticky",
-                )
-            }
-        };
-        let assignment = match cluster_state(
-            &members,
-            topology,
-            &ends,
-            self.cfg.assignment_config.clone(),
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|s| Cluster::new(s).map_err(|e| e.to_string()))
-        {
-            Ok(cluster) => assignor_by_name(assignor_name)
-                .expect("known assignor")
-                .assign(&cluster),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot build the assignor's input: every member gets nothing this round");
-                return Vec::new();
-            }
-        };
-        for w in &assignment.warnings {
-            tracing::warn!(warning = %w, "assignor");
-        }
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading changelog end offsets");
+                    None
+                }
+            };
+        let members: Vec<JoinedMember> = joined
+            .iter()
+            .map(|m| JoinedMember {
+                member_id: m.member_id.to_string(),
+                metadata: m.metadata.to_vec(),
+            })
+            .collect();
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let per_member =
-            member_assignments(&members, topology, &assignment, &self.member_id, now_ms);
-        joined
-            .iter()
-            .map(|m| {
-                let id = m.member_id.to_string();
-                let bytes = match per_member.get(&id) {
-                    Some(a) => encode_assignment(&a.partitions, &a.info),
-                    None => Bytes::new(),
-                };
+        let out = leader::lead(&LeaderInput {
+            members: &members,
+            topology,
+            end_offsets: ends.as_ref(),
+            config: self.cfg.assignment_config.clone(),
+            assignor: self.cfg.assignor,
+            leader_member_id: &self.member_id,
+            now_ms,
+            metadata_limit: self.cfg.metadata_limit,
+        });
+        for (member, problem) in &out.rejected {
+            tracing::error!(member = %member, problem = %problem, "member gets nothing this round: its subscription is invalid");
+        }
+        for w in &out.warnings {
+            tracing::warn!(warning = %w, "assignor");
+        }
+        if !out.deferred.is_empty() {
+            let tasks: Vec<String> = out.deferred.iter().map(ToString::to_string).collect();
+            tracing::info!(tasks = %tasks.join(","), "actives held back until their owners release them");
+        }
+        out.assignments
+            .into_iter()
+            .map(|(id, bytes)| {
                 SyncGroupRequestAssignment::default()
-                    .with_member_id(m.member_id.clone())
-                    .with_assignment(bytes)
+                    .with_member_id(StrBytes::from_string(id))
+                    .with_assignment(Bytes::from(bytes))
             })
             .collect()
     }
@@ -466,48 +454,9 @@ fn static_id(cfg: &MemberConfig, version: i16, since: i16) -> Option<StrBytes> {
     }
 }
 
-/// A member's JoinGroup metadata: the consumer protocol subscription and, inside it, Streams'.
-pub fn decode_subscription(
-    metadata: &[u8],
-) -> std::result::Result<(SubscriptionInfo, Vec<TopicPartition>), String> {
-    let sub = ConsumerSubscription::decode(metadata).map_err(|e| e.to_string())?;
-    let user_data = sub
-        .user_data
-        .ok_or("consumer protocol subscription: no user data")?;
-    let info = SubscriptionInfo::decode(&user_data).map_err(|e| e.to_string())?;
-    Ok((info, sub.owned_partitions))
-}
-
-fn encode_assignment(partitions: &[TopicPartition], info: &AssignmentInfo) -> Bytes {
-    let user_data = match info.encode() {
-        Ok(b) => Some(b),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot encode an assignment");
-            None
-        }
-    };
-    let a = ConsumerAssignment {
-        partitions: partitions.to_vec(),
-        user_data,
-    };
-    Bytes::from(a.encode().expect("an assignment envelope always encodes"))
-}
-
 /// A member's SyncGroup assignment; empty bytes mean "nothing this round".
 pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, AssignmentInfo)> {
-    if bytes.is_empty() {
-        return Ok((
-            Vec::new(),
-            AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
-        ));
-    }
-    let bad = |m: String| Error::Protocol(format!("assignment: {m}"));
-    let a = ConsumerAssignment::decode(bytes).map_err(|e| bad(e.to_string()))?;
-    let info = match a.user_data {
-        Some(d) => AssignmentInfo::decode(&d).map_err(|e| bad(e.to_string()))?,
-        None => AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
-    };
-    Ok((a.partitions, info))
+    leader::decode_assignment(bytes).map_err(Error::Protocol)
 }
 
 #[cfg(test)]
@@ -522,7 +471,7 @@ mod tests {
             topic: "input".into(),
             partition: 1,
         }];
-        let bytes = encode_assignment(&partitions, &info);
+        let bytes = leader::encode_assignment(&partitions, &info);
         assert_eq!(decode_assignment(&bytes).unwrap(), (partitions, info));
         assert!(
             decode_assignment(&[]).unwrap().0.is_empty(),
@@ -532,6 +481,6 @@ mod tests {
             decode_assignment(b"\x00\x03\x7f\xff\xff\xff").is_err(),
             "garbage is an error, not an allocation"
         );
-        assert!(decode_subscription(b"\x00\x03garbage!!").is_err());
+        assert!(leader::decode_subscription(b"\x00\x03garbage!!").is_err());
     }
 }

@@ -100,7 +100,11 @@ impl ConsumerSubscription {
                 format!("{version} is negative"),
             ));
         }
-        let mut s = ConsumerSubscription::default();
+        // Before version 2 the generation is unknown: -1, as in Kafka.
+        let mut s = ConsumerSubscription {
+            generation_id: -1,
+            ..Default::default()
+        };
         let n = r.count("subscribed topics", 2)?;
         for _ in 0..n {
             s.topics.push(read_string(&mut r, "subscribed topics")?);

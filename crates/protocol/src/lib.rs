@@ -10,6 +10,7 @@ pub mod bridge;
 pub mod codec;
 pub mod consumer;
 mod java_utf;
+pub mod leader;
 pub mod sizing;
 pub mod subscription;
 

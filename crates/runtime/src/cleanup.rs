@@ -1,33 +1,24 @@
-//! State directories: finding the tasks with state on disk at startup, and deleting the ones
-//! unused for `state.cleanup.delay`.
+//! State on disk: finding the tasks with state at startup, and deleting the ones unused for
+//! `state.cleanup.delay`.
 
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use baton_assignor::TaskId;
+use std::time::Duration;
 
 use crate::context::Context;
+use crate::state_dir::now_ms;
 use crate::store::TaskStore;
-use crate::task::LAST_USED_FILE;
 
 /// Records the checkpoint of every task with state under the state directory, so the first
 /// subscription reports it. Directories that are not tasks of this topology are left alone.
 pub fn scan(ctx: &Context) {
-    for (task, _) in task_dirs(&ctx.cfg.state_dir) {
+    for task in ctx.state_dir.tasks() {
         let mut sum = 0i64;
         let mut found = false;
         for store in ctx.topology.stores_of(task.subtopology) {
-            if !ctx
-                .cfg
-                .state_dir
-                .join(task.to_string())
-                .join(store)
-                .is_dir()
-            {
+            if !ctx.state_dir.store_dir(task, store).is_dir() {
                 continue;
             }
-            match TaskStore::open(&ctx.cfg.state_dir, task, store).and_then(|s| s.checkpoint()) {
+            match TaskStore::open(ctx.state_dir.root(), task, store).and_then(|s| s.checkpoint()) {
                 Ok(Some(offset)) => {
                     sum += offset;
                     found = true;
@@ -57,54 +48,31 @@ pub async fn run(ctx: Arc<Context>) {
 
 fn sweep(ctx: &Context, delay: Duration) {
     let now = now_ms();
-    for (task, dir) in task_dirs(&ctx.cfg.state_dir) {
-        if ctx.status.is_held(task) {
+    for task in ctx.state_dir.tasks() {
+        if now.saturating_sub(ctx.state_dir.last_used_ms(task)) < delay.as_millis() {
             continue;
         }
-        let last_used = std::fs::read_to_string(dir.join(LAST_USED_FILE))
-            .ok()
-            .and_then(|s| s.trim().parse::<u128>().ok())
-            .unwrap_or(0);
-        if now.saturating_sub(last_used) < delay.as_millis() {
-            continue;
-        }
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {
-                ctx.status.forget_checkpoint(task);
+        let dir = ctx.state_dir.task_dir(task);
+        // Checked and deleted under the status lock, which a thread takes to hold a task
+        // before opening its stores: no thread can open it in between.
+        let removed = ctx
+            .status
+            .unless_held(task, || std::fs::remove_dir_all(&dir));
+        match removed {
+            Some(Ok(())) => {
                 tracing::info!(task = %task, dir = %dir.display(), "removed state unused for the cleanup delay");
             }
-            Err(e) => tracing::warn!(task = %task, error = %e, "removing unused state"),
+            Some(Err(e)) => tracing::warn!(task = %task, error = %e, "removing unused state"),
+            None => {}
         }
     }
-}
-
-fn task_dirs(state_dir: &Path) -> Vec<(TaskId, std::path::PathBuf)> {
-    let Ok(entries) = std::fs::read_dir(state_dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(TaskId, std::path::PathBuf)> = entries
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| {
-            let task: TaskId = e.file_name().to_str()?.parse().ok()?;
-            Some((task, e.path()))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
+    use baton_assignor::TaskId;
     use baton_kafka::Client;
     use baton_protocol::bridge::Topology as WireTopology;
 
@@ -133,7 +101,7 @@ mod tests {
         let old = now_ms() - 3_600_000;
         for (task, last_used) in [("0_0", old), ("0_1", old), ("0_2", now_ms())] {
             std::fs::create_dir_all(dir.join(task)).unwrap();
-            std::fs::write(dir.join(task).join(LAST_USED_FILE), last_used.to_string()).unwrap();
+            std::fs::write(dir.join(task).join("last-used"), last_used.to_string()).unwrap();
         }
         std::fs::create_dir_all(dir.join("not-a-task")).unwrap();
         ctx.status.hold(

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_assignor::AssignmentConfig;
+use baton_assignor::{AssignmentConfig, AssignorKind};
 
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -17,8 +17,8 @@ pub struct RuntimeConfig {
     pub instance_id: String,
     /// `num.stream.threads`: the instance's capacity.
     pub threads: u32,
-    /// `high-availability` (warm-ups, KIP-441), `kafka` or `sticky` (no warm-ups).
-    pub assignor: String,
+    /// The assignor the group leader runs.
+    pub assignor: AssignorKind,
     /// `acceptable.recovery.lag`, `max.warmup.replicas`, `num.standby.replicas`,
     /// `probing.rebalance.interval.ms`.
     pub assignment: AssignmentConfig,
@@ -49,7 +49,7 @@ impl Default for RuntimeConfig {
             state_dir: PathBuf::from("/tmp/baton"),
             instance_id: String::new(),
             threads: 1,
-            assignor: "high-availability".into(),
+            assignor: AssignorKind::HighAvailability,
             assignment: AssignmentConfig::default(),
             session_timeout: Duration::from_secs(10),
             heartbeat_interval: Duration::from_millis(500),
@@ -64,6 +64,14 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// Each data request's deadline: below the session timeout, so a request that hangs fails
+    /// while the membership can still be saved.
+    pub fn request_timeout(&self) -> Duration {
+        self.session_timeout
+            .saturating_sub(self.heartbeat_interval)
+            .clamp(Duration::from_secs(1), Duration::from_secs(30))
+    }
+
     /// Checks what the types cannot: returns `field: problem`.
     pub fn validate(&self) -> Result<(), String> {
         if self.bootstrap.is_empty() {
@@ -74,9 +82,6 @@ impl RuntimeConfig {
         }
         if !(1..=64).contains(&self.threads) {
             return Err(format!("threads: {} is not in 1..=64", self.threads));
-        }
-        if baton_assignor::assignor_by_name(&self.assignor).is_none() {
-            return Err(format!("assignor: {:?} is not an assignor", self.assignor));
         }
         if self.heartbeat_interval >= self.session_timeout {
             return Err("heartbeat_interval: must be shorter than session_timeout".into());

@@ -9,6 +9,7 @@ use baton_kafka::Client;
 use baton_protocol::bridge::Topology as WireTopology;
 
 use crate::config::RuntimeConfig;
+use crate::state_dir::StateDir;
 use crate::status::Status;
 use crate::topology::Topology;
 
@@ -20,6 +21,7 @@ pub struct Context {
     /// Partition counts of the sink topics.
     pub sink_partitions: BTreeMap<String, u32>,
     pub process_id: uuid::Uuid,
+    pub state_dir: StateDir,
     pub status: Status,
     leaving: AtomicBool,
     leaders: Mutex<BTreeMap<(String, i32), String>>,
@@ -35,6 +37,7 @@ impl Context {
         process_id: uuid::Uuid,
     ) -> Context {
         Context {
+            state_dir: StateDir::new(&cfg.state_dir),
             client,
             cfg,
             topology,

@@ -2,7 +2,6 @@
 //! threads, the drain watcher, the state cleaner and `/metrics` until shut down or drained.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use baton_kafka::client::NewTopic;
@@ -12,15 +11,10 @@ use tokio::sync::watch;
 use crate::config::RuntimeConfig;
 use crate::context::Context;
 use crate::error::{kafka, Result, RuntimeError};
+use crate::state_dir::StateDir;
 use crate::thread::{Exit, StreamThread};
 use crate::topology::{Topology, TopologyError};
 use crate::{cleanup, control, metrics};
-
-/// The file under the state directory that keeps this instance's process id across restarts,
-/// so the assignor recognises the state it left.
-const PROCESS_ID_FILE: &str = "process-id";
-/// The file whose lock marks the state directory as in use.
-const LOCK_FILE: &str = ".lock";
 
 /// Runs `topology` until `shutdown` turns true (then commits, closes and leaves) or until the
 /// instance is drained. Returns how it ended.
@@ -65,14 +59,10 @@ pub async fn run(
         .map_err(kafka("creating changelog and sink topics"))?;
     control::ensure_control_topic(&client, topology.app_id()).await?;
 
-    std::fs::create_dir_all(&cfg.state_dir).map_err(|source| RuntimeError::Io {
-        what: format!("state dir {}", cfg.state_dir.display()),
-        source,
-    })?;
-    // Held until this function returns: a second instance on the same directory is refused
-    // instead of waiting forever for stores this one holds.
-    let _lock = lock_state_dir(&cfg.state_dir)?;
-    let process_id = process_id(&cfg.state_dir)?;
+    let state_dir = StateDir::new(&cfg.state_dir);
+    // Held until this function returns.
+    let _lock = state_dir.lock()?;
+    let process_id = state_dir.process_id()?;
     let metrics_addr = cfg.metrics_addr;
     let threads = cfg.threads;
     let ctx = Arc::new(Context::new(
@@ -155,73 +145,4 @@ async fn partition_counts(client: &Client, topology: &Topology) -> Result<BTreeM
         }
     }
     Ok(out)
-}
-
-/// Locks the state directory for this process (an advisory lock the OS drops on exit, even
-/// after `kill -9`).
-pub fn lock_state_dir(state_dir: &Path) -> Result<std::fs::File> {
-    let path = state_dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|source| RuntimeError::Io {
-            what: format!("lock file {}", path.display()),
-            source,
-        })?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(RuntimeError::Config(format!(
-            "state dir {} is in use by another instance; give each instance its own",
-            state_dir.display()
-        ))),
-        Err(std::fs::TryLockError::Error(source)) => Err(RuntimeError::Io {
-            what: format!("locking {}", path.display()),
-            source,
-        }),
-    }
-}
-
-/// The process id kept under the state directory, created on first use.
-fn process_id(state_dir: &Path) -> Result<uuid::Uuid> {
-    let path = state_dir.join(PROCESS_ID_FILE);
-    let io = |source| RuntimeError::Io {
-        what: format!("process id file {}", path.display()),
-        source,
-    };
-    match std::fs::read_to_string(&path) {
-        Ok(s) => s.trim().parse().map_err(|e| {
-            RuntimeError::Config(format!("{}: not a process id: {e}", path.display()))
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = uuid::Uuid::new_v4();
-            std::fs::write(&path, id.to_string()).map_err(io)?;
-            Ok(id)
-        }
-        Err(e) => Err(io(e)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_state_dir_serves_one_instance_at_a_time() {
-        let dir = std::env::temp_dir().join(format!("baton-lock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let first = lock_state_dir(&dir).unwrap();
-        let err = lock_state_dir(&dir).unwrap_err().to_string();
-        assert!(err.contains("is in use by another instance"), "{err}");
-        drop(first);
-        lock_state_dir(&dir).unwrap();
-        let id = process_id(&dir).unwrap();
-        assert_eq!(
-            process_id(&dir).unwrap(),
-            id,
-            "the process id survives a restart"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

@@ -68,6 +68,8 @@ struct Inner {
     /// Next changelog offset absorbed, summed over stores, for every task with state on disk.
     checkpoints: BTreeMap<TaskId, i64>,
     rebalances: u64,
+    /// By reason: how many, and their total seconds.
+    rebalance_seconds: BTreeMap<String, (u64, f64)>,
     processed_total: BTreeMap<TaskId, u64>,
 }
 
@@ -94,16 +96,33 @@ impl Status {
         self.inner().held.remove(&task);
     }
 
-    pub fn is_held(&self, task: TaskId) -> bool {
-        self.inner().held.contains_key(&task)
+    pub fn get(&self, task: TaskId) -> Option<TaskStatus> {
+        self.inner().held.get(&task).cloned()
+    }
+
+    /// Runs `f` (a deletion of the task's state) while holding the board's lock, unless the
+    /// task is held; a thread marks a task held before opening its stores, so the two never
+    /// overlap. A task whose state is gone no longer reports a checkpoint.
+    pub fn unless_held<T>(&self, task: TaskId, f: impl FnOnce() -> T) -> Option<T> {
+        let mut i = self.inner();
+        if i.held.contains_key(&task) {
+            return None;
+        }
+        let out = f();
+        i.checkpoints.remove(&task);
+        Some(out)
+    }
+
+    /// A rebalance this instance took part in, its reason and how long it took.
+    pub fn observe_rebalance(&self, reason: &str, seconds: f64) {
+        let mut i = self.inner();
+        let e = i.rebalance_seconds.entry(reason.to_owned()).or_default();
+        e.0 += 1;
+        e.1 += seconds;
     }
 
     pub fn set_checkpoint(&self, task: TaskId, offset_sum: i64) {
         self.inner().checkpoints.insert(task, offset_sum);
-    }
-
-    pub fn forget_checkpoint(&self, task: TaskId) {
-        self.inner().checkpoints.remove(&task);
     }
 
     pub fn add_processed(&self, task: TaskId, n: u64) {
@@ -187,6 +206,15 @@ impl Status {
             "Rebalances this instance's threads took part in.",
             std::iter::once((inst.clone(), i.rebalances)),
         );
+        let _ = writeln!(
+            out,
+            "# HELP baton_rebalance_seconds How long this instance's join rounds took, by reason.\n# TYPE baton_rebalance_seconds summary"
+        );
+        for (reason, (n, secs)) in &i.rebalance_seconds {
+            let labels = format!("{inst},reason=\"{}\"", escape(reason));
+            let _ = writeln!(out, "baton_rebalance_seconds_sum{{{labels}}} {secs:.3}");
+            let _ = writeln!(out, "baton_rebalance_seconds_count{{{labels}}} {n}");
+        }
         out
     }
 }

@@ -41,7 +41,7 @@ pub struct TaskStore {
 impl TaskStore {
     /// Opens (or creates) `state_dir/<task>/<store>/`.
     pub fn open(state_dir: &Path, task: TaskId, store: &str) -> Result<TaskStore> {
-        let path = state_dir.join(task.to_string()).join(store);
+        let path = crate::state_dir::store_dir(state_dir, task, store);
         std::fs::create_dir_all(&path).map_err(|source| StoreError::Io {
             path: path.display().to_string(),
             source,

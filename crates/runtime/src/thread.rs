@@ -1,56 +1,74 @@
-//! A stream thread: one group member and the tasks the assignor gave it. Its loop interleaves
-//! one step of each task with heartbeats, commits and rebalances; a rebalance starts when the
-//! group asks, when a warm-up catches up (event-driven probing), when the probing timer fires,
-//! or when the instance is drained.
+//! A stream thread: the async driver of one [`ThreadMachine`]. It performs the machine's
+//! commands (fetch, process, absorb, open, close, commit, join, leave) and turns their outcomes
+//! into events. Decisions live in the machine; this file only does I/O.
+//!
+//! Heartbeats and join rounds run on the thread's membership task ([`crate::membership`]), so
+//! they never wait behind data work, and tasks go on being processed during a rebalance. A
+//! fetch runs on a task of its own while the store applies the previous one. Store work
+//! (bulk loads, fsync) runs with `block_in_place`, off the executor's other tasks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
-use baton_kafka::member::Membership;
-use baton_kafka::records::FetchWant;
+use baton_kafka::records::{FetchWant as WireWant, Fetched, KeyValue};
 use baton_kafka::{Client, GroupMember, MemberConfig};
-use baton_protocol::assignment::error_code;
-use tokio::sync::watch;
+use baton_protocol::TopicPartition;
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 
+use crate::catchup::{next_position, Catchup};
 use crate::context::Context;
-use crate::error::{kafka, Result};
-use crate::status::Role;
-use crate::store::StoreError;
-use crate::task::{Fetches, Task};
+use crate::error::Result;
+use crate::machine::{
+    Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, ThreadMachine,
+};
+use crate::membership::{MembershipTask, Request};
+use crate::partitioner::partition_for;
+use crate::status::{Phase, Role, TaskStatus};
+use crate::store::{StoreError, TaskStore, Write};
+use crate::topology::Stores;
 
-/// How long an idle loop sleeps before fetching again (a fetch itself waits for data).
-const IDLE: Duration = Duration::from_millis(5);
-/// How long the broker may hold a fetch while none of its partitions has data. Short enough
-/// for heartbeats and commits to keep their pace; a fetch with data returns at once. (A very
-/// short wait is no good: nisshi then answers with whatever it has read so far, often nothing;
-/// docs/BROKERS.md.)
+pub use crate::machine::Exit;
+
+/// How long the broker may hold a fetch while none of its partitions has data. A fetch with
+/// data returns at once. (A very short wait is no good: nisshi then answers with whatever it
+/// has read so far, often nothing; docs/BROKERS.md.)
 const FETCH_WAIT_MS: i32 = 100;
-/// The pause after a failed step, so a broker hiccup does not become a busy loop.
-const BACKOFF: Duration = Duration::from_millis(200);
+/// Timers (commit, probe, retries, the session check) are looked at this often when idle.
+const TICK: Duration = Duration::from_millis(50);
+/// Most input bytes one processing batch fetches per partition.
+const INPUT_FETCH_BYTES: i32 = 1 << 20;
+/// How often restore progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+/// How long a leave may take before the thread exits anyway.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why a thread stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    Shutdown,
-    /// Drained: the instance was leaving and this thread holds nothing.
-    Drained,
+/// One store of a held task: the store and where it stands in its changelog.
+struct StoreIo {
+    name: String,
+    store: TaskStore,
+    catchup: Catchup,
 }
+
+/// A held task's I/O side.
+struct TaskIo {
+    stores: Vec<StoreIo>,
+    restore_started: Instant,
+    restored: u64,
+    last_log: Instant,
+}
+
+type FetchOutcome = (RequestId, Vec<(FetchWant, Option<Fetched>)>);
 
 pub struct StreamThread {
     ctx: Arc<Context>,
     name: String,
     /// This thread's own connections for fetch and produce.
     io: Arc<Client>,
-    member: GroupMember,
-    tasks: BTreeMap<TaskId, Task>,
-    /// Tasks whose stores another thread of this process has not released yet.
-    opening: BTreeMap<TaskId, Role>,
-    probe_at: Option<Instant>,
-    last_heartbeat: Instant,
-    last_commit: Instant,
-    reported_leaving: bool,
+    member: Option<GroupMember>,
 }
 
 impl StreamThread {
@@ -59,6 +77,7 @@ impl StreamThread {
         let name = format!("{}-{index}", cfg.instance_id);
         let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();
         let io = Client::new(&bootstrap, &name);
+        io.set_request_timeout(cfg.request_timeout());
         let member = GroupMember::new(
             io.clone(),
             MemberConfig {
@@ -70,282 +89,662 @@ impl StreamThread {
                 process_id: ctx.process_id,
                 user_endpoint: cfg.user_endpoint.clone(),
                 topology: ctx.wire.clone(),
-                assignor: cfg.assignor.clone(),
+                assignor: cfg.assignor,
                 assignment_config: cfg.assignment.clone(),
+                metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
             },
         );
         StreamThread {
             ctx,
             name,
             io,
-            member,
-            tasks: BTreeMap::new(),
-            opening: BTreeMap::new(),
-            probe_at: None,
-            last_heartbeat: Instant::now(),
-            last_commit: Instant::now(),
-            reported_leaving: false,
+            member: Some(member),
         }
     }
 
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<Exit> {
-        self.rebalance("startup").await?;
+    pub async fn run(mut self, shutdown: watch::Receiver<bool>) -> Result<Exit> {
+        let epoch = Instant::now();
+        let cfg = &self.ctx.cfg;
+        let mut machine = ThreadMachine::new(
+            MachineConfig {
+                session_timeout: cfg.session_timeout,
+                commit_interval: cfg.commit_interval,
+                acceptable_recovery_lag: cfg.assignment.acceptable_recovery_lag,
+                restore_fetch_bytes: cfg.restore_fetch_bytes,
+                input_fetch_bytes: INPUT_FETCH_BYTES,
+                static_membership: cfg.static_membership,
+                retry_backoff: Duration::from_millis(200),
+            },
+            self.ctx.wire.clone(),
+            epoch.elapsed(),
+        );
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let (requests, requests_rx) = mpsc::unbounded_channel();
+        let (report_tx, report_rx) = watch::channel(machine.report());
+        let membership = tokio::spawn(
+            MembershipTask {
+                ctx: self.ctx.clone(),
+                name: self.name.clone(),
+                member: self.member.take().expect("run once"),
+                epoch,
+                requests: requests_rx,
+                report: report_rx,
+                events: events_tx,
+            }
+            .run(),
+        );
+        let mut driver = Driver {
+            ctx: self.ctx.clone(),
+            name: self.name.clone(),
+            io: self.io.clone(),
+            epoch,
+            tasks: BTreeMap::new(),
+            buffers: BTreeMap::new(),
+            fetch: None,
+            requests,
+            report: report_tx,
+            events,
+            shutdown,
+            local: VecDeque::new(),
+        };
+        let exit = driver.drive(&mut machine).await;
+        drop(driver);
+        membership.abort();
+        Ok(exit)
+    }
+}
+
+struct Driver {
+    ctx: Arc<Context>,
+    name: String,
+    io: Arc<Client>,
+    epoch: Instant,
+    tasks: BTreeMap<TaskId, TaskIo>,
+    /// What the last fetch brought, until the machine says what to do with it.
+    buffers: BTreeMap<TopicPartition, Fetched>,
+    fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
+    requests: mpsc::UnboundedSender<Request>,
+    report: watch::Sender<crate::machine::Report>,
+    events: mpsc::UnboundedReceiver<Event>,
+    shutdown: watch::Receiver<bool>,
+    /// Outcomes of commands, handled before anything else.
+    local: VecDeque<Event>,
+}
+
+impl Driver {
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    async fn drive(&mut self, m: &mut ThreadMachine) -> Exit {
+        let mut commands: VecDeque<Command> = m.start().into();
+        let mut shutting_down = false;
         loop {
-            if *shutdown.borrow() {
-                self.stop().await;
-                return Ok(Exit::Shutdown);
-            }
-            if self.reported_leaving && self.tasks.is_empty() && self.opening.is_empty() {
-                tracing::info!(thread = %self.name, "drained: holding nothing, leaving the group");
-                if let Err(e) = self.member.leave().await {
-                    tracing::warn!(thread = %self.name, error = %e, "leaving the group");
+            while let Some(c) = commands.pop_front() {
+                if let Some(exit) = self.execute(m, c).await {
+                    return exit;
                 }
-                return Ok(Exit::Drained);
-            }
-            let mut reason = None;
-            if self.ctx.is_leaving() && !self.reported_leaving {
-                reason = Some("drain requested");
-            }
-            if self.last_heartbeat.elapsed() >= self.ctx.cfg.heartbeat_interval {
-                self.last_heartbeat = Instant::now();
-                match self.member.heartbeat().await {
-                    Ok(true) => reason = Some("the group is rebalancing"),
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(thread = %self.name, error = %e, "heartbeat failed");
-                        reason = Some("heartbeat failed");
-                    }
+                // Outcomes first, in order; then anything that arrived meanwhile.
+                while let Some(e) = self.local.pop_front() {
+                    commands.extend(m.handle(e, self.now()));
                 }
             }
-            if self.probe_at.is_some_and(|t| Instant::now() >= t) {
-                reason = Some("probing rebalance");
+            self.sync_status(m);
+            self.buffers.clear();
+            while let Ok(e) = self.events.try_recv() {
+                commands.extend(m.handle(e, self.now()));
             }
-            self.open_pending();
-            let (mut fetched, mut failed) = self.fetch().await;
-            let mut worked = false;
-            for task in self.tasks.values_mut() {
-                match task.step(&self.ctx, &self.io, &mut fetched).await {
-                    Ok(p) => {
-                        worked |= p.records > 0;
-                        if p.caught_up {
-                            reason = Some("a warm-up caught up");
-                        }
-                    }
-                    Err(e) => {
-                        failed = true;
-                        tracing::warn!(thread = %self.name, task = %task.id, error = %e, "task step failed; retrying");
-                    }
-                }
+            if !shutting_down && *self.shutdown.borrow() {
+                shutting_down = true;
+                commands.extend(m.handle(Event::Shutdown, self.now()));
             }
-            if reason.is_some() || self.last_commit.elapsed() >= self.ctx.cfg.commit_interval {
-                self.commit().await;
-            }
-            if let Some(reason) = reason {
-                self.rebalance(reason).await?;
+            if !commands.is_empty() {
                 continue;
             }
-            if failed {
-                tokio::time::sleep(BACKOFF).await;
-            } else if !worked {
-                tokio::select! {
-                    _ = tokio::time::sleep(IDLE) => {}
-                    _ = shutdown.changed() => {}
+            let event = tokio::select! {
+                outcome = async { (&mut self.fetch.as_mut().expect("guarded").1).await }, if self.fetch.is_some() => {
+                    let (fetch, _) = self.fetch.take().expect("guarded");
+                    match outcome {
+                        Ok((_, results)) => self.fetched(fetch, results),
+                        Err(_) => Event::FetchFailed { fetch },
+                    }
                 }
-            }
+                e = self.events.recv() => e.unwrap_or(Event::Shutdown),
+                _ = self.shutdown.changed(), if !shutting_down => Event::Tick,
+                _ = tokio::time::sleep(TICK) => Event::Tick,
+            };
+            commands.extend(m.handle(event, self.now()));
         }
     }
 
-    /// One fetch per leader for every partition the tasks want; the broker answers as soon as
-    /// any has data. Returns what came back and whether anything failed.
-    async fn fetch(&mut self) -> (Fetches, bool) {
-        let mut by_leader: BTreeMap<String, Vec<FetchWant>> = BTreeMap::new();
-        let mut failed = false;
-        for task in self.tasks.values() {
-            for want in task.wants(&self.ctx) {
-                match self.ctx.leader(&want.topic, want.partition).await {
-                    Ok(l) => by_leader.entry(l).or_default().push(want),
-                    Err(e) => {
-                        failed = true;
-                        tracing::warn!(topic = %want.topic, partition = want.partition, error = %e, "no leader");
+    /// Keeps what came back and tells the machine where each partition stands.
+    fn fetched(&mut self, fetch: RequestId, results: Vec<(FetchWant, Option<Fetched>)>) -> Event {
+        let mut out = Vec::new();
+        for (want, f) in results {
+            let Some(f) = f else { continue };
+            let high_watermark = (f.high_watermark >= 0).then_some(f.high_watermark);
+            let next = next_position(&f, want.offset, high_watermark.unwrap_or(i64::MAX));
+            out.push(FetchResult {
+                tp: want.tp.clone(),
+                from: want.offset,
+                next,
+                high_watermark,
+            });
+            self.buffers.insert(want.tp, f);
+        }
+        if out.is_empty() {
+            return Event::FetchFailed { fetch };
+        }
+        Event::Fetched {
+            fetch,
+            results: out,
+        }
+    }
+
+    /// Performs one command; its outcome goes to `self.local`. `Some` ends the thread.
+    async fn execute(&mut self, m: &ThreadMachine, c: Command) -> Option<Exit> {
+        match c {
+            Command::Join { reason, report } => {
+                self.report.send_replace(report);
+                self.sync_status(m);
+                let _ = self.requests.send(Request::Join(reason));
+            }
+            Command::Leave => {
+                let (done, wait) = oneshot::channel();
+                if self.requests.send(Request::Leave(done)).is_ok() {
+                    let _ = tokio::time::timeout(LEAVE_TIMEOUT, wait).await;
+                }
+            }
+            Command::Exit(exit) => {
+                if exit == Exit::Drained {
+                    tracing::info!(thread = %self.name, "drained: holding nothing, left the group");
+                }
+                return Some(exit);
+            }
+            Command::Open { task, role } => {
+                let e = self.open(task, role);
+                self.local.push_back(e);
+            }
+            Command::Close { task } => self.close(task),
+            Command::Fetch { fetch, wants } => self.start_fetch(fetch, wants),
+            Command::Absorb {
+                task,
+                changelog,
+                end,
+            } => {
+                let e = self.absorb(task, changelog, end);
+                self.local.push_back(e);
+            }
+            Command::Process {
+                task,
+                batch,
+                inputs,
+            } => {
+                let e = self.process(m, task, batch, &inputs).await;
+                self.local.push_back(e);
+            }
+            Command::Persist { task } => {
+                if let Some(t) = self.tasks.get(&task) {
+                    let result = tokio::task::block_in_place(|| {
+                        t.stores.iter().try_for_each(|s| s.store.persist(true))
+                    });
+                    if let Err(e) = result {
+                        self.local.push_back(Event::StoreFailed {
+                            task,
+                            error: e.to_string(),
+                        });
                     }
                 }
             }
-        }
-        let mut fetched = Fetches::new();
-        for (leader, wants) in by_leader {
-            match self.io.fetch_many(&leader, &wants, FETCH_WAIT_MS).await {
-                Ok(results) => {
-                    for (want, result) in wants.into_iter().zip(results) {
-                        match result {
-                            Ok(f) => {
-                                fetched.insert((want.topic, want.partition), f);
-                            }
-                            Err(e) => {
-                                failed = true;
-                                self.ctx.forget_leader(&want.topic, want.partition);
-                                tracing::warn!(topic = %want.topic, partition = want.partition, error = %e, "fetch failed");
+            Command::ReadCommitted { task } => {
+                let wanted: Vec<(String, i32)> = self
+                    .ctx
+                    .wire
+                    .source_partitions(task)
+                    .into_iter()
+                    .map(|tp| (tp.topic, tp.partition))
+                    .collect();
+                let e = match self.io.committed_offsets(self.ctx.group(), &wanted).await {
+                    Ok(c) => Event::CommittedRead {
+                        task,
+                        offsets: wanted.iter().map(|w| c.get(w).copied()).collect(),
+                    },
+                    Err(e) => {
+                        tracing::warn!(task = %task, error = %e, "reading committed offsets");
+                        Event::CommittedReadFailed { task }
+                    }
+                };
+                self.local.push_back(e);
+            }
+            Command::Commit {
+                commit,
+                generation,
+                member_id,
+                offsets,
+            } => {
+                // The stores' batches reach the OS first, so a crashed process restores only
+                // the tail; correctness does not depend on it (the changelog has them).
+                tokio::task::block_in_place(|| {
+                    for t in self.tasks.values() {
+                        for s in &t.stores {
+                            if let Err(e) = s.store.persist(false) {
+                                tracing::warn!(store = %s.name, error = %e, "flushing a store");
                             }
                         }
                     }
-                }
-                Err(e) => {
-                    failed = true;
-                    for w in &wants {
-                        self.ctx.forget_leader(&w.topic, w.partition);
+                });
+                let wire: Vec<(String, i32, i64)> = offsets
+                    .iter()
+                    .map(|(tp, at)| (tp.topic.clone(), tp.partition, *at))
+                    .collect();
+                let ok = match self
+                    .io
+                    .commit_offsets(self.ctx.group(), generation, &member_id, &wire)
+                    .await
+                {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(thread = %self.name, error = %e, "committing input offsets failed");
+                        false
                     }
-                    tracing::warn!(leader = %leader, error = %e, "fetch failed");
-                }
+                };
+                self.local.push_back(Event::CommitDone { commit, ok });
             }
         }
-        (fetched, failed)
+        None
     }
 
-    /// Commits every running active's advanced input positions in one request.
-    async fn commit(&mut self) {
-        self.last_commit = Instant::now();
-        let offsets: Vec<(String, i32, i64)> =
-            self.tasks.values().flat_map(Task::pending_commit).collect();
-        if offsets.is_empty() {
-            return;
+    fn open(&mut self, task: TaskId, role: Role) -> Event {
+        let ctx = &self.ctx;
+        // Held before the stores open, so the state cleaner leaves them alone.
+        if ctx.status.get(task).is_none() {
+            ctx.status.hold(
+                task,
+                TaskStatus {
+                    role,
+                    phase: Phase::Opening,
+                    lag: 0,
+                    processed: 0,
+                    restored: 0,
+                },
+            );
         }
-        for t in self.tasks.values() {
-            if let Err(e) = t.flush() {
-                tracing::warn!(task = %t.id, error = %e, "flushing a store");
+        let mut stores = Vec::new();
+        for name in ctx.topology.stores_of(task.subtopology) {
+            let opened = TaskStore::open(&ctx.cfg.state_dir, task, name)
+                .and_then(|s| Ok((s.checkpoint()?.unwrap_or(0), s)));
+            match opened {
+                Ok((at, store)) => stores.push(StoreIo {
+                    name: name.to_owned(),
+                    store,
+                    catchup: Catchup::new(at),
+                }),
+                Err(StoreError::Busy { .. }) => return Event::OpenBusy { task },
+                Err(e) => {
+                    tracing::error!(thread = %self.name, task = %task, error = %e, "cannot open the task's stores");
+                    return Event::OpenFailed {
+                        task,
+                        error: e.to_string(),
+                    };
+                }
             }
         }
-        let Some(m) = self.member.membership() else {
-            return;
+        if !stores.is_empty() {
+            ctx.state_dir.touch(task);
+        }
+        let checkpoints = stores.iter().map(|s| s.catchup.position()).collect();
+        let now = Instant::now();
+        self.tasks.insert(
+            task,
+            TaskIo {
+                stores,
+                restore_started: now,
+                restored: 0,
+                last_log: now,
+            },
+        );
+        tracing::info!(thread = %self.name, task = %task, role = role.as_str(), "task opened");
+        Event::Opened { task, checkpoints }
+    }
+
+    fn close(&mut self, task: TaskId) {
+        if let Some(t) = self.tasks.remove(&task) {
+            tokio::task::block_in_place(|| {
+                for s in &t.stores {
+                    if let Err(e) = s.store.persist(true) {
+                        tracing::warn!(task = %task, store = %s.name, error = %e, "persisting a released store");
+                    }
+                }
+            });
+            if !t.stores.is_empty() {
+                self.ctx.state_dir.touch(task);
+            }
+        }
+        self.ctx.status.release(task);
+        tracing::info!(thread = %self.name, task = %task, "task released");
+    }
+
+    /// Sends the fetch on a task of its own; the loop picks its answer up.
+    fn start_fetch(&mut self, fetch: RequestId, wants: Vec<FetchWant>) {
+        let ctx = self.ctx.clone();
+        let io = self.io.clone();
+        let handle = tokio::spawn(async move {
+            let mut by_leader: BTreeMap<String, Vec<FetchWant>> = BTreeMap::new();
+            let mut out = Vec::new();
+            for want in wants {
+                match ctx.leader(&want.tp.topic, want.tp.partition).await {
+                    Ok(l) => by_leader.entry(l).or_default().push(want),
+                    Err(e) => {
+                        tracing::warn!(topic = %want.tp.topic, partition = want.tp.partition, error = %e, "no leader");
+                        out.push((want, None));
+                    }
+                }
+            }
+            for (leader, wants) in by_leader {
+                let wire: Vec<WireWant> = wants
+                    .iter()
+                    .map(|w| WireWant {
+                        topic: w.tp.topic.clone(),
+                        partition: w.tp.partition,
+                        offset: w.offset,
+                        max_bytes: w.max_bytes,
+                    })
+                    .collect();
+                match io.fetch_many(&leader, &wire, FETCH_WAIT_MS).await {
+                    Ok(results) => {
+                        for (want, result) in wants.into_iter().zip(results) {
+                            match result {
+                                Ok(f) => out.push((want, Some(f))),
+                                Err(e) => {
+                                    ctx.forget_leader(&want.tp.topic, want.tp.partition);
+                                    tracing::warn!(topic = %want.tp.topic, partition = want.tp.partition, error = %e, "fetch failed");
+                                    out.push((want, None));
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(leader = %leader, error = %e, "fetch failed");
+                        for w in wants {
+                            ctx.forget_leader(&w.tp.topic, w.tp.partition);
+                            out.push((w, None));
+                        }
+                    }
+                }
+            }
+            (fetch, out)
+        });
+        self.fetch = Some((fetch, handle));
+    }
+
+    /// Hands what was fetched of a changelog to its store.
+    fn absorb(&mut self, task: TaskId, changelog: usize, end: i64) -> Event {
+        let tp = match self
+            .ctx
+            .wire
+            .changelog_partitions(task)
+            .into_iter()
+            .nth(changelog)
+        {
+            Some(tp) => tp,
+            None => return Event::Tick,
         };
-        let (generation, member_id) = (m.generation, m.member_id.clone());
+        let (Some(t), Some(fetched)) = (self.tasks.get_mut(&task), self.buffers.remove(&tp)) else {
+            return Event::Tick;
+        };
+        let Some(s) = t.stores.get_mut(changelog) else {
+            return Event::Tick;
+        };
+        let result = tokio::task::block_in_place(|| s.catchup.absorb(&s.store, fetched, end));
+        match result {
+            Ok(a) => {
+                if a.skipped > 0 {
+                    tracing::warn!(task = %task, changelog = %tp.topic, records = a.skipped, "skipped changelog records without a key");
+                }
+                t.restored += a.applied;
+                self.ctx.status.update(task, |st| st.restored += a.applied);
+                let lag = (end - s.catchup.position()).max(0);
+                if lag > 0 && t.last_log.elapsed() >= PROGRESS_EVERY {
+                    t.last_log = Instant::now();
+                    tracing::info!(task = %task, restored = t.restored, remaining = lag, "catching up");
+                }
+                Event::Absorbed {
+                    task,
+                    changelog,
+                    stored: s.catchup.position(),
+                }
+            }
+            Err(e) => {
+                tracing::error!(task = %task, error = %e, "the store failed; reopening it");
+                Event::StoreFailed {
+                    task,
+                    error: e.to_string(),
+                }
+            }
+        }
+    }
+
+    /// One batch of input: changelog first, then sink; the store takes the batch only once
+    /// both are acknowledged, so a failed write leaves it as it was and the retried batch
+    /// computes the same values again instead of counting twice.
+    async fn process(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        batch: RequestId,
+        inputs: &[Input],
+    ) -> Event {
+        let ctx = self.ctx.clone();
+        let sources = ctx.wire.source_partitions(task);
+        let failed = |output_acknowledged| Event::BatchFailed {
+            task,
+            batch,
+            output_acknowledged,
+        };
+        let Some(t) = self.tasks.get(&task) else {
+            return failed(false);
+        };
+        let mut pending = Pending {
+            stores: &t.stores,
+            writes: BTreeMap::new(),
+        };
+        let mut out: Vec<(Bytes, Bytes)> = Vec::new();
+        let mut records = 0u64;
+        for &Input { source, from, to } in inputs {
+            let Some(fetched) = sources.get(source).and_then(|tp| self.buffers.remove(tp)) else {
+                return failed(false);
+            };
+            for r in fetched
+                .records
+                .iter()
+                .filter(|r| r.offset >= from && r.offset < to)
+            {
+                records += 1;
+                let (Some(k), Some(v)) = (&r.key, &r.value) else {
+                    continue; // a keyed step cannot place a record without key or value
+                };
+                let step = tokio::task::block_in_place(|| {
+                    ctx.topology
+                        .process(task, k.clone(), v.clone(), &mut pending, &mut out)
+                });
+                if let Err(e) = step {
+                    tracing::error!(task = %task, error = %e, "processing a record");
+                    return failed(false);
+                }
+            }
+        }
+        let changelogs = ctx.wire.changelog_partitions(task);
+        let mut applied: Vec<(usize, Vec<Write>, i64)> = Vec::new();
+        for (idx, writes) in pending.writes {
+            let tp = &changelogs[idx];
+            let wire: Vec<KeyValue> = writes
+                .iter()
+                .map(|(k, v)| (Some(Bytes::from(k.clone())), Some(Bytes::from(v.clone()))))
+                .collect();
+            if !m.may_write(self.now()) {
+                return failed(false);
+            }
+            match self.produce(tp, &wire).await {
+                Ok(base) => {
+                    let next = base + wire.len() as i64;
+                    applied.push((
+                        idx,
+                        writes.into_iter().map(|(k, v)| (k, Some(v))).collect(),
+                        next,
+                    ));
+                }
+                Err(()) => return failed(false),
+            }
+        }
+        if let Some(sink) = ctx.topology.sink_of(task.subtopology) {
+            let partitions = ctx.sink_partitions.get(sink).copied().unwrap_or(1);
+            let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+            for (k, v) in out {
+                let p = partition_for(&k, partitions) as i32;
+                by_partition.entry(p).or_default().push((Some(k), Some(v)));
+            }
+            for (p, batch) in by_partition {
+                if !m.may_write(self.now()) {
+                    return failed(false);
+                }
+                let tp = TopicPartition {
+                    topic: sink.to_owned(),
+                    partition: p,
+                };
+                if self.produce(&tp, &batch).await.is_err() {
+                    return failed(false);
+                }
+            }
+        }
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return failed(true);
+        };
+        let mut next_by_changelog = Vec::new();
+        for (idx, writes, next) in applied {
+            let s = &mut t.stores[idx];
+            if let Err(e) =
+                tokio::task::block_in_place(|| s.store.apply_lazily(&writes, Some(next)))
+            {
+                tracing::error!(task = %task, store = %s.name, error = %e, "the store cannot take a batch whose output is acknowledged; rebuilding it from the changelog");
+                return failed(true);
+            }
+            s.catchup.advance_to(next);
+            next_by_changelog.push((idx, next));
+        }
+        self.ctx.status.add_processed(task, records);
+        Event::BatchDone {
+            task,
+            batch,
+            changelogs: next_by_changelog,
+        }
+    }
+
+    /// Produces to a partition; the base offset, or `Err` after logging.
+    async fn produce(
+        &self,
+        tp: &TopicPartition,
+        records: &[KeyValue],
+    ) -> std::result::Result<i64, ()> {
+        let what = format!("{}-{}", tp.topic, tp.partition);
+        let leader = match self.ctx.leader(&tp.topic, tp.partition).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(partition = %what, error = %e, "no leader");
+                return Err(());
+            }
+        };
         match self
             .io
-            .commit_offsets(self.ctx.group(), generation, &member_id, &offsets)
+            .produce(&leader, &tp.topic, tp.partition, records)
             .await
         {
-            Ok(()) => self.tasks.values_mut().for_each(Task::mark_committed),
+            Ok(base) => Ok(base),
             Err(e) => {
-                tracing::warn!(thread = %self.name, error = %e, "committing input offsets failed; will retry")
+                self.ctx.forget_leader(&tp.topic, tp.partition);
+                tracing::warn!(partition = %what, error = %e, "produce failed; the batch will be retried");
+                Err(())
             }
         }
     }
 
-    async fn rebalance(&mut self, reason: &str) -> Result<()> {
-        tracing::info!(thread = %self.name, reason, "rebalance");
-        let ctx = self.ctx.clone();
-        self.member.set_offset_sums(ctx.status.offset_sums());
-        self.reported_leaving = ctx.is_leaving();
-        self.member.set_leaving(self.reported_leaving);
-        let acceptable = ctx.cfg.assignment.acceptable_recovery_lag;
-        let mut warmups = Vec::new();
-        for t in self.tasks.values_mut() {
-            if t.role == Role::Warmup {
-                warmups.push(t.id);
-                t.reported_caught_up = t.lag() <= acceptable;
-            }
-        }
-        self.member.set_warmups(warmups);
-        let started = Instant::now();
-        let m: Membership = self
-            .member
-            .join()
-            .await
-            .map_err(kafka(format!(
-                "{}: joining group {}",
-                self.name,
-                ctx.group()
-            )))?
-            .clone();
-        ctx.status.count_rebalance();
-        tracing::info!(
-            thread = %self.name,
-            generation = m.generation,
-            leader = m.leader,
-            active = m.info.active_tasks.len(),
-            standby = m.info.standby_tasks.len() - m.info.warmup_tasks.len().min(m.info.standby_tasks.len()),
-            warmup = m.info.warmup_tasks.len(),
-            seconds = format!("{:.3}", started.elapsed().as_secs_f64()),
-            "assigned"
-        );
-        self.reconcile(&m);
-        self.probe_at = None;
-        if m.info.error_code == error_code::VERSION_PROBING {
-            self.probe_at = Some(Instant::now());
-        } else if m.info.next_rebalance_ms > 0 {
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0);
-            let wait = (m.info.next_rebalance_ms - now_ms).max(0) as u64;
-            self.probe_at = Some(Instant::now() + Duration::from_millis(wait));
-        }
-        self.last_heartbeat = Instant::now();
-        Ok(())
-    }
-
-    /// Brings the held tasks in line with a new assignment.
-    fn reconcile(&mut self, m: &Membership) {
-        let mut want: BTreeMap<TaskId, Role> = BTreeMap::new();
-        for s in &m.info.standby_tasks {
-            let role = if m.info.warmup_tasks.contains(&s.task) {
-                Role::Warmup
-            } else {
-                Role::Standby
-            };
-            want.insert(s.task, role);
-        }
-        for &t in &m.info.active_tasks {
-            want.insert(t, Role::Active);
-        }
-        let gone: Vec<TaskId> = self
-            .tasks
-            .keys()
-            .filter(|t| !want.contains_key(t))
-            .copied()
-            .collect();
-        for t in gone {
-            if let Some(task) = self.tasks.remove(&t) {
-                task.close(&self.ctx);
-            }
-        }
-        self.opening.retain(|t, _| want.contains_key(t));
-        for (id, role) in want {
-            match self.tasks.get_mut(&id) {
-                Some(task) if task.role != role => task.enter(&self.ctx, role),
-                Some(_) => {}
-                None => {
-                    self.opening.insert(id, role);
+    /// The status board (offset sums, `/metrics`) follows the machine's view.
+    fn sync_status(&mut self, m: &ThreadMachine) {
+        for (id, t) in m.tasks() {
+            let before = self.ctx.status.get(*id);
+            let changed = before
+                .as_ref()
+                .is_none_or(|b| b.role != t.role || b.phase != t.phase);
+            if changed {
+                tracing::info!(
+                    thread = %self.name,
+                    task = %id,
+                    role = t.role.as_str(),
+                    from = before.as_ref().map_or("none", |b| b.phase.as_str()),
+                    to = t.phase.as_str(),
+                    "task state"
+                );
+                if t.phase == Phase::Running {
+                    if let Some(io) = self.tasks.get(id) {
+                        let secs = io.restore_started.elapsed().as_secs_f64();
+                        tracing::info!(
+                            task = %id,
+                            records = io.restored,
+                            changelog_records = t.changelogs.iter().filter_map(|c| c.end).sum::<i64>(),
+                            seconds = format!("{secs:.3}"),
+                            records_per_sec = format!("{:.0}", io.restored as f64 / secs.max(1e-9)),
+                            "restore done"
+                        );
+                    }
                 }
             }
-        }
-        self.open_pending();
-    }
-
-    fn open_pending(&mut self) {
-        let pending: Vec<(TaskId, Role)> = self.opening.iter().map(|(t, r)| (*t, *r)).collect();
-        for (id, role) in pending {
-            match Task::open(&self.ctx, id, role) {
-                Ok(task) => {
-                    self.opening.remove(&id);
-                    self.tasks.insert(id, task);
-                }
-                Err(StoreError::Busy { .. }) => {} // another thread is releasing it
-                Err(e) => {
-                    tracing::error!(thread = %self.name, task = %id, error = %e, "cannot open the task's stores");
-                }
+            let lag = t.lag();
+            match before {
+                Some(_) => self.ctx.status.update(*id, |s| {
+                    s.role = t.role;
+                    s.phase = t.phase;
+                    s.lag = lag;
+                }),
+                None => self.ctx.status.hold(
+                    *id,
+                    TaskStatus {
+                        role: t.role,
+                        phase: t.phase,
+                        lag,
+                        processed: 0,
+                        restored: 0,
+                    },
+                ),
+            }
+            if t.phase != Phase::Opening && !t.changelogs.is_empty() {
+                self.ctx.status.set_checkpoint(*id, t.offset_sum());
             }
         }
     }
+}
 
-    async fn stop(&mut self) {
-        self.commit().await;
-        for (_, task) in std::mem::take(&mut self.tasks) {
-            task.close(&self.ctx);
+/// A processing batch's store writes, read back by later records of the same batch.
+struct Pending<'a> {
+    stores: &'a [StoreIo],
+    writes: BTreeMap<usize, BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl Stores for Pending<'_> {
+    fn get(&mut self, store: &str, key: &[u8]) -> std::result::Result<Option<Vec<u8>>, StoreError> {
+        let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
+            return Ok(None);
+        };
+        if let Some(v) = self.writes.get(&idx).and_then(|w| w.get(key)) {
+            return Ok(Some(v.clone()));
         }
-        // A static member keeps its place for a session timeout, so a restart moves nothing.
-        if !self.ctx.cfg.static_membership {
-            if let Err(e) = self.member.leave().await {
-                tracing::warn!(thread = %self.name, error = %e, "leaving the group");
-            }
+        self.stores[idx].store.get(key)
+    }
+
+    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+        if let Some(idx) = self.stores.iter().position(|s| s.name == store) {
+            self.writes
+                .entry(idx)
+                .or_default()
+                .insert(key.to_vec(), value);
         }
     }
 }

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::{
-    assignor_by_name, Assignment, ClientId, ClientSpec, Cluster, ClusterState, Lag, Role,
-    TaskAssignor, TaskId, TaskSpec,
+    Assignment, AssignorKind, ClientId, ClientSpec, Cluster, ClusterState, Lag, Role, TaskAssignor,
+    TaskId, TaskSpec,
 };
 
 use crate::report::{ms, quantile, LoadSample, Report};
@@ -59,6 +59,7 @@ enum Kind {
 pub struct Engine<'a> {
     sc: &'a Scenario,
     assignor: Box<dyn TaskAssignor>,
+    kind: AssignorKind,
     protocol: Protocol,
     probing: Probing,
     t: f64,
@@ -85,7 +86,7 @@ fn key(t: f64) -> u64 {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(sc: &'a Scenario, assignor: &str, protocol: Protocol) -> Self {
+    pub fn new(sc: &'a Scenario, kind: AssignorKind, protocol: Protocol) -> Self {
         let mut tasks = Vec::new();
         for (s, sub) in sc.app.subtopologies.iter().enumerate() {
             for p in 0..sub.partitions {
@@ -106,14 +107,15 @@ impl<'a> Engine<'a> {
                 });
             }
         }
-        let probing = match (assignor, sc.assignor.probing) {
+        let probing = match (kind, sc.assignor.probing) {
             (_, Some(p)) => p,
-            ("high-availability", None) => Probing::CaughtUp,
+            (AssignorKind::HighAvailability, None) => Probing::CaughtUp,
             _ => Probing::Interval,
         };
         Engine {
             sc,
-            assignor: assignor_by_name(assignor).expect("validated assignor name"),
+            assignor: kind.assignor(),
+            kind,
             protocol,
             probing,
             t: 0.0,
@@ -449,7 +451,7 @@ impl<'a> Engine<'a> {
         let e = self.sc.events[i].clone();
         self.last_event_t = self.t;
         self.settled_at = None;
-        let drain_supported = self.assignor.name() == "high-availability";
+        let drain_supported = self.kind.drains();
         let mut changed = false;
         if e.swap {
             let old: Vec<usize> = (0..self.insts.len())

@@ -8,13 +8,14 @@ pub mod plot;
 pub mod report;
 pub mod scenario;
 
+use baton_assignor::{AssignorKind, UnknownAssignor};
 pub use report::Report;
 pub use scenario::{Protocol, Scenario, ScenarioError};
 
 /// One run: an assignor, optionally with a rebalance protocol other than the scenario's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSpec {
-    pub assignor: String,
+    pub assignor: AssignorKind,
     pub protocol: Option<Protocol>,
 }
 
@@ -31,21 +32,13 @@ impl RunSpec {
                 ))
             }
         };
-        if baton_assignor::assignor_by_name(name).is_none() {
-            return Err(format!(
-                "unknown assignor {name:?} (known: {})",
-                baton_assignor::ASSIGNOR_NAMES.join(", ")
-            ));
-        }
-        Ok(RunSpec {
-            assignor: name.to_owned(),
-            protocol,
-        })
+        let assignor: AssignorKind = name.parse().map_err(|e: UnknownAssignor| e.to_string())?;
+        Ok(RunSpec { assignor, protocol })
     }
 }
 
 /// Simulates `scenario` with `run`'s assignor. `progress` is told how far the events got.
 pub fn simulate(scenario: &Scenario, run: &RunSpec, progress: &mut dyn FnMut(f64)) -> Report {
     let protocol = run.protocol.unwrap_or(scenario.group.protocol);
-    engine::Engine::new(scenario, &run.assignor, protocol).run(progress)
+    engine::Engine::new(scenario, run.assignor, protocol).run(progress)
 }

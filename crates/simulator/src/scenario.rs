@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use baton_assignor::AssignmentConfig;
+use baton_assignor::{AssignmentConfig, AssignorKind};
 use serde::{Deserialize, Serialize};
 
 /// A whole scenario.
@@ -112,30 +112,16 @@ pub enum Probing {
     CaughtUp,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AssignorSpec {
-    #[serde(default = "default_assignor")]
-    pub name: String,
+    #[serde(default)]
+    pub name: AssignorKind,
     /// Default: `caught-up` for high-availability, `interval` for the others.
     #[serde(default)]
     pub probing: Option<Probing>,
     #[serde(default)]
     pub config: AssignmentConfig,
-}
-
-fn default_assignor() -> String {
-    "high-availability".into()
-}
-
-impl Default for AssignorSpec {
-    fn default() -> Self {
-        Self {
-            name: default_assignor(),
-            probing: None,
-            config: AssignmentConfig::default(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -257,16 +243,6 @@ impl Scenario {
         if !(0.0..1.0).contains(&self.group.rebalance_jitter) {
             return Err(err("group.rebalance_jitter", "must be in [0, 1)"));
         }
-        if baton_assignor::assignor_by_name(&self.assignor.name).is_none() {
-            return Err(err(
-                "assignor.name",
-                format!(
-                    "unknown assignor {:?} (known: {})",
-                    self.assignor.name,
-                    baton_assignor::ASSIGNOR_NAMES.join(", ")
-                ),
-            ));
-        }
         if let Err((key, msg)) = self.assignor.config.validate() {
             return Err(err(format!("assignor.config.{key}"), msg));
         }
@@ -337,7 +313,7 @@ impl Scenario {
     pub fn probing(&self) -> Probing {
         self.assignor
             .probing
-            .unwrap_or(if self.assignor.name == "high-availability" {
+            .unwrap_or(if self.assignor.name == AssignorKind::HighAvailability {
                 Probing::CaughtUp
             } else {
                 Probing::Interval

@@ -126,13 +126,12 @@ fn bad_scenarios_say_where() {
         s.validate().unwrap_err().to_string(),
         "instances[0].restore_rate: must be > 0"
     );
-    let mut s = base.clone();
-    s.assignor.name = "nope".into();
-    assert!(s
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .starts_with("assignor.name: unknown assignor"));
+    let json = r#"{"name": "x", "app": {"subtopologies": []}, "group": {"rebalance_ms": 1, "session_timeout_ms": 1}, "instances": [], "assignor": {"name": "nope"}}"#;
+    let e = Scenario::parse(json).unwrap_err().to_string();
+    assert!(
+        e.starts_with("assignor.name: unknown variant `nope`, expected one of `high-availability`"),
+        "{e}"
+    );
     let json = r#"{"name": "x", "app": {"subtopologies": []}, "group": {"rebalance_ms": 1, "session_timeout_ms": 1}, "instances": []}"#;
     assert_eq!(
         Scenario::parse(json).unwrap_err().to_string(),

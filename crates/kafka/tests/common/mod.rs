@@ -57,7 +57,8 @@ pub fn config(group: &str, n: u128, session_timeout_ms: i32) -> MemberConfig {
         process_id: uuid::Uuid::from_u128(n),
         user_endpoint: format!("host-{n}:8080"),
         topology: topology(),
-        assignor: "high-availability".into(),
+        assignor: baton_assignor::AssignorKind::HighAvailability,
+        metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
         assignment_config: AssignmentConfig::default(),
     }
 }

@@ -1,0 +1,260 @@
+//! The group leader's work as one pure function: every member's JoinGroup metadata, the
+//! changelog end offsets and the configuration in; every member's SyncGroup assignment bytes
+//! and the warnings out. The group member only does the I/O around it, and the simulator and
+//! the tests run the same code.
+//!
+//! Steps: decode each member (an undecodable or invalid one gets nothing, everyone else a full
+//! assignment), drop ownership claimed from an older generation, negotiate the version, build
+//! the assignor's input, assign, deal over each process's consumers, hold back actives whose
+//! previous owner has not released them yet, fit under the group metadata limit, encode.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_assignor::{AssignmentConfig, AssignorKind, Cluster, TaskId};
+
+use crate::bridge::{cluster_state, member_assignments, BridgeError, Member, Topology};
+use crate::consumer::{ConsumerAssignment, ConsumerSubscription};
+use crate::sizing::fit_to_limit;
+use crate::{AssignmentInfo, StandbyTask, SubscriptionInfo, TopicPartition, BATON_VERSION};
+
+/// One member as JoinGroup returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    pub member_id: String,
+    /// The consumer protocol subscription, with Streams' `SubscriptionInfo` as user data.
+    pub metadata: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaderInput<'a> {
+    pub members: &'a [JoinedMember],
+    pub topology: &'a Topology,
+    /// Changelog end offsets; `None` when they could not be read: the leader then keeps actives
+    /// where they are (the sticky assignor), as Kafka Streams does.
+    pub end_offsets: Option<&'a BTreeMap<TopicPartition, i64>>,
+    pub config: AssignmentConfig,
+    pub assignor: AssignorKind,
+    /// Receives the next probing rebalance time, when a follow-up is due.
+    pub leader_member_id: &'a str,
+    pub now_ms: i64,
+    /// Subscriptions plus assignments must fit in this many bytes.
+    pub metadata_limit: usize,
+}
+
+/// What the leader sends: one blob per member (empty: nothing this round).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaderOutput {
+    pub assignments: BTreeMap<String, Vec<u8>>,
+    /// Members that got nothing, with the reason (`member id`, `field: problem`).
+    pub rejected: Vec<(String, String)>,
+    pub warnings: Vec<String>,
+    /// Actives held back this round because another member still owns them.
+    pub deferred: Vec<TaskId>,
+}
+
+/// A member's JoinGroup metadata: the consumer protocol subscription and, inside it, Streams'.
+pub fn decode_subscription(
+    metadata: &[u8],
+) -> Result<(ConsumerSubscription, SubscriptionInfo), String> {
+    let sub = ConsumerSubscription::decode(metadata).map_err(|e| e.to_string())?;
+    let user_data = sub
+        .user_data
+        .as_deref()
+        .ok_or("consumer protocol subscription: no user data")?;
+    let info = SubscriptionInfo::decode(user_data).map_err(|e| e.to_string())?;
+    Ok((sub, info))
+}
+
+/// A member's SyncGroup assignment blob.
+pub fn encode_assignment(partitions: &[TopicPartition], info: &AssignmentInfo) -> Vec<u8> {
+    ConsumerAssignment {
+        partitions: partitions.to_vec(),
+        // A member's assignment is built from valid parts; an unencodable one is sent empty.
+        user_data: info.encode().ok(),
+    }
+    .encode()
+    .unwrap_or_default()
+}
+
+/// A member's SyncGroup assignment; empty bytes mean "nothing this round".
+pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, AssignmentInfo), String> {
+    if bytes.is_empty() {
+        return Ok((
+            Vec::new(),
+            AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
+        ));
+    }
+    let a = ConsumerAssignment::decode(bytes).map_err(|e| format!("assignment: {e}"))?;
+    let info = match a.user_data {
+        Some(d) => AssignmentInfo::decode(&d).map_err(|e| format!("assignment: {e}"))?,
+        None => AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
+    };
+    Ok((a.partitions, info))
+}
+
+/// The leader's whole decision for one generation.
+pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
+    let mut out = LeaderOutput::default();
+    let mut members: Vec<Member> = Vec::new();
+    let mut generations: BTreeMap<String, i32> = BTreeMap::new();
+    for m in input.members {
+        match decode_subscription(&m.metadata) {
+            Ok((sub, subscription)) => {
+                generations.insert(m.member_id.clone(), sub.generation_id);
+                members.push(Member {
+                    member_id: m.member_id.clone(),
+                    subscription,
+                    owned_partitions: sub.owned_partitions,
+                });
+            }
+            Err(e) => out.rejected.push((m.member_id.clone(), e)),
+        }
+    }
+    // A claim from an older generation may come from a member that was fenced and replaced:
+    // only the newest generation's owners count (Kafka's cooperative rule).
+    let newest = generations.values().copied().max().unwrap_or(-1);
+    for m in &mut members {
+        if generations.get(&m.member_id).copied().unwrap_or(-1) < newest {
+            m.owned_partitions.clear();
+        }
+    }
+
+    let zero_ends: BTreeMap<TopicPartition, i64>;
+    let (ends, kind) = match input.end_offsets {
+        Some(e) => (e, input.assignor),
+        None => {
+            out.warnings.push(
+                "changelog end offsets unavailable: keeping actives in place (sticky assignor)"
+                    .into(),
+            );
+            zero_ends = input
+                .topology
+                .subtopologies
+                .keys()
+                .flat_map(|&sub| {
+                    let s = &input.topology.subtopologies[&sub];
+                    (0..s.partitions)
+                        .flat_map(move |p| input.topology.changelog_partitions(TaskId::new(sub, p)))
+                })
+                .map(|tp| (tp, 0))
+                .collect();
+            (&zero_ends, AssignorKind::Sticky)
+        }
+    };
+
+    // One bad member must not stall the group: drop it and build the input again.
+    let state = loop {
+        match cluster_state(&members, input.topology, ends, input.config.clone()) {
+            Ok(s) => break s,
+            Err(BridgeError::BadMember(id, problem)) => {
+                members.retain(|m| m.member_id != id);
+                out.rejected.push((id, problem));
+            }
+            Err(e) => {
+                out.warnings.push(format!(
+                    "cannot build the assignor's input ({e}): every member gets nothing this round"
+                ));
+                return empty_for_all(input, out);
+            }
+        }
+    };
+    let cluster = match Cluster::new(state) {
+        Ok(c) => c,
+        Err(e) => {
+            out.warnings.push(format!(
+                "the assignor's input is invalid ({e}): every member gets nothing this round"
+            ));
+            return empty_for_all(input, out);
+        }
+    };
+    let assignment = kind.assignor().assign(&cluster);
+    out.warnings.extend(assignment.warnings.iter().cloned());
+    let mut per_member = member_assignments(
+        &members,
+        input.topology,
+        &assignment,
+        input.leader_member_id,
+        input.now_ms,
+    );
+    out.deferred = defer_unreleased(&members, input.topology, &mut per_member);
+
+    let subscription_bytes: usize = input.members.iter().map(|m| m.metadata.len()).sum();
+    if let Some(w) = fit_to_limit(subscription_bytes, &mut per_member, input.metadata_limit) {
+        out.warnings.push(w);
+    }
+    for m in input.members {
+        let bytes = per_member
+            .get(&m.member_id)
+            .map(|a| encode_assignment(&a.partitions, &a.info))
+            .unwrap_or_default();
+        out.assignments.insert(m.member_id.clone(), bytes);
+    }
+    out
+}
+
+fn empty_for_all(input: &LeaderInput<'_>, mut out: LeaderOutput) -> LeaderOutput {
+    for m in input.members {
+        out.assignments.insert(m.member_id.clone(), Vec::new());
+    }
+    out
+}
+
+/// Cooperative hand-over on the classic protocol: an active whose source partitions another
+/// member still owns is not given to its new owner yet (a stateful one becomes a standby there,
+/// so its store keeps tailing). The owner sees it revoked, commits, closes it and rejoins at
+/// once; the next round hands it over. Without this, the old owner's last batch could reach
+/// the changelog after the new owner had restored it.
+fn defer_unreleased(
+    members: &[Member],
+    topology: &Topology,
+    per_member: &mut BTreeMap<String, crate::bridge::MemberAssignment>,
+) -> Vec<TaskId> {
+    let mut owner: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
+    for m in members {
+        for tp in &m.owned_partitions {
+            owner.insert(tp, &m.member_id);
+        }
+    }
+    let mut deferred = BTreeSet::new();
+    for (id, a) in per_member.iter_mut() {
+        let held_back: BTreeSet<TaskId> = a
+            .info
+            .active_tasks
+            .iter()
+            .copied()
+            .filter(|&t| {
+                topology
+                    .source_partitions(t)
+                    .iter()
+                    .any(|tp| owner.get(tp).is_some_and(|o| *o != id.as_str()))
+            })
+            .collect();
+        if held_back.is_empty() {
+            continue;
+        }
+        let mut kept_partitions = Vec::new();
+        let mut kept_tasks = Vec::new();
+        for (tp, t) in a.partitions.iter().zip(&a.info.active_tasks) {
+            if !held_back.contains(t) {
+                kept_partitions.push(tp.clone());
+                kept_tasks.push(*t);
+            }
+        }
+        a.partitions = kept_partitions;
+        a.info.active_tasks = kept_tasks;
+        for &t in &held_back {
+            let stateful = topology
+                .subtopologies
+                .get(&t.subtopology)
+                .is_some_and(|s| !s.changelog_topics.is_empty());
+            if stateful && !a.info.standby_tasks.iter().any(|s| s.task == t) {
+                a.info.standby_tasks.push(StandbyTask {
+                    task: t,
+                    partitions: topology.source_partitions(t),
+                });
+            }
+        }
+        deferred.extend(held_back);
+    }
+    deferred.into_iter().collect()
+}

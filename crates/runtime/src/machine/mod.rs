@@ -1,0 +1,877 @@
+//! A stream thread's decisions, with no I/O: events in, commands out, time as an input.
+//!
+//! The machine owns the task lifecycle (opening, restoring, running, tailing, released), the
+//! rebalance triggers (the group, a caught-up warm-up, the probing timer, a drain, revoked
+//! actives, a lapsed membership), what may be written and committed, and the report a
+//! subscription carries. The async driver ([`crate::thread`]) performs its commands; the tests
+//! and the schedule fuzzer drive it with simulated time and a simulated broker.
+//!
+//! Rebalances are cooperative: while a join round is in flight every task goes on as before.
+//! Only the assignment that ends the round takes tasks away; a revoked active is committed and
+//! closed, then the thread rejoins at once so the leader can hand it to its new owner.
+
+mod task;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use baton_assignor::TaskId;
+use baton_protocol::bridge::Topology as WireTopology;
+use baton_protocol::TopicPartition;
+
+pub use task::{Batch, ChangelogCursor, SourceCursor, TaskState};
+
+use crate::status::{Phase, Role};
+
+/// Names one fetch, batch or commit, so a late or repeated answer is recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// A task's position in one of its source partitions.
+type Position = (TaskId, TopicPartition, i64);
+
+/// Why a thread stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Shutdown,
+    /// Drained: the instance was leaving and this thread holds nothing.
+    Drained,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineConfig {
+    /// `session.timeout.ms`: past this without a heartbeat answer the membership has lapsed.
+    pub session_timeout: Duration,
+    pub commit_interval: Duration,
+    pub acceptable_recovery_lag: u64,
+    pub restore_fetch_bytes: i32,
+    pub input_fetch_bytes: i32,
+    /// A static member keeps its place on shutdown: it does not leave the group.
+    pub static_membership: bool,
+    /// The pause before retrying a failed open or batch.
+    pub retry_backoff: Duration,
+}
+
+/// What one join round gave this member.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Assigned {
+    pub generation: i32,
+    pub member_id: String,
+    pub active: Vec<TaskId>,
+    pub standby: Vec<TaskId>,
+    pub warmup: Vec<TaskId>,
+    /// When the leader wants the next (probing) rebalance.
+    pub probe_at: Option<Duration>,
+    /// The leader speaks an older version: rejoin at once with it.
+    pub version_probing: bool,
+}
+
+/// A heartbeat's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    Alive,
+    /// A rebalance started: a join round is under way.
+    Rebalancing,
+    /// The coordinator no longer knows this member or its generation.
+    Fenced,
+    /// No answer (network, timeout).
+    Failed,
+}
+
+/// One partition of a fetch's answer. The driver keeps the records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchResult {
+    pub tp: TopicPartition,
+    /// The offset the fetch asked from.
+    pub from: i64,
+    /// Where the reader stands after it ([`crate::catchup::next_position`]).
+    pub next: i64,
+    /// `None`: the broker left the partition out of its answer.
+    pub high_watermark: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Assigned(Assigned),
+    /// `at`: when the answer arrived (answers can queue behind data work).
+    Heartbeat {
+        answer: Heartbeat,
+        at: Duration,
+    },
+    Tick,
+    DrainRequested,
+    Shutdown,
+    Opened {
+        task: TaskId,
+        /// One checkpoint per changelog, in the topology's order.
+        checkpoints: Vec<i64>,
+    },
+    /// Another thread of this process still holds the stores.
+    OpenBusy {
+        task: TaskId,
+    },
+    OpenFailed {
+        task: TaskId,
+        error: String,
+    },
+    Fetched {
+        fetch: RequestId,
+        results: Vec<FetchResult>,
+    },
+    FetchFailed {
+        fetch: RequestId,
+    },
+    /// The store took what the driver held of a changelog; it now holds up to `stored`.
+    Absorbed {
+        task: TaskId,
+        changelog: usize,
+        stored: i64,
+    },
+    StoreFailed {
+        task: TaskId,
+        error: String,
+    },
+    CommittedRead {
+        task: TaskId,
+        /// One per source; `None`: nothing committed yet.
+        offsets: Vec<Option<i64>>,
+    },
+    CommittedReadFailed {
+        task: TaskId,
+    },
+    /// Changelog and sink acknowledged the batch and the store took it.
+    BatchDone {
+        task: TaskId,
+        batch: RequestId,
+        /// (changelog index, next offset after the batch's writes).
+        changelogs: Vec<(usize, i64)>,
+    },
+    BatchFailed {
+        task: TaskId,
+        batch: RequestId,
+        /// The changelog and sink hold the batch already: only the store failed.
+        output_acknowledged: bool,
+    },
+    CommitDone {
+        commit: RequestId,
+        ok: bool,
+    },
+}
+
+/// The records of one source partition a batch processes: offsets `from..to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Input {
+    pub source: usize,
+    pub from: i64,
+    pub to: i64,
+}
+
+/// A partition to read and from where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchWant {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub max_bytes: i32,
+}
+
+/// What the next subscription says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    pub leaving: bool,
+    pub warmups: Vec<TaskId>,
+    /// Source partitions of the actives this member holds: the leader gives them to no one
+    /// else until they are released.
+    pub owned: Vec<TopicPartition>,
+    /// Held tasks: `RUNNING` (-2) for a running active, else the stores' checkpoint sum.
+    pub offset_sums: BTreeMap<TaskId, i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Make sure a join round is under way, subscribing with `report`.
+    Join {
+        reason: String,
+        report: Report,
+    },
+    Leave,
+    Open {
+        task: TaskId,
+        role: Role,
+    },
+    /// Persist and release the task's stores; its state stays on disk.
+    Close {
+        task: TaskId,
+    },
+    Fetch {
+        fetch: RequestId,
+        wants: Vec<FetchWant>,
+    },
+    /// Hand what the last fetch brought of `changelog` to the store.
+    Absorb {
+        task: TaskId,
+        changelog: usize,
+        end: i64,
+    },
+    /// Process the fetched input: changelog and sink first, then the store.
+    Process {
+        task: TaskId,
+        batch: RequestId,
+        inputs: Vec<Input>,
+    },
+    /// Make the stores durable (a restore is done).
+    Persist {
+        task: TaskId,
+    },
+    ReadCommitted {
+        task: TaskId,
+    },
+    Commit {
+        commit: RequestId,
+        generation: i32,
+        member_id: String,
+        offsets: Vec<(TopicPartition, i64)>,
+    },
+    Exit(Exit),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Group {
+    /// A join round is in flight (or about to be).
+    Joining,
+    Member {
+        generation: i32,
+        member_id: String,
+    },
+}
+
+pub struct ThreadMachine {
+    cfg: MachineConfig,
+    topology: WireTopology,
+    group: Group,
+    /// The last time the coordinator confirmed this membership.
+    alive_at: Duration,
+    tasks: BTreeMap<TaskId, TaskState>,
+    fetch: Option<RequestId>,
+    commit: Option<(RequestId, Vec<Position>)>,
+    last_commit: Duration,
+    probe_at: Option<Duration>,
+    leaving: bool,
+    /// The last subscription said so.
+    reported_leaving: bool,
+    stopped: bool,
+    next_id: u64,
+}
+
+impl ThreadMachine {
+    /// A thread about to join for the first time: the first command is the join.
+    pub fn new(cfg: MachineConfig, topology: WireTopology, now: Duration) -> ThreadMachine {
+        ThreadMachine {
+            cfg,
+            topology,
+            group: Group::Joining,
+            alive_at: now,
+            tasks: BTreeMap::new(),
+            fetch: None,
+            commit: None,
+            last_commit: now,
+            probe_at: None,
+            leaving: false,
+            reported_leaving: false,
+            stopped: false,
+            next_id: 0,
+        }
+    }
+
+    /// The first commands: join the group.
+    pub fn start(&mut self) -> Vec<Command> {
+        vec![self.join("startup")]
+    }
+
+    pub fn tasks(&self) -> &BTreeMap<TaskId, TaskState> {
+        &self.tasks
+    }
+
+    pub fn generation(&self) -> Option<i32> {
+        match &self.group {
+            Group::Member { generation, .. } => Some(*generation),
+            Group::Joining => None,
+        }
+    }
+
+    pub fn is_joining(&self) -> bool {
+        self.group == Group::Joining
+    }
+
+    /// Whether the thread may write (produce or commit) at `now`: its membership has been
+    /// confirmed within the session timeout, or a join round is in flight (a pending JoinGroup
+    /// keeps the session). A paused process wakes up fenced.
+    pub fn may_write(&self, now: Duration) -> bool {
+        !self.stopped
+            && (self.is_joining() || now.saturating_sub(self.alive_at) <= self.cfg.session_timeout)
+    }
+
+    fn id(&mut self) -> RequestId {
+        self.next_id += 1;
+        RequestId(self.next_id)
+    }
+
+    /// The subscription's content as of now.
+    pub fn report(&self) -> Report {
+        let mut r = Report {
+            leaving: self.leaving,
+            ..Report::default()
+        };
+        for (id, t) in &self.tasks {
+            if t.role == Role::Warmup {
+                r.warmups.push(*id);
+            }
+            if t.role == Role::Active {
+                r.owned.extend(t.sources.iter().map(|s| s.tp.clone()));
+            }
+            if t.phase == Phase::Opening {
+                continue;
+            }
+            let sum = if t.is_running_active() {
+                baton_protocol::subscription::RUNNING
+            } else {
+                t.offset_sum()
+            };
+            if !t.changelogs.is_empty() {
+                r.offset_sums.insert(*id, sum);
+            }
+        }
+        r.owned.sort();
+        r
+    }
+
+    pub fn handle(&mut self, event: Event, now: Duration) -> Vec<Command> {
+        let mut out = Vec::new();
+        if self.stopped {
+            return out;
+        }
+        match event {
+            Event::Assigned(a) => self.assigned(a, now, &mut out),
+            Event::Heartbeat { answer, at } => match answer {
+                Heartbeat::Alive => self.alive_at = self.alive_at.max(at),
+                Heartbeat::Rebalancing => {
+                    self.alive_at = self.alive_at.max(at);
+                    if !self.is_joining() {
+                        out.push(self.join("the group is rebalancing"));
+                    }
+                }
+                Heartbeat::Fenced => self.fenced("the coordinator fenced this member", &mut out),
+                Heartbeat::Failed => {}
+            },
+            Event::Tick => {}
+            Event::DrainRequested => {
+                if !self.leaving {
+                    self.leaving = true;
+                    self.commit_now(&mut out);
+                    out.push(self.join("drain requested"));
+                }
+            }
+            Event::Shutdown => {
+                self.shutdown(now, &mut out);
+                return out;
+            }
+            Event::Opened { task, checkpoints } => {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    if t.phase == Phase::Opening {
+                        t.opened(&checkpoints);
+                    }
+                }
+            }
+            Event::OpenBusy { task } => self.retry_later(task, now, Duration::from_millis(20)),
+            Event::OpenFailed { task, .. } => self.retry_later(task, now, self.cfg.retry_backoff),
+            Event::Fetched { fetch, results } => {
+                if self.fetch == Some(fetch) {
+                    self.fetch = None;
+                    self.fetched(results, now, &mut out);
+                }
+            }
+            Event::FetchFailed { fetch } => {
+                if self.fetch == Some(fetch) {
+                    self.fetch = None;
+                }
+            }
+            Event::Absorbed {
+                task,
+                changelog,
+                stored,
+            } => self.absorbed(task, changelog, stored, &mut out),
+            Event::StoreFailed { task, .. } => self.reopen(task, now, &mut out),
+            Event::CommittedRead { task, offsets } => {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    if t.phase == Phase::Restoring && t.reading_committed {
+                        for (s, o) in t.sources.iter_mut().zip(offsets) {
+                            // Nothing committed yet: from the start (`auto.offset.reset=earliest`).
+                            let committed = o.unwrap_or(0).max(0);
+                            // A position of our own beyond it was processed into the changelog
+                            // already (its commit failed): going back would repeat output.
+                            let at = s.position.map_or(committed, |p| p.max(committed));
+                            s.position = Some(at);
+                            s.committed = Some(committed);
+                        }
+                        t.reading_committed = false;
+                        t.phase = Phase::Running;
+                    }
+                }
+            }
+            Event::CommittedReadFailed { task } => {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    t.reading_committed = false;
+                    t.retry_at = Some(now + self.cfg.retry_backoff);
+                }
+            }
+            Event::BatchDone {
+                task,
+                batch,
+                changelogs,
+            } => self.batch_done(task, batch, changelogs),
+            Event::BatchFailed {
+                task,
+                batch,
+                output_acknowledged,
+            } => {
+                let Some(t) = self.tasks.get_mut(&task) else {
+                    return out;
+                };
+                let Some(b) = t.batch.take_if(|b| b.id == batch) else {
+                    return out;
+                };
+                if output_acknowledged {
+                    // The changelog and the sink hold the batch; running it again would
+                    // repeat acknowledged output. The input is done; the store is rebuilt.
+                    for (i, next) in b.inputs {
+                        t.sources[i].position = Some(next);
+                    }
+                    let uncommitted = t.uncommitted();
+                    self.commit_offsets(task, uncommitted, &mut out);
+                    self.reopen(task, now, &mut out);
+                } else {
+                    t.retry_at = Some(now + self.cfg.retry_backoff);
+                }
+            }
+            Event::CommitDone { commit, ok } => {
+                if let Some((id, offsets)) = self.commit.take() {
+                    if id != commit {
+                        self.commit = Some((id, offsets));
+                    } else if ok {
+                        for (task, tp, at) in offsets {
+                            if let Some(s) = self
+                                .tasks
+                                .get_mut(&task)
+                                .and_then(|t| t.sources.iter_mut().find(|s| s.tp == tp))
+                            {
+                                s.committed = Some(at);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.poll(now, &mut out);
+        out
+    }
+
+    /// What is due at `now` whatever the event: fencing, timers, opens, restores, the next fetch.
+    fn poll(&mut self, now: Duration, out: &mut Vec<Command>) {
+        if self.stopped {
+            return;
+        }
+        if !self.is_joining() && !self.may_write(now) {
+            self.fenced("no heartbeat answer within the session timeout", out);
+        }
+        if self.probe_at.is_some_and(|t| now >= t) && !self.is_joining() {
+            self.probe_at = None;
+            out.push(self.join("probing rebalance"));
+        }
+        if now.saturating_sub(self.last_commit) >= self.cfg.commit_interval {
+            self.last_commit = now;
+            self.commit_now(out);
+        }
+        let due = |t: &TaskState| t.retry_at.is_none_or(|r| now >= r);
+        let mut opens = Vec::new();
+        let mut reads = Vec::new();
+        for t in self.tasks.values_mut() {
+            if !due(t) {
+                continue;
+            }
+            match t.phase {
+                Phase::Opening => {
+                    t.retry_at = Some(now + Duration::from_secs(3600)); // until it answers
+                    opens.push((t.id, t.role));
+                }
+                Phase::Restoring if !t.reading_committed && t.restored() => {
+                    t.reading_committed = true;
+                    t.retry_at = None;
+                    reads.push(t.id);
+                }
+                _ => {}
+            }
+        }
+        for (task, role) in opens {
+            out.push(Command::Open { task, role });
+        }
+        for task in reads {
+            if !self.tasks[&task].changelogs.is_empty() {
+                out.push(Command::Persist { task });
+            }
+            out.push(Command::ReadCommitted { task });
+        }
+        // One fetch at a time, and none while a batch runs, so it covers every source.
+        if self.fetch.is_none() && self.tasks.values().all(|t| t.batch.is_none()) {
+            let wants = self.wants(now);
+            if !wants.is_empty() {
+                let fetch = self.id();
+                self.fetch = Some(fetch);
+                out.push(Command::Fetch { fetch, wants });
+            }
+        }
+    }
+
+    /// Changelogs of restoring and tailing tasks; sources of running actives without a batch
+    /// in flight, while this member may write.
+    fn wants(&self, now: Duration) -> Vec<FetchWant> {
+        let may_write = self.may_write(now);
+        let mut wants = Vec::new();
+        for t in self.tasks.values() {
+            match t.phase {
+                Phase::Restoring | Phase::Tailing if !t.reading_committed => {
+                    wants.extend(t.changelogs.iter().map(|c| FetchWant {
+                        tp: c.tp.clone(),
+                        offset: c.fetch_position,
+                        max_bytes: self.cfg.restore_fetch_bytes,
+                    }))
+                }
+                Phase::Running
+                    if may_write && t.batch.is_none() && t.retry_at.is_none_or(|r| now >= r) =>
+                {
+                    wants.extend(t.sources.iter().filter_map(|s| {
+                        Some(FetchWant {
+                            tp: s.tp.clone(),
+                            offset: s.position?,
+                            max_bytes: self.cfg.input_fetch_bytes,
+                        })
+                    }))
+                }
+                _ => {}
+            }
+        }
+        wants
+    }
+
+    fn fetched(&mut self, results: Vec<FetchResult>, now: Duration, out: &mut Vec<Command>) {
+        let may_write = self.may_write(now);
+        let mut by_tp: BTreeMap<&TopicPartition, &FetchResult> = BTreeMap::new();
+        for r in &results {
+            by_tp.insert(&r.tp, r);
+        }
+        let mut batches = Vec::new();
+        for t in self.tasks.values_mut() {
+            match t.phase {
+                Phase::Restoring | Phase::Tailing if !t.reading_committed => {
+                    for (i, c) in t.changelogs.iter_mut().enumerate() {
+                        let Some(r) = by_tp.get(&c.tp) else { continue };
+                        // An answer for another position is stale (the task was reopened).
+                        let (Some(hw), true) = (r.high_watermark, r.from == c.fetch_position)
+                        else {
+                            continue;
+                        };
+                        c.end = Some(hw);
+                        if r.next > c.fetch_position {
+                            c.fetch_position = r.next;
+                        }
+                        out.push(Command::Absorb {
+                            task: t.id,
+                            changelog: i,
+                            end: hw,
+                        });
+                    }
+                }
+                Phase::Running if may_write && t.batch.is_none() => {
+                    let inputs: Vec<Input> = t
+                        .sources
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, s)| {
+                            let r = by_tp.get(&s.tp)?;
+                            let from = s.position?;
+                            (r.from == from && r.next > from).then_some(Input {
+                                source: i,
+                                from,
+                                to: r.next,
+                            })
+                        })
+                        .collect();
+                    if !inputs.is_empty() {
+                        batches.push((t.id, inputs));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (task, inputs) in batches {
+            let batch = self.id();
+            if let Some(t) = self.tasks.get_mut(&task) {
+                t.batch = Some(Batch {
+                    id: batch,
+                    inputs: inputs.iter().map(|i| (i.source, i.to)).collect(),
+                });
+            }
+            out.push(Command::Process {
+                task,
+                batch,
+                inputs,
+            });
+        }
+    }
+
+    fn absorbed(&mut self, task: TaskId, changelog: usize, stored: i64, out: &mut Vec<Command>) {
+        let acceptable = self.cfg.acceptable_recovery_lag;
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if !matches!(t.phase, Phase::Restoring | Phase::Tailing) {
+            return;
+        }
+        let Some(c) = t.changelogs.get_mut(changelog) else {
+            return;
+        };
+        c.stored = c.stored.max(stored);
+        if t.role == Role::Warmup
+            && !t.reported_caught_up
+            && t.lag() <= acceptable
+            && t.restored_end_known()
+        {
+            t.reported_caught_up = true;
+            if !self.is_joining() {
+                out.push(self.join("a warm-up caught up"));
+            }
+        }
+    }
+
+    fn batch_done(&mut self, task: TaskId, batch: RequestId, changelogs: Vec<(usize, i64)>) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        let Some(b) = t.batch.take_if(|b| b.id == batch) else {
+            return;
+        };
+        for (i, next) in b.inputs {
+            t.sources[i].position = Some(next);
+        }
+        for (i, next) in changelogs {
+            if let Some(c) = t.changelogs.get_mut(i) {
+                c.stored = c.stored.max(next);
+                c.fetch_position = c.fetch_position.max(next);
+                c.end = Some(c.end.unwrap_or(0).max(next));
+            }
+        }
+    }
+
+    /// Commits every running active's processed positions, if any moved and this member may.
+    fn commit_now(&mut self, out: &mut Vec<Command>) {
+        let offsets: Vec<Position> = self
+            .tasks
+            .values()
+            .flat_map(|t| {
+                t.uncommitted()
+                    .into_iter()
+                    .map(move |(tp, at)| (t.id, tp, at))
+            })
+            .collect();
+        self.send_commit(offsets, out);
+    }
+
+    fn commit_offsets(
+        &mut self,
+        task: TaskId,
+        offsets: Vec<(TopicPartition, i64)>,
+        out: &mut Vec<Command>,
+    ) {
+        let offsets = offsets.into_iter().map(|(tp, at)| (task, tp, at)).collect();
+        self.send_commit(offsets, out);
+    }
+
+    fn send_commit(&mut self, offsets: Vec<Position>, out: &mut Vec<Command>) {
+        let Group::Member {
+            generation,
+            member_id,
+        } = &self.group
+        else {
+            return;
+        };
+        if offsets.is_empty() || self.commit.is_some() {
+            return;
+        }
+        let (generation, member_id) = (*generation, member_id.clone());
+        let commit = self.id();
+        out.push(Command::Commit {
+            commit,
+            generation,
+            member_id,
+            offsets: offsets
+                .iter()
+                .map(|(_, tp, at)| (tp.clone(), *at))
+                .collect(),
+        });
+        self.commit = Some((commit, offsets));
+    }
+
+    fn join(&mut self, reason: &str) -> Command {
+        self.group = Group::Joining;
+        self.reported_leaving = self.leaving;
+        let acceptable = self.cfg.acceptable_recovery_lag;
+        for t in self.tasks.values_mut() {
+            if t.role == Role::Warmup {
+                t.reported_caught_up = t.lag() <= acceptable && t.restored_end_known();
+            }
+        }
+        Command::Join {
+            reason: reason.to_owned(),
+            report: self.report(),
+        }
+    }
+
+    /// The membership lapsed: another member may own these actives now. Drop them without
+    /// committing (their in-flight output is the zombie window, docs/RUNTIME.md), then rejoin.
+    fn fenced(&mut self, reason: &str, out: &mut Vec<Command>) {
+        let actives: Vec<TaskId> = self
+            .tasks
+            .values()
+            .filter(|t| t.role == Role::Active)
+            .map(|t| t.id)
+            .collect();
+        for task in actives {
+            self.tasks.remove(&task);
+            out.push(Command::Close { task });
+        }
+        self.commit = None;
+        out.push(self.join(reason));
+    }
+
+    fn assigned(&mut self, a: Assigned, now: Duration, out: &mut Vec<Command>) {
+        if a.generation < 0 {
+            return;
+        }
+        self.group = Group::Member {
+            generation: a.generation,
+            member_id: a.member_id.clone(),
+        };
+        self.alive_at = self.alive_at.max(now);
+        self.probe_at = a.probe_at;
+        let mut want: BTreeMap<TaskId, Role> = BTreeMap::new();
+        for &t in &a.standby {
+            want.insert(t, Role::Standby);
+        }
+        for &t in &a.warmup {
+            want.insert(t, Role::Warmup);
+        }
+        for &t in &a.active {
+            want.insert(t, Role::Active);
+        }
+        // Revoked actives: commit what they processed, then release them.
+        let mut revoked = Vec::new();
+        let mut released = Vec::new();
+        for (id, t) in &self.tasks {
+            let role = want.get(id).copied();
+            if t.role == Role::Active && role != Some(Role::Active) {
+                revoked.push(*id);
+            }
+            if role.is_none() {
+                released.push(*id);
+            }
+        }
+        let offsets: Vec<Position> = revoked
+            .iter()
+            .flat_map(|id| {
+                self.tasks[id]
+                    .uncommitted()
+                    .into_iter()
+                    .map(move |(tp, at)| (*id, tp, at))
+            })
+            .collect();
+        // Whatever commit was in flight belonged to the old generation.
+        self.commit = None;
+        self.send_commit(offsets, out);
+        for id in released {
+            self.tasks.remove(&id);
+            out.push(Command::Close { task: id });
+        }
+        for (id, role) in want {
+            match self.tasks.get_mut(&id) {
+                Some(t) if t.role == role => {}
+                Some(t) if t.phase == Phase::Opening => t.role = role,
+                Some(t) => t.enter(role),
+                None => {
+                    let changelogs = self.topology.changelog_partitions(id);
+                    let sources = self.topology.source_partitions(id);
+                    self.tasks
+                        .insert(id, TaskState::new(id, role, changelogs, sources));
+                }
+            }
+        }
+        if self.leaving && self.reported_leaving && self.tasks.is_empty() {
+            out.push(Command::Leave);
+            out.push(Command::Exit(Exit::Drained));
+            self.stopped = true;
+            return;
+        }
+        if a.version_probing {
+            out.push(self.join("version probing"));
+        } else if !revoked.is_empty() {
+            out.push(self.join("released revoked actives"));
+        } else if self.leaving && !self.reported_leaving {
+            out.push(self.join("drain requested"));
+        }
+    }
+
+    fn retry_later(&mut self, task: TaskId, now: Duration, after: Duration) {
+        if let Some(t) = self.tasks.get_mut(&task) {
+            if t.phase == Phase::Opening {
+                t.retry_at = Some(now + after);
+            }
+        }
+    }
+
+    /// The store failed: release it and open it again, so it restores from its checkpoint.
+    fn reopen(&mut self, task: TaskId, now: Duration, out: &mut Vec<Command>) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        out.push(Command::Close { task });
+        let mut fresh = TaskState::new(
+            task,
+            t.role,
+            t.changelogs.iter().map(|c| c.tp.clone()).collect(),
+            t.sources.iter().map(|s| s.tp.clone()).collect(),
+        );
+        fresh.retry_at = Some(now + self.cfg.retry_backoff);
+        fresh.sources = t.sources.clone();
+        *t = fresh;
+    }
+
+    fn shutdown(&mut self, _now: Duration, out: &mut Vec<Command>) {
+        self.commit = None;
+        self.commit_now(out);
+        for id in self.tasks.keys().copied().collect::<Vec<_>>() {
+            out.push(Command::Close { task: id });
+        }
+        self.tasks.clear();
+        if !self.cfg.static_membership {
+            out.push(Command::Leave);
+        }
+        out.push(Command::Exit(Exit::Shutdown));
+        self.stopped = true;
+    }
+}
+
+impl TaskState {
+    /// The changelog end has been seen for every store.
+    fn restored_end_known(&self) -> bool {
+        self.changelogs.iter().all(|c| c.end.is_some())
+    }
+}

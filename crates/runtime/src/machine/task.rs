@@ -1,0 +1,160 @@
+//! One held task as the machine sees it: its role and phase, and cursors into its changelogs
+//! and sources. Offsets only; the records and the store live in the driver.
+
+use std::time::Duration;
+
+use baton_assignor::TaskId;
+use baton_protocol::TopicPartition;
+
+use crate::status::{Phase, Role};
+
+use super::RequestId;
+
+/// Where a store stands in one changelog partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangelogCursor {
+    pub tp: TopicPartition,
+    /// The next offset to fetch: ahead of `stored` by what the driver holds for a bulk load.
+    pub fetch_position: i64,
+    /// The next offset the store lacks: its checkpoint.
+    pub stored: i64,
+    /// The changelog's end as last seen; `None` until a fetch has answered.
+    pub end: Option<i64>,
+}
+
+impl ChangelogCursor {
+    pub fn lag(&self) -> u64 {
+        self.end.map_or(0, |e| (e - self.stored).max(0) as u64)
+    }
+
+    fn caught_up(&self) -> bool {
+        self.end.is_some_and(|e| self.stored >= e)
+    }
+}
+
+/// Where an active stands in one source partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceCursor {
+    pub tp: TopicPartition,
+    /// The next offset to process; everything before it is in the changelog and the sink.
+    /// `None` until the committed offset has been read.
+    pub position: Option<i64>,
+    /// The position the group has committed.
+    pub committed: Option<i64>,
+}
+
+/// A processing batch the driver is running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub id: RequestId,
+    /// (source index, offset after the batch).
+    pub inputs: Vec<(usize, i64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskState {
+    pub id: TaskId,
+    pub role: Role,
+    pub phase: Phase,
+    pub changelogs: Vec<ChangelogCursor>,
+    pub sources: Vec<SourceCursor>,
+    pub batch: Option<Batch>,
+    /// Asked the driver for the committed offsets (the last step of a restore).
+    pub reading_committed: bool,
+    /// Not before this time: the next open attempt or batch, after a failure.
+    pub retry_at: Option<Duration>,
+    /// A warm-up within the acceptable lag has asked for its follow-up rebalance already.
+    pub reported_caught_up: bool,
+}
+
+impl TaskState {
+    pub fn new(
+        id: TaskId,
+        role: Role,
+        changelogs: Vec<TopicPartition>,
+        sources: Vec<TopicPartition>,
+    ) -> TaskState {
+        TaskState {
+            id,
+            role,
+            phase: Phase::Opening,
+            changelogs: changelogs
+                .into_iter()
+                .map(|tp| ChangelogCursor {
+                    tp,
+                    fetch_position: 0,
+                    stored: 0,
+                    end: None,
+                })
+                .collect(),
+            sources: sources
+                .into_iter()
+                .map(|tp| SourceCursor {
+                    tp,
+                    position: None,
+                    committed: None,
+                })
+                .collect(),
+            batch: None,
+            reading_committed: false,
+            retry_at: None,
+            reported_caught_up: false,
+        }
+    }
+
+    /// The stores are open at these checkpoints (one per changelog).
+    pub fn opened(&mut self, checkpoints: &[i64]) {
+        for (c, &at) in self.changelogs.iter_mut().zip(checkpoints) {
+            c.fetch_position = at;
+            c.stored = at;
+        }
+        self.retry_at = None;
+        self.enter(self.role);
+    }
+
+    /// Takes on `role` with the stores open: an active restores (only what its store lacks),
+    /// a standby or warm-up follows its changelogs.
+    pub fn enter(&mut self, role: Role) {
+        self.role = role;
+        self.phase = match role {
+            Role::Active => Phase::Restoring,
+            Role::Standby | Role::Warmup => Phase::Tailing,
+        };
+        self.reading_committed = false;
+        self.reported_caught_up = false;
+        self.batch = None;
+    }
+
+    /// Changelog records the stores lack, summed.
+    pub fn lag(&self) -> u64 {
+        self.changelogs.iter().map(ChangelogCursor::lag).sum()
+    }
+
+    /// Every store holds its whole changelog as last seen.
+    pub fn restored(&self) -> bool {
+        self.changelogs.iter().all(ChangelogCursor::caught_up)
+    }
+
+    /// The offset sum a subscription reports for a task that is not a running active.
+    pub fn offset_sum(&self) -> i64 {
+        self.changelogs.iter().map(|c| c.stored).sum()
+    }
+
+    /// Positions processed past the last commit.
+    pub fn uncommitted(&self) -> Vec<(TopicPartition, i64)> {
+        if self.phase != Phase::Running {
+            return Vec::new();
+        }
+        self.sources
+            .iter()
+            .filter_map(|s| match (s.position, s.committed) {
+                (Some(p), c) if c != Some(p) => Some((s.tp.clone(), p)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn is_running_active(&self) -> bool {
+        self.role == Role::Active && self.phase == Phase::Running
+    }
+}

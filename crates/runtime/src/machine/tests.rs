@@ -1,0 +1,630 @@
+use std::collections::BTreeMap;
+
+use baton_protocol::bridge::Subtopology;
+
+use super::*;
+
+const S: Duration = Duration::from_secs(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn topology() -> WireTopology {
+    WireTopology {
+        subtopologies: BTreeMap::from([(
+            0,
+            Subtopology {
+                source_topics: vec!["in".into()],
+                changelog_topics: vec!["app-counts-changelog".into()],
+                partitions: 4,
+            },
+        )]),
+    }
+}
+
+fn tp(topic: &str, p: i32) -> TopicPartition {
+    TopicPartition {
+        topic: topic.into(),
+        partition: p,
+    }
+}
+
+fn task(p: u32) -> TaskId {
+    TaskId::new(0, p)
+}
+
+fn machine() -> ThreadMachine {
+    ThreadMachine::new(
+        MachineConfig {
+            session_timeout: 10 * S,
+            commit_interval: S,
+            acceptable_recovery_lag: 100,
+            restore_fetch_bytes: 1 << 20,
+            input_fetch_bytes: 1 << 20,
+            static_membership: false,
+            retry_backoff: ms(200),
+        },
+        topology(),
+        Duration::ZERO,
+    )
+}
+
+fn assigned(generation: i32, active: &[u32], standby: &[u32], warmup: &[u32]) -> Event {
+    Event::Assigned(Assigned {
+        generation,
+        member_id: "m".into(),
+        active: active.iter().map(|&p| task(p)).collect(),
+        standby: standby.iter().map(|&p| task(p)).collect(),
+        warmup: warmup.iter().map(|&p| task(p)).collect(),
+        probe_at: None,
+        version_probing: false,
+    })
+}
+
+fn fetch_of(cmds: &[Command]) -> Option<(RequestId, Vec<FetchWant>)> {
+    cmds.iter().find_map(|c| match c {
+        Command::Fetch { fetch, wants } => Some((*fetch, wants.clone())),
+        _ => None,
+    })
+}
+
+fn processes(cmds: &[Command]) -> Vec<(TaskId, RequestId, Vec<Input>)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Process {
+                task,
+                batch,
+                inputs,
+            } => Some((*task, *batch, inputs.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn joins(cmds: &[Command]) -> Vec<String> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Join { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Answers every open at checkpoint 0 and restores each active to an empty changelog with
+/// nothing committed, so the actives run from offset 0. Returns the pending fetch.
+fn bring_up(m: &mut ThreadMachine, mut cmds: Vec<Command>, now: Duration) -> RequestId {
+    for _ in 0..10 {
+        let mut next = Vec::new();
+        let mut fetch = None;
+        for c in &cmds {
+            match c {
+                Command::Open { task, .. } => next.extend(m.handle(
+                    Event::Opened {
+                        task: *task,
+                        checkpoints: vec![0],
+                    },
+                    now,
+                )),
+                Command::ReadCommitted { task } => next.extend(m.handle(
+                    Event::CommittedRead {
+                        task: *task,
+                        offsets: vec![None],
+                    },
+                    now,
+                )),
+                Command::Absorb {
+                    task, changelog, ..
+                } => next.extend(m.handle(
+                    Event::Absorbed {
+                        task: *task,
+                        changelog: *changelog,
+                        stored: 0,
+                    },
+                    now,
+                )),
+                Command::Fetch { fetch: f, wants } => fetch = Some((*f, wants.clone())),
+                _ => {}
+            }
+        }
+        let all_running = m.tasks().values().all(|t| t.phase != Phase::Opening)
+            && m.tasks()
+                .values()
+                .filter(|t| t.role == Role::Active)
+                .all(|t| t.phase == Phase::Running);
+        if let Some((f, wants)) = fetch {
+            if all_running && next.is_empty() {
+                return f;
+            }
+            // Answer changelog wants with an empty changelog (end 0).
+            let results = wants
+                .iter()
+                .map(|w| FetchResult {
+                    tp: w.tp.clone(),
+                    from: w.offset,
+                    next: w.offset,
+                    high_watermark: Some(0),
+                })
+                .collect();
+            next.extend(m.handle(Event::Fetched { fetch: f, results }, now));
+        }
+        cmds = next;
+    }
+    panic!("tasks did not come up: {:?}", m.tasks());
+}
+
+#[test]
+fn starts_by_joining_and_opens_what_it_is_given() {
+    let mut m = machine();
+    assert_eq!(joins(&m.start()), ["startup"]);
+    let cmds = m.handle(assigned(1, &[0], &[1], &[]), S);
+    assert!(cmds.contains(&Command::Open {
+        task: task(0),
+        role: Role::Active
+    }));
+    assert!(cmds.contains(&Command::Open {
+        task: task(1),
+        role: Role::Standby
+    }));
+    assert!(
+        fetch_of(&cmds).is_none(),
+        "nothing to read before the stores open"
+    );
+}
+
+#[test]
+fn an_active_restores_then_reads_its_committed_offset_then_processes() {
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[0], &[], &[]), S);
+    let cmds = m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![40],
+        },
+        S,
+    );
+    let (f, wants) = fetch_of(&cmds).unwrap();
+    assert_eq!(wants[0].tp, tp("app-counts-changelog", 0));
+    assert_eq!(wants[0].offset, 40, "only what the store lacks");
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![FetchResult {
+                tp: tp("app-counts-changelog", 0),
+                from: 40,
+                next: 100,
+                high_watermark: Some(100),
+            }],
+        },
+        S,
+    );
+    assert!(cmds.contains(&Command::Absorb {
+        task: task(0),
+        changelog: 0,
+        end: 100
+    }));
+    let (prefetch, wants) =
+        fetch_of(&cmds).expect("the next chunk is fetched while the store applies");
+    assert_eq!(wants[0].offset, 100);
+    let cmds = m.handle(
+        Event::Absorbed {
+            task: task(0),
+            changelog: 0,
+            stored: 100,
+        },
+        S,
+    );
+    assert!(cmds.contains(&Command::Persist { task: task(0) }));
+    assert!(cmds.contains(&Command::ReadCommitted { task: task(0) }));
+    let cmds = m.handle(
+        Event::CommittedRead {
+            task: task(0),
+            offsets: vec![Some(7)],
+        },
+        S,
+    );
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Running);
+    assert!(fetch_of(&cmds).is_none(), "one fetch at a time");
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: prefetch,
+            results: vec![],
+        },
+        S,
+    );
+    let (_, wants) = fetch_of(&cmds).unwrap();
+    assert_eq!((wants[0].tp.clone(), wants[0].offset), (tp("in", 0), 7));
+    assert_eq!(
+        m.report().offset_sums[&task(0)],
+        baton_protocol::subscription::RUNNING
+    );
+}
+
+/// The case: a join round that takes 10 s (the coordinator waits for a dead member's
+/// session). Kept tasks go on being processed throughout; the moving task stops only when the
+/// assignment that ends the round takes it away.
+#[test]
+fn processing_goes_on_during_a_ten_second_join_round() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0, 1], &[], &[]), Duration::ZERO);
+    let mut fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let mut now = S;
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Rebalancing,
+            at: now,
+        },
+        now,
+    );
+    assert_eq!(joins(&cmds), ["the group is rebalancing"]);
+    let mut position = [0i64; 2];
+    let mut batches = [0u32; 2];
+    while now < 11 * S {
+        now += ms(100);
+        let results = (0..2)
+            .map(|p| FetchResult {
+                tp: tp("in", p as i32),
+                from: position[p],
+                next: position[p] + 10,
+                high_watermark: Some(1_000_000),
+            })
+            .collect();
+        let cmds = m.handle(Event::Fetched { fetch, results }, now);
+        let ps = processes(&cmds);
+        assert_eq!(ps.len(), 2, "both tasks go on at {now:?}");
+        let mut next_fetch = fetch_of(&cmds).map(|f| f.0);
+        for (t, batch, inputs) in ps {
+            position[t.partition as usize] = inputs[0].to;
+            batches[t.partition as usize] += 1;
+            let cmds = m.handle(
+                Event::BatchDone {
+                    task: t,
+                    batch,
+                    changelogs: vec![(0, 0)],
+                },
+                now,
+            );
+            next_fetch = next_fetch.or(fetch_of(&cmds).map(|f| f.0));
+        }
+        fetch = next_fetch.expect("the next fetch");
+        assert!(m.is_joining());
+    }
+    assert_eq!(batches, [100, 100]);
+    // The round ends: task 1 moves away.
+    let cmds = m.handle(assigned(2, &[0], &[], &[]), now);
+    let commit = cmds.iter().find_map(|c| match c {
+        Command::Commit {
+            generation,
+            offsets,
+            ..
+        } => Some((*generation, offsets.clone())),
+        _ => None,
+    });
+    assert_eq!(
+        commit,
+        Some((2, vec![(tp("in", 1), position[1])])),
+        "the revoked task's progress is committed with the new generation"
+    );
+    let close_at = cmds
+        .iter()
+        .position(|c| *c == Command::Close { task: task(1) })
+        .unwrap();
+    let join_at = cmds
+        .iter()
+        .position(|c| matches!(c, Command::Join { .. }))
+        .unwrap();
+    assert!(close_at < join_at, "released before rejoining");
+    assert_eq!(joins(&cmds), ["released revoked actives"]);
+    let report = match &cmds[join_at] {
+        Command::Join { report, .. } => report.clone(),
+        _ => unreachable!(),
+    };
+    assert_eq!(report.owned, vec![tp("in", 0)], "no longer claims task 1");
+    let results = (0..2)
+        .map(|p| FetchResult {
+            tp: tp("in", p as i32),
+            from: position[p],
+            next: position[p] + 10,
+            high_watermark: Some(1_000_000),
+        })
+        .collect();
+    let cmds = m.handle(Event::Fetched { fetch, results }, now);
+    let ps = processes(&cmds);
+    assert_eq!(ps.len(), 1);
+    assert_eq!(ps[0].0, task(0), "task 1 is no longer processed");
+}
+
+#[test]
+fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
+    let mut m = machine();
+    m.handle(assigned(1, &[], &[], &[2]), S);
+    let cmds = m.handle(
+        Event::Opened {
+            task: task(2),
+            checkpoints: vec![0],
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).unwrap();
+    let result = |from, next| FetchResult {
+        tp: tp("app-counts-changelog", 2),
+        from,
+        next,
+        high_watermark: Some(1000),
+    };
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![result(0, 500)],
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).unwrap();
+    let cmds = m.handle(
+        Event::Absorbed {
+            task: task(2),
+            changelog: 0,
+            stored: 500,
+        },
+        S,
+    );
+    assert!(joins(&cmds).is_empty(), "500 behind is not caught up");
+    assert_eq!(m.report().warmups, vec![task(2)]);
+    m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![result(500, 950)],
+        },
+        S,
+    );
+    let cmds = m.handle(
+        Event::Absorbed {
+            task: task(2),
+            changelog: 0,
+            stored: 950,
+        },
+        S,
+    );
+    assert_eq!(joins(&cmds), ["a warm-up caught up"]);
+    let cmds = m.handle(
+        Event::Absorbed {
+            task: task(2),
+            changelog: 0,
+            stored: 960,
+        },
+        S,
+    );
+    assert!(joins(&cmds).is_empty(), "asked once");
+}
+
+#[test]
+fn a_member_without_heartbeat_answers_stops_writing_and_rejoins() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[1], &[]), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Alive,
+            at: 2 * S,
+        },
+        2 * S,
+    );
+    assert!(m.may_write(12 * S));
+    // Paused for 30 s: the first thing it does on waking is give its actives up.
+    let woke = 32 * S;
+    assert!(!m.may_write(woke));
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![FetchResult {
+                tp: tp("in", 0),
+                from: 0,
+                next: 10,
+                high_watermark: Some(10),
+            }],
+        },
+        woke,
+    );
+    assert!(processes(&cmds).is_empty(), "no write after the lapse");
+    assert!(cmds.contains(&Command::Close { task: task(0) }));
+    assert!(!cmds.iter().any(|c| matches!(c, Command::Commit { .. })));
+    assert_eq!(
+        joins(&cmds),
+        ["no heartbeat answer within the session timeout"]
+    );
+    assert!(
+        m.tasks().contains_key(&task(1)),
+        "a standby writes nothing: kept"
+    );
+}
+
+#[test]
+fn late_and_repeated_answers_change_nothing() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let result = FetchResult {
+        tp: tp("in", 0),
+        from: 0,
+        next: 10,
+        high_watermark: Some(10),
+    };
+    let stale = m.handle(
+        Event::Fetched {
+            fetch: RequestId(fetch.0 + 100),
+            results: vec![result.clone()],
+        },
+        S,
+    );
+    assert!(processes(&stale).is_empty(), "an answer nobody asked for");
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![result.clone()],
+        },
+        S,
+    );
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let again = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![result],
+        },
+        S,
+    );
+    assert!(processes(&again).is_empty(), "a repeated answer");
+    let done = Event::BatchDone {
+        task: task(0),
+        batch,
+        changelogs: vec![(0, 10)],
+    };
+    m.handle(done.clone(), S);
+    m.handle(done, S);
+    let t = &m.tasks()[&task(0)];
+    assert_eq!(t.sources[0].position, Some(10));
+    assert_eq!(t.changelogs[0].stored, 10);
+}
+
+#[test]
+fn a_store_that_fails_after_the_output_was_acknowledged_is_rebuilt_not_rerun() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![FetchResult {
+                tp: tp("in", 0),
+                from: 0,
+                next: 10,
+                high_watermark: Some(10),
+            }],
+        },
+        S,
+    );
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let cmds = m.handle(
+        Event::BatchFailed {
+            task: task(0),
+            batch,
+            output_acknowledged: true,
+        },
+        S,
+    );
+    assert!(cmds.contains(&Command::Close { task: task(0) }));
+    assert!(processes(&cmds).is_empty());
+    assert!(
+        cmds.iter().any(
+            |c| matches!(c, Command::Commit { offsets, .. } if offsets == &vec![(tp("in", 0), 10)])
+        ),
+        "the input is done: {cmds:?}"
+    );
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Opening, "restores again");
+    let later = m.handle(Event::Tick, S + ms(300));
+    assert!(later.contains(&Command::Open {
+        task: task(0),
+        role: Role::Active
+    }));
+}
+
+#[test]
+fn a_drained_member_leaves_once_it_holds_nothing() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    bring_up(&mut m, cmds, Duration::ZERO);
+    let cmds = m.handle(Event::DrainRequested, S);
+    assert_eq!(joins(&cmds), ["drain requested"]);
+    assert!(m.report().leaving);
+    let cmds = m.handle(assigned(2, &[0], &[], &[]), 2 * S);
+    assert!(!cmds.contains(&Command::Leave), "still holds task 0");
+    let cmds = m.handle(assigned(3, &[], &[], &[]), 3 * S);
+    let tail: Vec<&Command> = cmds.iter().rev().take(2).collect();
+    assert_eq!(tail, [&Command::Exit(Exit::Drained), &Command::Leave]);
+    assert!(m.handle(Event::Tick, 4 * S).is_empty(), "stopped");
+}
+
+#[test]
+fn the_probing_timer_rejoins_once() {
+    let mut m = machine();
+    m.handle(
+        Event::Assigned(Assigned {
+            generation: 1,
+            member_id: "m".into(),
+            probe_at: Some(60 * S),
+            ..Assigned::default()
+        }),
+        S,
+    );
+    let alive = |m: &mut ThreadMachine, at| {
+        m.handle(
+            Event::Heartbeat {
+                answer: Heartbeat::Alive,
+                at,
+            },
+            at,
+        )
+    };
+    alive(&mut m, 55 * S);
+    assert!(joins(&m.handle(Event::Tick, 59 * S)).is_empty());
+    assert_eq!(joins(&m.handle(Event::Tick, 60 * S)), ["probing rebalance"]);
+    m.handle(assigned(2, &[], &[], &[]), 60 * S);
+    assert!(joins(&m.handle(Event::Tick, 61 * S)).is_empty(), "once");
+}
+
+#[test]
+fn commits_every_interval_and_on_shutdown_then_leaves() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![FetchResult {
+                tp: tp("in", 0),
+                from: 0,
+                next: 5,
+                high_watermark: Some(5),
+            }],
+        },
+        ms(10),
+    );
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 5)],
+        },
+        ms(20),
+    );
+    let cmds = m.handle(Event::Tick, 2 * S);
+    let commit = cmds
+        .iter()
+        .find_map(|c| match c {
+            Command::Commit {
+                commit, offsets, ..
+            } => Some((*commit, offsets.clone())),
+            _ => None,
+        })
+        .expect("a commit after the interval");
+    assert_eq!(commit.1, vec![(tp("in", 0), 5)]);
+    m.handle(
+        Event::CommitDone {
+            commit: commit.0,
+            ok: true,
+        },
+        2 * S,
+    );
+    assert!(m.tasks()[&task(0)].uncommitted().is_empty());
+    let cmds = m.handle(Event::Shutdown, 3 * S);
+    assert_eq!(
+        cmds,
+        vec![
+            Command::Close { task: task(0) },
+            Command::Leave,
+            Command::Exit(Exit::Shutdown)
+        ],
+        "nothing left to commit"
+    );
+}

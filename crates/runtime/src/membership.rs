@@ -1,0 +1,171 @@
+//! A stream thread's group membership on a task of its own: heartbeats at their interval,
+//! never behind a fetch, a produce or a store load (as Kafka's background heartbeat thread,
+//! KIP-62), and join rounds when the thread's machine asks for one. Answers go back to the
+//! thread as machine events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use baton_kafka::member::Membership;
+use baton_kafka::GroupMember;
+use baton_protocol::assignment::error_code;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::context::Context;
+use crate::machine::{Assigned, Event, Heartbeat, Report};
+
+/// What the thread asks of its membership task.
+pub enum Request {
+    /// Run a join round (subscribing with the latest report).
+    Join(String),
+    /// Leave the group, then stop.
+    Leave(oneshot::Sender<()>),
+}
+
+pub struct MembershipTask {
+    pub ctx: Arc<Context>,
+    pub name: String,
+    pub member: GroupMember,
+    pub epoch: Instant,
+    pub requests: mpsc::UnboundedReceiver<Request>,
+    pub report: watch::Receiver<Report>,
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// The pause between failed join attempts.
+const JOIN_BACKOFF: Duration = Duration::from_secs(1);
+
+impl MembershipTask {
+    pub async fn run(mut self) {
+        let interval = self.ctx.cfg.heartbeat_interval;
+        let mut next_heartbeat = tokio::time::Instant::now() + interval;
+        let mut joined = false;
+        loop {
+            let request = tokio::select! {
+                r = self.requests.recv() => r,
+                _ = tokio::time::sleep_until(next_heartbeat), if joined => {
+                    next_heartbeat = tokio::time::Instant::now() + interval;
+                    let answer = match self.member.heartbeat().await {
+                        Ok(false) => Heartbeat::Alive,
+                        Ok(true) => Heartbeat::Rebalancing,
+                        Err(e) if e.is_retriable() => {
+                            tracing::warn!(thread = %self.name, error = %e, "heartbeat failed");
+                            Heartbeat::Failed
+                        }
+                        Err(e) => {
+                            tracing::warn!(thread = %self.name, error = %e, "heartbeat refused");
+                            Heartbeat::Fenced
+                        }
+                    };
+                    let at = self.epoch.elapsed();
+                    if self.events.send(Event::Heartbeat { answer, at }).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            match request {
+                None => return,
+                Some(Request::Leave(done)) => {
+                    if let Err(e) = self.member.leave().await {
+                        tracing::warn!(thread = %self.name, error = %e, "leaving the group");
+                    }
+                    let _ = done.send(());
+                    return;
+                }
+                Some(Request::Join(mut reason)) => {
+                    // Requests that queued up while busy are served by one round.
+                    while let Ok(r) = self.requests.try_recv() {
+                        match r {
+                            Request::Join(r) => reason = r,
+                            Request::Leave(done) => {
+                                let _ = self.member.leave().await;
+                                let _ = done.send(());
+                                return;
+                            }
+                        }
+                    }
+                    let Some(assigned) = self.round(&reason).await else {
+                        return;
+                    };
+                    joined = true;
+                    next_heartbeat = tokio::time::Instant::now() + interval;
+                    if self.events.send(Event::Assigned(assigned)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One join round, retried until it succeeds (or the thread is gone).
+    async fn round(&mut self, reason: &str) -> Option<Assigned> {
+        loop {
+            let report = self.report.borrow().clone();
+            self.member.set_offset_sums(self.ctx.status.offset_sums());
+            self.member.set_leaving(report.leaving);
+            self.member.set_warmups(report.warmups.clone());
+            self.member.set_owned(report.owned.clone());
+            tracing::info!(thread = %self.name, reason, "rebalance");
+            let started = Instant::now();
+            match self.member.join().await {
+                Ok(m) => {
+                    let m = m.clone();
+                    self.ctx.status.count_rebalance();
+                    let seconds = started.elapsed().as_secs_f64();
+                    self.ctx.status.observe_rebalance(reason, seconds);
+                    tracing::info!(
+                        thread = %self.name,
+                        generation = m.generation,
+                        leader = m.leader,
+                        active = m.info.active_tasks.len(),
+                        standby = m.info.standby_tasks.len().saturating_sub(m.info.warmup_tasks.len()),
+                        warmup = m.info.warmup_tasks.len(),
+                        seconds = format!("{seconds:.3}"),
+                        reason,
+                        "assigned"
+                    );
+                    return Some(self.assigned(&m));
+                }
+                Err(e) => {
+                    tracing::warn!(thread = %self.name, error = %e, "joining the group failed; retrying");
+                    if self.events.is_closed() {
+                        return None;
+                    }
+                    tokio::time::sleep(JOIN_BACKOFF).await;
+                }
+            }
+        }
+    }
+
+    fn assigned(&self, m: &Membership) -> Assigned {
+        let info = &m.info;
+        let warmups: Vec<_> = info.warmup_tasks.clone();
+        let standby = info
+            .standby_tasks
+            .iter()
+            .map(|s| s.task)
+            .filter(|t| !warmups.contains(t))
+            .collect();
+        let mut active = info.active_tasks.clone();
+        active.sort();
+        active.dedup();
+        let probe_at = (info.next_rebalance_ms > 0).then(|| {
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            let wait = (info.next_rebalance_ms - now_ms).max(0) as u64;
+            self.epoch.elapsed() + Duration::from_millis(wait)
+        });
+        Assigned {
+            generation: m.generation,
+            member_id: m.member_id.clone(),
+            active,
+            standby,
+            warmup: warmups,
+            probe_at,
+            version_probing: info.error_code == error_code::VERSION_PROBING,
+        }
+    }
+}
