@@ -1,0 +1,245 @@
+//! The leader's pipeline as one function: JoinGroup metadata in, SyncGroup blobs out.
+
+use std::collections::BTreeMap;
+
+use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
+use baton_protocol::bridge::{Subtopology, Topology};
+use baton_protocol::consumer::ConsumerSubscription;
+use baton_protocol::leader::{decode_assignment, lead, JoinedMember, LeaderInput};
+use baton_protocol::sizing::GROUP_METADATA_LIMIT;
+use baton_protocol::{SubscriptionInfo, TaskOffsetSum, TopicPartition, BATON_VERSION};
+use uuid::Uuid;
+
+fn topology(partitions: u32) -> Topology {
+    Topology {
+        subtopologies: BTreeMap::from([(
+            0,
+            Subtopology {
+                source_topics: vec!["in".into()],
+                changelog_topics: vec!["app-counts-changelog".into()],
+                partitions,
+            },
+        )]),
+    }
+}
+
+fn ends(partitions: u32, end: i64) -> BTreeMap<TopicPartition, i64> {
+    (0..partitions as i32)
+        .map(|p| {
+            (
+                TopicPartition {
+                    topic: "app-counts-changelog".into(),
+                    partition: p,
+                },
+                end,
+            )
+        })
+        .collect()
+}
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition {
+        topic: "in".into(),
+        partition: p,
+    }
+}
+
+/// A member's JoinGroup metadata: offset sums, owned partitions, and its generation.
+fn joined(
+    id: &str,
+    pid: u128,
+    sums: &[(u32, i64)],
+    owned: &[i32],
+    generation: i32,
+) -> JoinedMember {
+    let sums: Vec<TaskOffsetSum> = sums
+        .iter()
+        .map(|&(p, offset_sum)| TaskOffsetSum {
+            task: TaskId::new(0, p),
+            offset_sum,
+        })
+        .collect();
+    let info = SubscriptionInfo::build(
+        BATON_VERSION,
+        BATON_VERSION,
+        Uuid::from_u128(pid),
+        &format!("host-{pid}.example.com:8080"),
+        &sums,
+        0,
+        0,
+    );
+    let sub = ConsumerSubscription {
+        topics: vec!["in".into()],
+        user_data: Some(info.encode().unwrap()),
+        owned_partitions: owned.iter().map(|&p| tp(p)).collect(),
+        generation_id: generation,
+        rack_id: None,
+    };
+    JoinedMember {
+        member_id: id.into(),
+        metadata: sub.encode().unwrap(),
+    }
+}
+
+fn input<'a>(
+    members: &'a [JoinedMember],
+    topology: &'a Topology,
+    ends: &'a BTreeMap<TopicPartition, i64>,
+) -> LeaderInput<'a> {
+    LeaderInput {
+        members,
+        topology,
+        end_offsets: Some(ends),
+        config: AssignmentConfig::default(),
+        assignor: AssignorKind::HighAvailability,
+        leader_member_id: "a",
+        now_ms: 1_000,
+        metadata_limit: GROUP_METADATA_LIMIT,
+    }
+}
+
+fn actives(blob: &[u8]) -> Vec<TaskId> {
+    decode_assignment(blob).unwrap().1.active_tasks
+}
+
+#[test]
+fn a_member_with_invalid_metadata_gets_nothing_and_the_rest_a_full_assignment() {
+    let topology = topology(4);
+    let ends = ends(4, 1000);
+    let members = vec![
+        joined("a", 1, &[(0, -2), (1, -2)], &[0, 1], 3),
+        joined("b", 2, &[(2, -35)], &[], 3),
+        JoinedMember {
+            member_id: "c".into(),
+            metadata: b"\x00\x03garbage!!".to_vec(),
+        },
+        joined("d", 4, &[(2, -2), (3, -2)], &[2, 3], 3),
+    ];
+    let out = lead(&input(&members, &topology, &ends));
+    let rejected: Vec<&str> = out.rejected.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(rejected, ["c", "b"]);
+    assert!(
+        out.rejected[1].1.contains("task 0_2"),
+        "names the field: {:?}",
+        out.rejected[1]
+    );
+    assert!(out.assignments["b"].is_empty());
+    assert!(out.assignments["c"].is_empty());
+    let mut all: Vec<TaskId> = [
+        actives(&out.assignments["a"]),
+        actives(&out.assignments["d"]),
+    ]
+    .concat();
+    all.sort();
+    assert_eq!(all, (0..4).map(|p| TaskId::new(0, p)).collect::<Vec<_>>());
+}
+
+/// A moving active goes to its new owner only once the old owner has released it: this round
+/// it is a standby there, and the old owner's next subscription no longer claims it.
+#[test]
+fn a_moving_active_waits_for_its_owner_to_release_it() {
+    let topology = topology(4);
+    let ends = ends(4, 1000);
+    // `a` runs all four; `b` has caught-up copies of 2 and 3: balance moves two of them.
+    let round1 = vec![
+        joined(
+            "a",
+            1,
+            &[(0, -2), (1, -2), (2, -2), (3, -2)],
+            &[0, 1, 2, 3],
+            5,
+        ),
+        joined("b", 2, &[(2, 1000), (3, 1000)], &[], 5),
+    ];
+    let out = lead(&input(&round1, &topology, &ends));
+    let moved = out.deferred.clone();
+    assert_eq!(moved.len(), 2, "two actives move: {moved:?}");
+    let b = decode_assignment(&out.assignments["b"]).unwrap().1;
+    assert!(b.active_tasks.is_empty(), "held back: {:?}", b.active_tasks);
+    for t in &moved {
+        assert!(
+            b.standby_tasks.iter().any(|s| s.task == *t),
+            "{t} tails on b meanwhile"
+        );
+    }
+    let a = actives(&out.assignments["a"]);
+    assert_eq!(a.len(), 2);
+    assert!(moved.iter().all(|t| !a.contains(t)), "revoked from a");
+
+    // a released them and rejoined: the next round hands them over.
+    let kept: Vec<i32> = a.iter().map(|t| t.partition as i32).collect();
+    let mut sums: Vec<(u32, i64)> = a.iter().map(|t| (t.partition, -2)).collect();
+    sums.extend(moved.iter().map(|t| (t.partition, 1000)));
+    let round2 = vec![
+        joined("a", 1, &sums, &kept, 6),
+        joined("b", 2, &[(2, 1000), (3, 1000)], &[], 6),
+    ];
+    let out = lead(&input(&round2, &topology, &ends));
+    assert!(out.deferred.is_empty());
+    let mut b = actives(&out.assignments["b"]);
+    b.sort();
+    assert_eq!(b, moved, "the same tasks, now active on b");
+}
+
+#[test]
+fn ownership_claimed_from_an_older_generation_does_not_count() {
+    let topology = topology(2);
+    let ends = ends(2, 0);
+    // `z` was fenced at generation 3 and still claims both partitions; `y` is current.
+    // Balance gives `y` one of them: a claim that counted would hold it back.
+    let members = vec![joined("y", 1, &[], &[], 4), joined("z", 2, &[], &[0, 1], 3)];
+    let out = lead(&input(&members, &topology, &ends));
+    assert!(out.deferred.is_empty(), "a stale claim holds nothing back");
+    assert_eq!(actives(&out.assignments["y"]).len(), 1);
+}
+
+#[test]
+fn a_group_over_the_metadata_limit_is_trimmed_before_it_is_sent() {
+    let partitions = 4000;
+    let topology = topology(partitions);
+    let ends = ends(partitions, 10);
+    let members: Vec<JoinedMember> = (0..60)
+        .map(|i| joined(&format!("m{i:02}"), i as u128 + 1, &[], &[], 1))
+        .collect();
+    let out = lead(&input(&members, &topology, &ends));
+    let total: usize = members.iter().map(|m| m.metadata.len()).sum::<usize>()
+        + out.assignments.values().map(Vec::len).sum::<usize>();
+    assert!(total <= GROUP_METADATA_LIMIT, "{total} bytes");
+    assert!(
+        out.warnings
+            .iter()
+            .any(|w| w.contains("exceeds the 1048576-byte limit")),
+        "{:?}",
+        out.warnings
+    );
+    let info = decode_assignment(&out.assignments["m00"]).unwrap().1;
+    assert!(info.partitions_by_host.is_empty(), "host maps dropped");
+    let assigned: usize = out.assignments.values().map(|b| actives(b).len()).sum();
+    assert_eq!(assigned, partitions as usize, "every task still assigned");
+
+    let small: Vec<JoinedMember> = members[..2].to_vec();
+    let (eight, eight_ends) = (self::topology(8), self::ends(8, 10));
+    let out = lead(&input(&small, &eight, &eight_ends));
+    assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+    assert!(!decode_assignment(&out.assignments["m00"])
+        .unwrap()
+        .1
+        .partitions_by_host
+        .is_empty());
+}
+
+#[test]
+fn without_end_offsets_actives_stay_where_they_run() {
+    let topology = topology(2);
+    let members = vec![
+        joined("a", 1, &[(0, -2)], &[0], 2),
+        joined("b", 2, &[(1, -2)], &[1], 2),
+    ];
+    let none = BTreeMap::new();
+    let mut i = input(&members, &topology, &none);
+    i.end_offsets = None;
+    let out = lead(&i);
+    assert_eq!(actives(&out.assignments["a"]), vec![TaskId::new(0, 0)]);
+    assert_eq!(actives(&out.assignments["b"]), vec![TaskId::new(0, 1)]);
+    assert!(out.warnings[0].contains("end offsets unavailable"));
+}
