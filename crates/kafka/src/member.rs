@@ -9,12 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
 use baton_protocol::bridge::Topology;
-use baton_protocol::consumer::ConsumerSubscription;
 use baton_protocol::leader::{self, JoinedMember, LeaderInput};
-use baton_protocol::{
-    AssignmentInfo, ClientTag, SubscriptionInfo, TaskOffsetSum, TopicPartition, BATON_VERSION,
-    TAG_LEAVING, TAG_WARMUPS,
-};
+use baton_protocol::{AssignmentInfo, TaskOffsetSum, TopicPartition};
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -63,6 +59,9 @@ pub struct Membership {
     pub leader: bool,
     pub partitions: Vec<TopicPartition>,
     pub info: AssignmentInfo,
+    /// When the SyncGroup that got this answer was sent: the coordinator's session for this
+    /// member runs from no earlier than that.
+    pub synced_at: std::time::Instant,
 }
 
 pub struct GroupMember {
@@ -158,53 +157,20 @@ impl GroupMember {
     }
 
     fn subscription(&mut self) -> Bytes {
-        // A changing field makes every rejoin a new generation (KAFKA-10455).
         self.unique = self.unique.wrapping_add(1);
-        let mut info = SubscriptionInfo::build(
-            BATON_VERSION,
-            BATON_VERSION,
-            self.cfg.process_id,
-            &self.cfg.user_endpoint,
-            &self.offset_sums,
-            self.unique,
-            0,
-        );
-        if self.leaving {
-            info.client_tags.push(ClientTag {
-                key: TAG_LEAVING.into(),
-                value: "true".into(),
-            });
-        }
-        if !self.warmups.is_empty() {
-            let list: Vec<String> = self.warmups.iter().map(ToString::to_string).collect();
-            info.client_tags.push(ClientTag {
-                key: TAG_WARMUPS.into(),
-                value: list.join(","),
-            });
-        }
-        let user_data = info
-            .encode()
-            .expect("a member's own subscription always encodes");
-        let mut topics: Vec<String> = self
-            .cfg
-            .topology
-            .subtopologies
-            .values()
-            .flat_map(|s| s.source_topics.iter().cloned())
-            .collect();
-        topics.sort();
-        topics.dedup();
-        let sub = ConsumerSubscription {
-            topics,
-            user_data: Some(user_data),
-            owned_partitions: self.owned.clone(),
-            generation_id: self.generation,
-            rack_id: None,
-        };
-        Bytes::from(
-            sub.encode()
-                .expect("a member's own subscription always encodes"),
-        )
+        Bytes::from(leader::encode_subscription(
+            &self.cfg.topology,
+            &leader::MemberReport {
+                process_id: self.cfg.process_id,
+                user_endpoint: &self.cfg.user_endpoint,
+                offset_sums: &self.offset_sums,
+                leaving: self.leaving,
+                warmups: &self.warmups,
+                owned: &self.owned,
+                generation: self.generation,
+                unique: self.unique,
+            },
+        ))
     }
 
     /// Joins (or rejoins) the group and waits for this member's assignment.
@@ -285,6 +251,7 @@ impl GroupMember {
                     .with_protocol_type(Some(StrBytes::from_static_str(PROTOCOL_TYPE)))
                     .with_protocol_name(Some(StrBytes::from_static_str(PROTOCOL_NAME)));
             }
+            let synced_at = std::time::Instant::now();
             let resp = match self.send(&sync).await {
                 Ok(r) => r,
                 Err(e) if e.is_retriable() => continue,
@@ -314,6 +281,7 @@ impl GroupMember {
                 leader,
                 partitions,
                 info,
+                synced_at,
             });
             return Ok(self.current.as_ref().expect("just set"));
         }

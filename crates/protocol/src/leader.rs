@@ -52,6 +52,68 @@ pub struct LeaderOutput {
     pub deferred: Vec<TaskId>,
 }
 
+/// What a Baton member says of itself when it joins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberReport<'a> {
+    pub process_id: uuid::Uuid,
+    /// `host:port` for interactive queries, or empty.
+    pub user_endpoint: &'a str,
+    pub offset_sums: &'a [crate::TaskOffsetSum],
+    pub leaving: bool,
+    pub warmups: &'a [TaskId],
+    /// The source partitions of the actives it still holds.
+    pub owned: &'a [TopicPartition],
+    /// The generation those were owned in (-1 before the first).
+    pub generation: i32,
+    /// A field that changes on every rejoin, so each is a new generation (KAFKA-10455).
+    pub unique: i8,
+}
+
+/// A Baton member's JoinGroup metadata: the consumer protocol subscription to every source
+/// topic of `topology`, with Streams' `SubscriptionInfo` (Baton's version) inside.
+pub fn encode_subscription(topology: &Topology, r: &MemberReport<'_>) -> Vec<u8> {
+    let mut info = SubscriptionInfo::build(
+        BATON_VERSION,
+        BATON_VERSION,
+        r.process_id,
+        r.user_endpoint,
+        r.offset_sums,
+        r.unique,
+        0,
+    );
+    if r.leaving {
+        info.client_tags.push(crate::ClientTag {
+            key: crate::TAG_LEAVING.into(),
+            value: "true".into(),
+        });
+    }
+    if !r.warmups.is_empty() {
+        let list: Vec<String> = r.warmups.iter().map(ToString::to_string).collect();
+        info.client_tags.push(crate::ClientTag {
+            key: crate::TAG_WARMUPS.into(),
+            value: list.join(","),
+        });
+    }
+    let mut topics: Vec<String> = topology
+        .subtopologies
+        .values()
+        .flat_map(|s| s.source_topics.iter().cloned())
+        .collect();
+    topics.sort();
+    topics.dedup();
+    ConsumerSubscription {
+        topics,
+        // A member's own fields are within every length limit but an endpoint longer than
+        // 32 KiB; such a subscription is sent without Streams' part and gets nothing.
+        user_data: info.encode().ok(),
+        owned_partitions: r.owned.to_vec(),
+        generation_id: r.generation,
+        rack_id: None,
+    }
+    .encode()
+    .unwrap_or_default()
+}
+
 /// A member's JoinGroup metadata: the consumer protocol subscription and, inside it, Streams'.
 pub fn decode_subscription(
     metadata: &[u8],

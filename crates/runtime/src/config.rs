@@ -64,12 +64,16 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Each data request's deadline: below the session timeout, so a request that hangs fails
-    /// while the membership can still be saved.
+    /// `rebalance.timeout.ms`: how long the coordinator waits for members to rejoin (Kafka
+    /// Streams uses `max.poll.interval.ms`; a thread here rejoins without waiting for work).
+    pub fn rebalance_timeout(&self) -> Duration {
+        self.session_timeout.max(Duration::from_secs(30))
+    }
+
+    /// Each data request's deadline: a third of the session timeout, so a write that hangs
+    /// fails, and a thread stops writing, well before the coordinator could give up on it.
     pub fn request_timeout(&self) -> Duration {
-        self.session_timeout
-            .saturating_sub(self.heartbeat_interval)
-            .clamp(Duration::from_secs(1), Duration::from_secs(30))
+        (self.session_timeout / 3).clamp(Duration::from_millis(500), Duration::from_secs(30))
     }
 
     /// Checks what the types cannot: returns `field: problem`.

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_kafka::member::Membership;
 use baton_kafka::GroupMember;
-use baton_protocol::assignment::error_code;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::context::Context;
@@ -45,6 +44,7 @@ impl MembershipTask {
                 r = self.requests.recv() => r,
                 _ = tokio::time::sleep_until(next_heartbeat), if joined => {
                     next_heartbeat = tokio::time::Instant::now() + interval;
+                    let at = self.epoch.elapsed();
                     let answer = match self.member.heartbeat().await {
                         Ok(false) => Heartbeat::Alive,
                         Ok(true) => Heartbeat::Rebalancing,
@@ -57,7 +57,6 @@ impl MembershipTask {
                             Heartbeat::Fenced
                         }
                     };
-                    let at = self.epoch.elapsed();
                     if self.events.send(Event::Heartbeat { answer, at }).is_err() {
                         return;
                     }
@@ -139,33 +138,15 @@ impl MembershipTask {
     }
 
     fn assigned(&self, m: &Membership) -> Assigned {
-        let info = &m.info;
-        let warmups: Vec<_> = info.warmup_tasks.clone();
-        let standby = info
-            .standby_tasks
-            .iter()
-            .map(|s| s.task)
-            .filter(|t| !warmups.contains(t))
-            .collect();
-        let mut active = info.active_tasks.clone();
-        active.sort();
-        active.dedup();
-        let probe_at = (info.next_rebalance_ms > 0).then(|| {
+        let next = m.info.next_rebalance_ms;
+        let probe_at = (next > 0).then(|| {
             let now_ms = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0);
-            let wait = (info.next_rebalance_ms - now_ms).max(0) as u64;
-            self.epoch.elapsed() + Duration::from_millis(wait)
+            self.epoch.elapsed() + Duration::from_millis((next - now_ms).max(0) as u64)
         });
-        Assigned {
-            generation: m.generation,
-            member_id: m.member_id.clone(),
-            active,
-            standby,
-            warmup: warmups,
-            probe_at,
-            version_probing: info.error_code == error_code::VERSION_PROBING,
-        }
+        let confirmed_at = m.synced_at.saturating_duration_since(self.epoch);
+        Assigned::from_info(m.generation, &m.member_id, &m.info, probe_at, confirmed_at)
     }
 }

@@ -85,7 +85,7 @@ impl StreamThread {
                 client_id: name.clone(),
                 group_instance_id: cfg.static_membership.then(|| name.clone()),
                 session_timeout_ms: cfg.session_timeout.as_millis() as i32,
-                rebalance_timeout_ms: (cfg.session_timeout.as_millis() as i32).max(30_000),
+                rebalance_timeout_ms: cfg.rebalance_timeout().as_millis() as i32,
                 process_id: ctx.process_id,
                 user_endpoint: cfg.user_endpoint.clone(),
                 topology: ctx.wire.clone(),
@@ -108,6 +108,8 @@ impl StreamThread {
         let mut machine = ThreadMachine::new(
             MachineConfig {
                 session_timeout: cfg.session_timeout,
+                write_timeout: cfg.request_timeout(),
+                rebalance_timeout: cfg.rebalance_timeout(),
                 commit_interval: cfg.commit_interval,
                 acceptable_recovery_lag: cfg.assignment.acceptable_recovery_lag,
                 restore_fetch_bytes: cfg.restore_fetch_bytes,
@@ -285,9 +287,8 @@ impl Driver {
             }
             Command::Persist { task } => {
                 if let Some(t) = self.tasks.get(&task) {
-                    let result = tokio::task::block_in_place(|| {
-                        t.stores.iter().try_for_each(|s| s.store.persist(true))
-                    });
+                    let result =
+                        blocking(|| t.stores.iter().try_for_each(|s| s.store.persist(true)));
                     if let Err(e) = result {
                         self.local.push_back(Event::StoreFailed {
                             task,
@@ -324,7 +325,7 @@ impl Driver {
             } => {
                 // The stores' batches reach the OS first, so a crashed process restores only
                 // the tail; correctness does not depend on it (the changelog has them).
-                tokio::task::block_in_place(|| {
+                blocking(|| {
                     for t in self.tasks.values() {
                         for s in &t.stores {
                             if let Err(e) = s.store.persist(false) {
@@ -409,7 +410,7 @@ impl Driver {
 
     fn close(&mut self, task: TaskId) {
         if let Some(t) = self.tasks.remove(&task) {
-            tokio::task::block_in_place(|| {
+            blocking(|| {
                 for s in &t.stores {
                     if let Err(e) = s.store.persist(true) {
                         tracing::warn!(task = %task, store = %s.name, error = %e, "persisting a released store");
@@ -495,7 +496,7 @@ impl Driver {
         let Some(s) = t.stores.get_mut(changelog) else {
             return Event::Tick;
         };
-        let result = tokio::task::block_in_place(|| s.catchup.absorb(&s.store, fetched, end));
+        let result = blocking(|| s.catchup.absorb(&s.store, fetched, end));
         match result {
             Ok(a) => {
                 if a.skipped > 0 {
@@ -563,7 +564,7 @@ impl Driver {
                 let (Some(k), Some(v)) = (&r.key, &r.value) else {
                     continue; // a keyed step cannot place a record without key or value
                 };
-                let step = tokio::task::block_in_place(|| {
+                let step = blocking(|| {
                     ctx.topology
                         .process(task, k.clone(), v.clone(), &mut pending, &mut out)
                 });
@@ -622,9 +623,7 @@ impl Driver {
         let mut next_by_changelog = Vec::new();
         for (idx, writes, next) in applied {
             let s = &mut t.stores[idx];
-            if let Err(e) =
-                tokio::task::block_in_place(|| s.store.apply_lazily(&writes, Some(next)))
-            {
+            if let Err(e) = blocking(|| s.store.apply_lazily(&writes, Some(next))) {
                 tracing::error!(task = %task, store = %s.name, error = %e, "the store cannot take a batch whose output is acknowledged; rebuilding it from the changelog");
                 return failed(true);
             }
@@ -746,5 +745,14 @@ impl Stores for Pending<'_> {
                 .or_default()
                 .insert(key.to_vec(), value);
         }
+    }
+}
+
+/// Runs store work off the executor's other tasks (`block_in_place`) on a multi-threaded
+/// runtime; in place on a single-threaded one, where that is not possible.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }

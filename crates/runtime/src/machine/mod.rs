@@ -44,6 +44,12 @@ pub enum Exit {
 pub struct MachineConfig {
     /// `session.timeout.ms`: past this without a heartbeat answer the membership has lapsed.
     pub session_timeout: Duration,
+    /// The longest a write may take to land (the request timeout): writing stops this long
+    /// before the session could lapse, so no write lands after the coordinator gave up on us.
+    pub write_timeout: Duration,
+    /// The longest a join round can take (`rebalance.timeout`): a member whose round has not
+    /// answered by then is no longer in the group.
+    pub rebalance_timeout: Duration,
     pub commit_interval: Duration,
     pub acceptable_recovery_lag: u64,
     pub restore_fetch_bytes: i32,
@@ -66,6 +72,43 @@ pub struct Assigned {
     pub probe_at: Option<Duration>,
     /// The leader speaks an older version: rejoin at once with it.
     pub version_probing: bool,
+    /// When the request that got this answer was sent: the coordinator's session for this
+    /// member runs from no earlier than that.
+    pub confirmed_at: Duration,
+}
+
+impl Assigned {
+    /// From the `AssignmentInfo` a join round gave: warm-ups travel in the standby list, and
+    /// an active reads several partitions, so it may be listed once for each.
+    pub fn from_info(
+        generation: i32,
+        member_id: &str,
+        info: &baton_protocol::AssignmentInfo,
+        probe_at: Option<Duration>,
+        confirmed_at: Duration,
+    ) -> Assigned {
+        let warmup = info.warmup_tasks.clone();
+        let standby = info
+            .standby_tasks
+            .iter()
+            .map(|s| s.task)
+            .filter(|t| !warmup.contains(t))
+            .collect();
+        let mut active = info.active_tasks.clone();
+        active.sort();
+        active.dedup();
+        Assigned {
+            generation,
+            member_id: member_id.to_owned(),
+            active,
+            standby,
+            warmup,
+            probe_at,
+            version_probing: info.error_code
+                == baton_protocol::assignment::error_code::VERSION_PROBING,
+            confirmed_at,
+        }
+    }
 }
 
 /// A heartbeat's answer.
@@ -95,7 +138,8 @@ pub struct FetchResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Assigned(Assigned),
-    /// `at`: when the answer arrived (answers can queue behind data work).
+    /// `at`: when the heartbeat was sent (its answer can arrive late, or queue behind data
+    /// work; the coordinator's session timer ran from no earlier than this).
     Heartbeat {
         answer: Heartbeat,
         at: Duration,
@@ -238,8 +282,10 @@ pub enum Command {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Group {
-    /// A join round is in flight (or about to be).
-    Joining,
+    /// A join round is in flight, asked for at `since`.
+    Joining {
+        since: Duration,
+    },
     Member {
         generation: i32,
         member_id: String,
@@ -257,6 +303,8 @@ pub struct ThreadMachine {
     commit: Option<(RequestId, Vec<Position>)>,
     last_commit: Duration,
     probe_at: Option<Duration>,
+    /// The newest generation assigned so far.
+    last_generation: i32,
     leaving: bool,
     /// The last subscription said so.
     reported_leaving: bool,
@@ -270,13 +318,14 @@ impl ThreadMachine {
         ThreadMachine {
             cfg,
             topology,
-            group: Group::Joining,
+            group: Group::Joining { since: now },
             alive_at: now,
             tasks: BTreeMap::new(),
             fetch: None,
             commit: None,
             last_commit: now,
             probe_at: None,
+            last_generation: -1,
             leaving: false,
             reported_leaving: false,
             stopped: false,
@@ -286,7 +335,8 @@ impl ThreadMachine {
 
     /// The first commands: join the group.
     pub fn start(&mut self) -> Vec<Command> {
-        vec![self.join("startup")]
+        let now = self.alive_at;
+        vec![self.join("startup", now)]
     }
 
     pub fn tasks(&self) -> &BTreeMap<TaskId, TaskState> {
@@ -296,25 +346,34 @@ impl ThreadMachine {
     pub fn generation(&self) -> Option<i32> {
         match &self.group {
             Group::Member { generation, .. } => Some(*generation),
-            Group::Joining => None,
+            Group::Joining { .. } => None,
         }
     }
 
     pub fn is_joining(&self) -> bool {
-        self.group == Group::Joining
+        matches!(self.group, Group::Joining { .. })
     }
 
-    /// Whether the thread may write (produce or commit) at `now`: its membership has been
-    /// confirmed within the session timeout, or a join round is in flight (a pending JoinGroup
-    /// keeps the session). A paused process wakes up fenced.
+    /// Whether the thread may write (produce or commit) at `now`: its membership was
+    /// confirmed recently enough that a write sent now lands within the session, or a join
+    /// round is in flight (a pending JoinGroup keeps the session). A paused process wakes up
+    /// fenced.
     pub fn may_write(&self, now: Duration) -> bool {
-        !self.stopped
-            && (self.is_joining() || now.saturating_sub(self.alive_at) <= self.cfg.session_timeout)
+        let (since, limit) = match self.group {
+            Group::Joining { since } => (since.max(self.alive_at), self.cfg.rebalance_timeout),
+            Group::Member { .. } => (self.alive_at, self.cfg.session_timeout),
+        };
+        !self.stopped && now.saturating_sub(since) + self.cfg.write_timeout <= limit
     }
 
     fn id(&mut self) -> RequestId {
         self.next_id += 1;
         RequestId(self.next_id)
+    }
+
+    /// The first request id not yet issued.
+    fn fresh(&self) -> RequestId {
+        RequestId(self.next_id + 1)
     }
 
     /// The subscription's content as of now.
@@ -351,6 +410,19 @@ impl ThreadMachine {
         if self.stopped {
             return out;
         }
+        // Before anything else: a member that wakes after its session lapsed is fenced first,
+        // whatever woke it; unless the event itself is the coordinator's word that it is not.
+        match &event {
+            Event::Heartbeat {
+                answer: Heartbeat::Alive | Heartbeat::Rebalancing,
+                at,
+            } => self.alive_at = self.alive_at.max(*at),
+            Event::Assigned(a) if a.generation > self.last_generation => {
+                self.alive_at = self.alive_at.max(a.confirmed_at)
+            }
+            _ => {}
+        }
+        self.check_lapse(now, &mut out);
         match event {
             Event::Assigned(a) => self.assigned(a, now, &mut out),
             Event::Heartbeat { answer, at } => match answer {
@@ -358,10 +430,12 @@ impl ThreadMachine {
                 Heartbeat::Rebalancing => {
                     self.alive_at = self.alive_at.max(at);
                     if !self.is_joining() {
-                        out.push(self.join("the group is rebalancing"));
+                        out.push(self.join("the group is rebalancing", now));
                     }
                 }
-                Heartbeat::Fenced => self.fenced("the coordinator fenced this member", &mut out),
+                Heartbeat::Fenced => {
+                    self.fenced("the coordinator fenced this member", now, &mut out)
+                }
                 Heartbeat::Failed => {}
             },
             Event::Tick => {}
@@ -369,7 +443,7 @@ impl ThreadMachine {
                 if !self.leaving {
                     self.leaving = true;
                     self.commit_now(&mut out);
-                    out.push(self.join("drain requested"));
+                    out.push(self.join("drain requested", now));
                 }
             }
             Event::Shutdown => {
@@ -377,9 +451,10 @@ impl ThreadMachine {
                 return out;
             }
             Event::Opened { task, checkpoints } => {
+                let fresh = self.fresh();
                 if let Some(t) = self.tasks.get_mut(&task) {
                     if t.phase == Phase::Opening {
-                        t.opened(&checkpoints);
+                        t.opened(&checkpoints, fresh);
                     }
                 }
             }
@@ -388,7 +463,7 @@ impl ThreadMachine {
             Event::Fetched { fetch, results } => {
                 if self.fetch == Some(fetch) {
                     self.fetch = None;
-                    self.fetched(results, now, &mut out);
+                    self.fetched(fetch, results, now, &mut out);
                 }
             }
             Event::FetchFailed { fetch } => {
@@ -400,7 +475,7 @@ impl ThreadMachine {
                 task,
                 changelog,
                 stored,
-            } => self.absorbed(task, changelog, stored, &mut out),
+            } => self.absorbed(task, changelog, stored, now, &mut out),
             Event::StoreFailed { task, .. } => self.reopen(task, now, &mut out),
             Event::CommittedRead { task, offsets } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
@@ -481,12 +556,10 @@ impl ThreadMachine {
         if self.stopped {
             return;
         }
-        if !self.is_joining() && !self.may_write(now) {
-            self.fenced("no heartbeat answer within the session timeout", out);
-        }
+        self.check_lapse(now, out);
         if self.probe_at.is_some_and(|t| now >= t) && !self.is_joining() {
             self.probe_at = None;
-            out.push(self.join("probing rebalance"));
+            out.push(self.join("probing rebalance", now));
         }
         if now.saturating_sub(self.last_commit) >= self.cfg.commit_interval {
             self.last_commit = now;
@@ -532,6 +605,17 @@ impl ThreadMachine {
         }
     }
 
+    fn check_lapse(&mut self, now: Duration, out: &mut Vec<Command>) {
+        if !self.may_write(now) && self.tasks.values().any(|t| t.role == Role::Active) {
+            let reason = if self.is_joining() {
+                "no answer to the join within the rebalance timeout"
+            } else {
+                "no heartbeat answer within the session timeout"
+            };
+            self.fenced(reason, now, out);
+        }
+    }
+
     /// Changelogs of restoring and tailing tasks; sources of running actives without a batch
     /// in flight, while this member may write.
     fn wants(&self, now: Duration) -> Vec<FetchWant> {
@@ -563,7 +647,13 @@ impl ThreadMachine {
         wants
     }
 
-    fn fetched(&mut self, results: Vec<FetchResult>, now: Duration, out: &mut Vec<Command>) {
+    fn fetched(
+        &mut self,
+        fetch: RequestId,
+        results: Vec<FetchResult>,
+        now: Duration,
+        out: &mut Vec<Command>,
+    ) {
         let may_write = self.may_write(now);
         let mut by_tp: BTreeMap<&TopicPartition, &FetchResult> = BTreeMap::new();
         for r in &results {
@@ -571,6 +661,9 @@ impl ThreadMachine {
         }
         let mut batches = Vec::new();
         for t in self.tasks.values_mut() {
+            if fetch < t.fresh_from {
+                continue;
+            }
             match t.phase {
                 Phase::Restoring | Phase::Tailing if !t.reading_committed => {
                     for (i, c) in t.changelogs.iter_mut().enumerate() {
@@ -629,7 +722,14 @@ impl ThreadMachine {
         }
     }
 
-    fn absorbed(&mut self, task: TaskId, changelog: usize, stored: i64, out: &mut Vec<Command>) {
+    fn absorbed(
+        &mut self,
+        task: TaskId,
+        changelog: usize,
+        stored: i64,
+        now: Duration,
+        out: &mut Vec<Command>,
+    ) {
         let acceptable = self.cfg.acceptable_recovery_lag;
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
@@ -648,7 +748,7 @@ impl ThreadMachine {
         {
             t.reported_caught_up = true;
             if !self.is_joining() {
-                out.push(self.join("a warm-up caught up"));
+                out.push(self.join("a warm-up caught up", now));
             }
         }
     }
@@ -721,8 +821,8 @@ impl ThreadMachine {
         self.commit = Some((commit, offsets));
     }
 
-    fn join(&mut self, reason: &str) -> Command {
-        self.group = Group::Joining;
+    fn join(&mut self, reason: &str, now: Duration) -> Command {
+        self.group = Group::Joining { since: now };
         self.reported_leaving = self.leaving;
         let acceptable = self.cfg.acceptable_recovery_lag;
         for t in self.tasks.values_mut() {
@@ -738,7 +838,7 @@ impl ThreadMachine {
 
     /// The membership lapsed: another member may own these actives now. Drop them without
     /// committing (their in-flight output is the zombie window, docs/RUNTIME.md), then rejoin.
-    fn fenced(&mut self, reason: &str, out: &mut Vec<Command>) {
+    fn fenced(&mut self, reason: &str, now: Duration, out: &mut Vec<Command>) {
         let actives: Vec<TaskId> = self
             .tasks
             .values()
@@ -750,18 +850,20 @@ impl ThreadMachine {
             out.push(Command::Close { task });
         }
         self.commit = None;
-        out.push(self.join(reason));
+        out.push(self.join(reason, now));
     }
 
     fn assigned(&mut self, a: Assigned, now: Duration, out: &mut Vec<Command>) {
-        if a.generation < 0 {
+        // A late copy of an older round's answer would roll the tasks back.
+        if a.generation < 0 || a.generation <= self.last_generation {
             return;
         }
+        self.last_generation = a.generation;
         self.group = Group::Member {
             generation: a.generation,
             member_id: a.member_id.clone(),
         };
-        self.alive_at = self.alive_at.max(now);
+        self.alive_at = self.alive_at.max(a.confirmed_at);
         self.probe_at = a.probe_at;
         let mut want: BTreeMap<TaskId, Role> = BTreeMap::new();
         for &t in &a.standby {
@@ -801,11 +903,12 @@ impl ThreadMachine {
             self.tasks.remove(&id);
             out.push(Command::Close { task: id });
         }
+        let fresh = self.fresh();
         for (id, role) in want {
             match self.tasks.get_mut(&id) {
                 Some(t) if t.role == role => {}
                 Some(t) if t.phase == Phase::Opening => t.role = role,
-                Some(t) => t.enter(role),
+                Some(t) => t.enter(role, fresh),
                 None => {
                     let changelogs = self.topology.changelog_partitions(id);
                     let sources = self.topology.source_partitions(id);
@@ -821,11 +924,11 @@ impl ThreadMachine {
             return;
         }
         if a.version_probing {
-            out.push(self.join("version probing"));
+            out.push(self.join("version probing", now));
         } else if !revoked.is_empty() {
-            out.push(self.join("released revoked actives"));
+            out.push(self.join("released revoked actives", now));
         } else if self.leaving && !self.reported_leaving {
-            out.push(self.join("drain requested"));
+            out.push(self.join("drain requested", now));
         }
     }
 

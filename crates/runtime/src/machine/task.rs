@@ -65,6 +65,9 @@ pub struct TaskState {
     pub retry_at: Option<Duration>,
     /// A warm-up within the acceptable lag has asked for its follow-up rebalance already.
     pub reported_caught_up: bool,
+    /// Answers to fetches older than this are ignored: they may predate the role (a promoted
+    /// standby must see the changelog end after its previous owner's last write).
+    pub fresh_from: RequestId,
 }
 
 impl TaskState {
@@ -99,22 +102,27 @@ impl TaskState {
             reading_committed: false,
             retry_at: None,
             reported_caught_up: false,
+            fresh_from: RequestId(0),
         }
     }
 
     /// The stores are open at these checkpoints (one per changelog).
-    pub fn opened(&mut self, checkpoints: &[i64]) {
+    pub fn opened(&mut self, checkpoints: &[i64], fresh_from: RequestId) {
         for (c, &at) in self.changelogs.iter_mut().zip(checkpoints) {
             c.fetch_position = at;
             c.stored = at;
         }
         self.retry_at = None;
-        self.enter(self.role);
+        self.enter(self.role, fresh_from);
     }
 
     /// Takes on `role` with the stores open: an active restores (only what its store lacks),
-    /// a standby or warm-up follows its changelogs.
-    pub fn enter(&mut self, role: Role) {
+    /// a standby or warm-up follows its changelogs. Ends seen before are forgotten.
+    pub fn enter(&mut self, role: Role, fresh_from: RequestId) {
+        self.fresh_from = fresh_from;
+        for c in &mut self.changelogs {
+            c.end = None;
+        }
         self.role = role;
         self.phase = match role {
             Role::Active => Phase::Restoring,

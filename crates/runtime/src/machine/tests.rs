@@ -38,6 +38,8 @@ fn machine() -> ThreadMachine {
     ThreadMachine::new(
         MachineConfig {
             session_timeout: 10 * S,
+            write_timeout: S,
+            rebalance_timeout: 30 * S,
             commit_interval: S,
             acceptable_recovery_lag: 100,
             restore_fetch_bytes: 1 << 20,
@@ -50,7 +52,14 @@ fn machine() -> ThreadMachine {
     )
 }
 
-fn assigned(generation: i32, active: &[u32], standby: &[u32], warmup: &[u32]) -> Event {
+/// An assignment whose SyncGroup was sent at `at`.
+fn assigned(
+    generation: i32,
+    active: &[u32],
+    standby: &[u32],
+    warmup: &[u32],
+    at: Duration,
+) -> Event {
     Event::Assigned(Assigned {
         generation,
         member_id: "m".into(),
@@ -59,6 +68,7 @@ fn assigned(generation: i32, active: &[u32], standby: &[u32], warmup: &[u32]) ->
         warmup: warmup.iter().map(|&p| task(p)).collect(),
         probe_at: None,
         version_probing: false,
+        confirmed_at: at,
     })
 }
 
@@ -157,7 +167,7 @@ fn bring_up(m: &mut ThreadMachine, mut cmds: Vec<Command>, now: Duration) -> Req
 fn starts_by_joining_and_opens_what_it_is_given() {
     let mut m = machine();
     assert_eq!(joins(&m.start()), ["startup"]);
-    let cmds = m.handle(assigned(1, &[0], &[1], &[]), S);
+    let cmds = m.handle(assigned(1, &[0], &[1], &[], S), S);
     assert!(cmds.contains(&Command::Open {
         task: task(0),
         role: Role::Active
@@ -176,7 +186,7 @@ fn starts_by_joining_and_opens_what_it_is_given() {
 fn an_active_restores_then_reads_its_committed_offset_then_processes() {
     let mut m = machine();
     m.start();
-    m.handle(assigned(1, &[0], &[], &[]), S);
+    m.handle(assigned(1, &[0], &[], &[], S), S);
     let cmds = m.handle(
         Event::Opened {
             task: task(0),
@@ -247,7 +257,10 @@ fn an_active_restores_then_reads_its_committed_offset_then_processes() {
 #[test]
 fn processing_goes_on_during_a_ten_second_join_round() {
     let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0, 1], &[], &[]), Duration::ZERO);
+    let cmds = m.handle(
+        assigned(1, &[0, 1], &[], &[], Duration::ZERO),
+        Duration::ZERO,
+    );
     let mut fetch = bring_up(&mut m, cmds, Duration::ZERO);
     let mut now = S;
     let cmds = m.handle(
@@ -292,7 +305,7 @@ fn processing_goes_on_during_a_ten_second_join_round() {
     }
     assert_eq!(batches, [100, 100]);
     // The round ends: task 1 moves away.
-    let cmds = m.handle(assigned(2, &[0], &[], &[]), now);
+    let cmds = m.handle(assigned(2, &[0], &[], &[], now), now);
     let commit = cmds.iter().find_map(|c| match c {
         Command::Commit {
             generation,
@@ -338,7 +351,7 @@ fn processing_goes_on_during_a_ten_second_join_round() {
 #[test]
 fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
     let mut m = machine();
-    m.handle(assigned(1, &[], &[], &[2]), S);
+    m.handle(assigned(1, &[], &[], &[2], S), S);
     let cmds = m.handle(
         Event::Opened {
             task: task(2),
@@ -401,7 +414,7 @@ fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
 #[test]
 fn a_member_without_heartbeat_answers_stops_writing_and_rejoins() {
     let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0], &[1], &[]), Duration::ZERO);
+    let cmds = m.handle(assigned(1, &[0], &[1], &[], Duration::ZERO), Duration::ZERO);
     let fetch = bring_up(&mut m, cmds, Duration::ZERO);
     m.handle(
         Event::Heartbeat {
@@ -410,7 +423,11 @@ fn a_member_without_heartbeat_answers_stops_writing_and_rejoins() {
         },
         2 * S,
     );
-    assert!(m.may_write(12 * S));
+    assert!(
+        m.may_write(11 * S),
+        "a write sent now lands within the session"
+    );
+    assert!(!m.may_write(11 * S + ms(1)));
     // Paused for 30 s: the first thing it does on waking is give its actives up.
     let woke = 32 * S;
     assert!(!m.may_write(woke));
@@ -442,7 +459,7 @@ fn a_member_without_heartbeat_answers_stops_writing_and_rejoins() {
 #[test]
 fn late_and_repeated_answers_change_nothing() {
     let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
     let fetch = bring_up(&mut m, cmds, Duration::ZERO);
     let result = FetchResult {
         tp: tp("in", 0),
@@ -489,7 +506,7 @@ fn late_and_repeated_answers_change_nothing() {
 #[test]
 fn a_store_that_fails_after_the_output_was_acknowledged_is_rebuilt_not_rerun() {
     let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
     let fetch = bring_up(&mut m, cmds, Duration::ZERO);
     let cmds = m.handle(
         Event::Fetched {
@@ -531,14 +548,14 @@ fn a_store_that_fails_after_the_output_was_acknowledged_is_rebuilt_not_rerun() {
 #[test]
 fn a_drained_member_leaves_once_it_holds_nothing() {
     let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
     bring_up(&mut m, cmds, Duration::ZERO);
     let cmds = m.handle(Event::DrainRequested, S);
     assert_eq!(joins(&cmds), ["drain requested"]);
     assert!(m.report().leaving);
-    let cmds = m.handle(assigned(2, &[0], &[], &[]), 2 * S);
+    let cmds = m.handle(assigned(2, &[0], &[], &[], 2 * S), 2 * S);
     assert!(!cmds.contains(&Command::Leave), "still holds task 0");
-    let cmds = m.handle(assigned(3, &[], &[], &[]), 3 * S);
+    let cmds = m.handle(assigned(3, &[], &[], &[], 3 * S), 3 * S);
     let tail: Vec<&Command> = cmds.iter().rev().take(2).collect();
     assert_eq!(tail, [&Command::Exit(Exit::Drained), &Command::Leave]);
     assert!(m.handle(Event::Tick, 4 * S).is_empty(), "stopped");
@@ -568,14 +585,14 @@ fn the_probing_timer_rejoins_once() {
     alive(&mut m, 55 * S);
     assert!(joins(&m.handle(Event::Tick, 59 * S)).is_empty());
     assert_eq!(joins(&m.handle(Event::Tick, 60 * S)), ["probing rebalance"]);
-    m.handle(assigned(2, &[], &[], &[]), 60 * S);
+    m.handle(assigned(2, &[], &[], &[], 60 * S), 60 * S);
     assert!(joins(&m.handle(Event::Tick, 61 * S)).is_empty(), "once");
 }
 
 #[test]
 fn commits_every_interval_and_on_shutdown_then_leaves() {
     let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0], &[], &[]), Duration::ZERO);
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
     let fetch = bring_up(&mut m, cmds, Duration::ZERO);
     let cmds = m.handle(
         Event::Fetched {
