@@ -433,7 +433,8 @@ mod tests {
 
     #[test]
     fn assignments_round_trip_through_the_consumer_envelope() {
-        let mut info = AssignmentInfo::new(BATON_VERSION, BATON_VERSION);
+        let mut info =
+            AssignmentInfo::new(baton_protocol::BATON_VERSION, baton_protocol::BATON_VERSION);
         info.active_tasks = vec![TaskId::new(0, 1)];
         let partitions = vec![TopicPartition {
             topic: "input".into(),

@@ -10,6 +10,8 @@ use baton_kafka::member::Membership;
 use baton_kafka::GroupMember;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use baton_protocol::TopicPartition;
+
 use crate::context::Context;
 use crate::machine::{Assigned, Event, Heartbeat, Report};
 
@@ -29,6 +31,8 @@ pub struct MembershipTask {
     pub requests: mpsc::UnboundedReceiver<Request>,
     pub report: watch::Receiver<Report>,
     pub events: mpsc::UnboundedSender<Event>,
+    /// The latest round's generation and active partitions, until the machine reports them.
+    pub latest: Option<(i32, Vec<TopicPartition>)>,
 }
 
 /// The pause between failed join attempts.
@@ -104,7 +108,7 @@ impl MembershipTask {
             self.member.set_offset_sums(self.ctx.status.offset_sums());
             self.member.set_leaving(report.leaving);
             self.member.set_warmups(report.warmups.clone());
-            self.member.set_owned(report.owned.clone());
+            self.member.set_owned(report.claimed(self.latest.as_ref()));
             tracing::info!(thread = %self.name, reason, "rebalance");
             let started = Instant::now();
             match self.member.join().await {
@@ -124,6 +128,7 @@ impl MembershipTask {
                         reason,
                         "assigned"
                     );
+                    self.latest = Some((m.generation, m.partitions.clone()));
                     return Some(self.assigned(&m));
                 }
                 Err(e) => {

@@ -132,6 +132,7 @@ impl StreamThread {
                 requests: requests_rx,
                 report: report_rx,
                 events: events_tx,
+                latest: None,
             }
             .run(),
         );

@@ -7,8 +7,10 @@
 //! - a committed input position never passes what the changelog holds;
 //! - a store is written only by the task that opened it, and opened once at a time;
 //! - a drained member ends holding nothing;
-//! and at the end, once faults stop: every input is processed and committed, and each key's
-//! latest output equals the events produced for it (at least that after a kill or a pause).
+//!
+//! At the end, once faults stop, every input is processed and committed, and each key's latest
+//! output equals the events produced for it: at least that after a kill, a lapsed membership or
+//! a write whose acknowledgement was lost (at-least-once), exactly that otherwise.
 //!
 //! `BATON_SEEDS=N` runs seeds `0..N` (default 10,000); a failure prints a one-line
 //! reproduction: `BATON_SEED=S cargo test -p baton-runtime --test schedule one_seed`.
@@ -82,6 +84,9 @@ struct Disk {
     open: bool,
 }
 
+/// A batch's writes to a task's store, up to a changelog offset.
+type StoreWrite = (TaskId, Vec<(u32, u64)>, i64);
+
 /// What the last fetch brought of a partition: `(offset, key, count)`.
 type Chunk = Vec<(i64, u32, u64)>;
 
@@ -116,7 +121,7 @@ enum Op {
     /// store only now.
     Ack {
         event: Event,
-        store: Option<(TaskId, Vec<(u32, u64)>, i64)>,
+        store: Option<StoreWrite>,
     },
 }
 
@@ -145,6 +150,10 @@ struct Member {
     member_id: Option<String>,
     generation: i32,
     joining: bool,
+    /// Like the membership task: one round at a time; a join asked for meanwhile is sent when
+    /// the round's answer arrives, before the machine has taken that answer in.
+    join_wanted: bool,
+    latest: Option<(i32, Vec<TopicPartition>)>,
     in_group: bool,
     next_heartbeat: Duration,
     unique: i8,
@@ -255,6 +264,8 @@ impl World {
             member_id: None,
             generation: -1,
             joining: false,
+            join_wanted: false,
+            latest: None,
             in_group: false,
             next_heartbeat: Duration::ZERO,
             unique: 0,
@@ -281,6 +292,8 @@ impl World {
         m.member_id = None;
         m.generation = -1;
         m.joining = false;
+        m.join_wanted = false;
+        m.latest = None;
         m.in_group = false;
         m.exited = false;
         for d in m.disk.values_mut() {
@@ -363,29 +376,11 @@ impl World {
                 if reason.contains("heartbeat") || reason.contains("fenced") {
                     self.crashed = true;
                 }
-                let m = &mut self.members[i];
-                m.joining = true;
-                m.unique = m.unique.wrapping_add(1);
-                let sums: Vec<TaskOffsetSum> = report
-                    .offset_sums
-                    .iter()
-                    .map(|(&task, &offset_sum)| TaskOffsetSum { task, offset_sum })
-                    .collect();
-                let metadata = leader::encode_subscription(
-                    &self.topology,
-                    &MemberReport {
-                        process_id: uuid::Uuid::from_u128(m.pid),
-                        user_endpoint: "",
-                        offset_sums: &sums,
-                        leaving: report.leaving,
-                        warmups: &report.warmups,
-                        owned: &report.owned,
-                        generation: m.generation,
-                        unique: m.unique,
-                    },
-                );
-                let d = self.delay();
-                self.send(i, d, Op::Join(metadata));
+                if self.members[i].joining {
+                    self.members[i].join_wanted = true;
+                } else {
+                    self.send_join(i, &report);
+                }
             }
             Command::Leave => {
                 let d = self.delay();
@@ -563,6 +558,9 @@ impl World {
                 let changelog: Vec<(u32, u64)> = pending.into_iter().collect();
                 let fail = self.rng.chance(4);
                 let lose_ack = self.rng.chance(4);
+                // Written but reported failed: if the task moves before a retry succeeds, its
+                // new owner restores the write and replays the input (at-least-once).
+                self.crashed |= lose_ack;
                 let store_fails = self.rng.chance(2);
                 let dl = self.delay();
                 self.members[i].blocked = true;
@@ -614,6 +612,33 @@ impl World {
         Ok(())
     }
 
+    fn send_join(&mut self, i: usize, report: &baton_runtime::machine::Report) {
+        let m = &mut self.members[i];
+        m.joining = true;
+        m.unique = m.unique.wrapping_add(1);
+        let sums: Vec<TaskOffsetSum> = report
+            .offset_sums
+            .iter()
+            .map(|(&task, &offset_sum)| TaskOffsetSum { task, offset_sum })
+            .collect();
+        let owned = report.claimed(m.latest.as_ref());
+        let metadata = leader::encode_subscription(
+            &self.topology,
+            &MemberReport {
+                process_id: uuid::Uuid::from_u128(m.pid),
+                user_endpoint: "",
+                offset_sums: &sums,
+                leaving: report.leaving,
+                warmups: &report.warmups,
+                owned: &owned,
+                generation: m.generation,
+                unique: m.unique,
+            },
+        );
+        let d = self.delay();
+        self.send(i, d, Op::Join(metadata));
+    }
+
     // ---- the broker and coordinator side ----
 
     fn deliver(&mut self, msg: Message) -> Result<(), String> {
@@ -622,9 +647,21 @@ impl World {
         let now = self.now;
         match msg.op {
             Op::Deliver(e) => {
-                if current {
-                    self.members[i].inbox.push_back(e);
+                if !current {
+                    return Ok(());
                 }
+                if let Event::Assigned(a) = &e {
+                    let partitions = a.active.iter().map(|&t| task_tp("in", t)).collect();
+                    let m = &mut self.members[i];
+                    m.latest = Some((a.generation, partitions));
+                    m.joining = false;
+                    if std::mem::take(&mut m.join_wanted) {
+                        if let Some(report) = m.machine.as_ref().map(ThreadMachine::report) {
+                            self.send_join(i, &report);
+                        }
+                    }
+                }
+                self.members[i].inbox.push_back(e);
             }
             Op::Fetch { event, chunks } => {
                 let m = &mut self.members[i];
@@ -910,7 +947,6 @@ impl World {
             }
             let i = self.group[id].member;
             self.members[i].generation = generation;
-            self.members[i].joining = false;
             self.members[i].in_group = true;
             let d = self.delay();
             self.send(i, d, Op::Deliver(Event::Assigned(assigned)));

@@ -230,6 +230,26 @@ pub struct Report {
     pub owned: Vec<TopicPartition>,
     /// Held tasks: `RUNNING` (-2) for a running active, else the stores' checkpoint sum.
     pub offset_sums: BTreeMap<TaskId, i64>,
+    /// The newest generation whose assignment the machine had taken in when it wrote this.
+    pub generation: i32,
+}
+
+impl Report {
+    /// The partitions a join claims. A join can leave before the machine has taken in the
+    /// round that just ended (the membership task answers first): until it has, that round's
+    /// actives are claimed too. Claiming too much delays a hand-over by one round; claiming
+    /// too little would let the leader give away a task this member still runs.
+    pub fn claimed(&self, latest: Option<&(i32, Vec<TopicPartition>)>) -> Vec<TopicPartition> {
+        let mut owned = self.owned.clone();
+        if let Some((generation, partitions)) = latest {
+            if *generation > self.generation {
+                owned.extend(partitions.iter().cloned());
+                owned.sort();
+                owned.dedup();
+            }
+        }
+        owned
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -380,6 +400,7 @@ impl ThreadMachine {
     pub fn report(&self) -> Report {
         let mut r = Report {
             leaving: self.leaving,
+            generation: self.last_generation,
             ..Report::default()
         };
         for (id, t) in &self.tasks {
