@@ -12,4 +12,4 @@ pub mod testing;
 
 pub use client::Client;
 pub use error::{Error, Result};
-pub use member::{GroupMember, MemberConfig};
+pub use member::{Beat, GroupMember, MemberConfig, Pulse};

@@ -291,26 +291,26 @@ impl GroupMember {
         )))
     }
 
-    /// Heartbeats; `Ok(true)` means a rebalance started and the member must rejoin.
-    pub async fn heartbeat(&mut self) -> Result<bool> {
-        let version = self.version::<HeartbeatRequest>().await?;
-        let req = HeartbeatRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(self.cfg.group_id.clone())))
-            .with_generation_id(self.generation)
-            .with_member_id(StrBytes::from_string(self.member_id.clone()))
-            .with_group_instance_id(static_id(&self.cfg, version, 3));
-        let resp = self.send(&req).await?;
-        match ResponseError::try_from_code(resp.error_code) {
-            None => Ok(false),
-            Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => Ok(true),
-            Some(ResponseError::UnknownMemberId) => {
-                self.member_id.clear();
-                Ok(true)
-            }
-            Some(error) => Err(Error::Broker {
-                api: ApiKey::Heartbeat,
-                error,
-            }),
+    /// Heartbeats on the member's own coordinator connection.
+    pub async fn heartbeat(&mut self) -> Result<Beat> {
+        let beat = self.pulse().beat().await;
+        if let Ok(Beat::Fenced) = beat {
+            self.member_id.clear();
+        }
+        beat
+    }
+
+    /// What a heartbeat needs, detached from the member: it can beat while the member's own
+    /// connection is held by a JoinGroup (Kafka's coordinator refreshes the session of a member
+    /// that heartbeats during a rebalance).
+    pub fn pulse(&self) -> Pulse {
+        Pulse {
+            client: self.client.clone(),
+            group: self.cfg.group_id.clone(),
+            generation: self.generation,
+            member_id: self.member_id.clone(),
+            group_instance_id: self.cfg.group_instance_id.clone(),
+            coordinator: self.coordinator.as_ref().map(|c| c.addr().to_owned()),
         }
     }
 
@@ -410,6 +410,64 @@ impl GroupMember {
                     .with_assignment(Bytes::from(bytes))
             })
             .collect()
+    }
+}
+
+/// A heartbeat's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    /// The member is in the current generation.
+    Alive,
+    /// A rebalance is under way (the session was refreshed): rejoin.
+    Rebalancing,
+    /// The coordinator does not know this member or its generation: its tasks may be elsewhere.
+    Fenced,
+}
+
+/// A heartbeat for one member in one generation, sent on the client's shared connection.
+#[derive(Clone)]
+pub struct Pulse {
+    client: Arc<Client>,
+    group: String,
+    generation: i32,
+    member_id: String,
+    group_instance_id: Option<String>,
+    coordinator: Option<String>,
+}
+
+impl Pulse {
+    pub async fn beat(&self) -> Result<Beat> {
+        if self.member_id.is_empty() {
+            return Ok(Beat::Fenced);
+        }
+        let addr = match &self.coordinator {
+            Some(a) => a.clone(),
+            None => self.client.find_coordinator(&self.group).await?,
+        };
+        let version = self.client.version::<HeartbeatRequest>(&addr).await?;
+        let req = HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(self.group.clone())))
+            .with_generation_id(self.generation)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(if version >= 3 {
+                self.group_instance_id.clone().map(StrBytes::from_string)
+            } else {
+                None
+            });
+        let resp = self.client.send_to(&addr, &req).await?;
+        match ResponseError::try_from_code(resp.error_code) {
+            None => Ok(Beat::Alive),
+            Some(ResponseError::RebalanceInProgress) => Ok(Beat::Rebalancing),
+            Some(
+                ResponseError::IllegalGeneration
+                | ResponseError::UnknownMemberId
+                | ResponseError::FencedInstanceId,
+            ) => Ok(Beat::Fenced),
+            Some(error) => Err(Error::Broker {
+                api: ApiKey::Heartbeat,
+                error,
+            }),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_kafka::member::Membership;
-use baton_kafka::GroupMember;
+use baton_kafka::{Beat, GroupMember};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use baton_protocol::TopicPartition;
@@ -49,18 +49,7 @@ impl MembershipTask {
                 _ = tokio::time::sleep_until(next_heartbeat), if joined => {
                     next_heartbeat = tokio::time::Instant::now() + interval;
                     let at = self.epoch.elapsed();
-                    let answer = match self.member.heartbeat().await {
-                        Ok(false) => Heartbeat::Alive,
-                        Ok(true) => Heartbeat::Rebalancing,
-                        Err(e) if e.is_retriable() => {
-                            tracing::warn!(thread = %self.name, error = %e, "heartbeat failed");
-                            Heartbeat::Failed
-                        }
-                        Err(e) => {
-                            tracing::warn!(thread = %self.name, error = %e, "heartbeat refused");
-                            Heartbeat::Fenced
-                        }
-                    };
+                    let answer = answer(self.member.heartbeat().await, &self.name);
                     if self.events.send(Event::Heartbeat { answer, at }).is_err() {
                         return;
                     }
@@ -111,9 +100,27 @@ impl MembershipTask {
             self.member.set_owned(report.claimed(self.latest.as_ref()));
             tracing::info!(thread = %self.name, reason, "rebalance");
             let started = Instant::now();
-            match self.member.join().await {
+            // The coordinator refreshes the session of a member that heartbeats while its join
+            // is pending: keep beating, so the thread may go on writing through a long round.
+            let pulse = self.member.pulse();
+            let (events, epoch, name) = (&self.events, self.epoch, &self.name);
+            let interval = self.ctx.cfg.heartbeat_interval;
+            let joined = {
+                let join = self.member.join();
+                tokio::pin!(join);
+                loop {
+                    tokio::select! {
+                        r = &mut join => break r.map(Membership::clone),
+                        _ = tokio::time::sleep(interval) => {
+                            let at = epoch.elapsed();
+                            let answer = answer(pulse.beat().await, name);
+                            let _ = events.send(Event::Heartbeat { answer, at });
+                        }
+                    }
+                }
+            };
+            match joined {
                 Ok(m) => {
-                    let m = m.clone();
                     self.ctx.status.count_rebalance();
                     let seconds = started.elapsed().as_secs_f64();
                     self.ctx.status.observe_rebalance(reason, seconds);
@@ -153,5 +160,18 @@ impl MembershipTask {
         });
         let confirmed_at = m.synced_at.saturating_duration_since(self.epoch);
         Assigned::from_info(m.generation, &m.member_id, &m.info, probe_at, confirmed_at)
+    }
+}
+
+/// A heartbeat's outcome as the machine sees it.
+fn answer(beat: baton_kafka::Result<Beat>, thread: &str) -> Heartbeat {
+    match beat {
+        Ok(Beat::Alive) => Heartbeat::Alive,
+        Ok(Beat::Rebalancing) => Heartbeat::Rebalancing,
+        Ok(Beat::Fenced) => Heartbeat::Fenced,
+        Err(e) => {
+            tracing::warn!(thread, error = %e, "heartbeat failed");
+            Heartbeat::Failed
+        }
     }
 }

@@ -78,8 +78,11 @@ impl StreamThread {
         let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();
         let io = Client::new(&bootstrap, &name);
         io.set_request_timeout(cfg.request_timeout());
+        // Membership traffic on connections of its own: a heartbeat never waits behind a fetch.
+        let membership_client = Client::new(&bootstrap, &format!("{name}-member"));
+        membership_client.set_request_timeout(cfg.request_timeout());
         let member = GroupMember::new(
-            io.clone(),
+            membership_client,
             MemberConfig {
                 group_id: ctx.group().to_owned(),
                 client_id: name.clone(),
@@ -109,7 +112,6 @@ impl StreamThread {
             MachineConfig {
                 session_timeout: cfg.session_timeout,
                 write_timeout: cfg.request_timeout(),
-                rebalance_timeout: cfg.rebalance_timeout(),
                 commit_interval: cfg.commit_interval,
                 acceptable_recovery_lag: cfg.assignment.acceptable_recovery_lag,
                 restore_fetch_bytes: cfg.restore_fetch_bytes,

@@ -113,7 +113,11 @@ enum Op {
         offsets: Vec<(TopicPartition, i64)>,
     },
     Join(Vec<u8>),
-    Heartbeat,
+    /// With the member's own view: its id and the generation of its last assignment.
+    Heartbeat {
+        member_id: Option<String>,
+        generation: i32,
+    },
     Leave,
     /// An answer to a member.
     Deliver(Event),
@@ -162,7 +166,8 @@ struct Member {
 
 struct Round {
     deadline: Duration,
-    joined: BTreeMap<String, (usize, Vec<u8>)>,
+    /// Member id to (member, incarnation, JoinGroup metadata).
+    joined: BTreeMap<String, (usize, u32, Vec<u8>)>,
 }
 
 struct CMember {
@@ -237,7 +242,6 @@ impl World {
         MachineConfig {
             session_timeout: SESSION,
             write_timeout: ms(1000),
-            rebalance_timeout: REBALANCE_TIMEOUT + ms(1000),
             commit_interval: ms(500),
             acceptable_recovery_lag: 3,
             restore_fetch_bytes: 1 << 20,
@@ -305,6 +309,14 @@ impl World {
         if self.trace {
             println!("{:>8?} m{i} KILLED", self.now);
         }
+        // What the process had written to its sockets still goes out, at once.
+        let (now, incarnation) = (self.now, self.members[i].incarnation);
+        for msg in &mut self.net {
+            let request = !matches!(msg.op, Op::Deliver(_) | Op::Fetch { .. } | Op::Ack { .. });
+            if msg.member == i && msg.incarnation == incarnation && request {
+                msg.at = msg.at.min(now + ms(1));
+            }
+        }
         let m = &mut self.members[i];
         m.machine = None;
         m.incarnation += 1;
@@ -316,8 +328,12 @@ impl World {
     }
 
     fn send(&mut self, member: usize, delay: Duration, op: Op) {
-        self.seq += 1;
         let incarnation = self.members[member].incarnation;
+        self.send_to(member, incarnation, delay, op);
+    }
+
+    fn send_to(&mut self, member: usize, incarnation: u32, delay: Duration, op: Op) {
+        self.seq += 1;
         self.net.push(Message {
             at: self.now + delay,
             seq: self.seq,
@@ -654,6 +670,7 @@ impl World {
                     let partitions = a.active.iter().map(|&t| task_tp("in", t)).collect();
                     let m = &mut self.members[i];
                     m.latest = Some((a.generation, partitions));
+                    m.generation = m.generation.max(a.generation);
                     m.joining = false;
                     if std::mem::take(&mut m.join_wanted) {
                         if let Some(report) = m.machine.as_ref().map(ThreadMachine::report) {
@@ -778,27 +795,31 @@ impl World {
                     deadline: now + REBALANCE_TIMEOUT,
                     joined: BTreeMap::new(),
                 });
-                round.joined.insert(id, (i, metadata));
+                round.joined.insert(id, (i, msg.incarnation, metadata));
             }
-            Op::Heartbeat => {
+            Op::Heartbeat {
+                member_id,
+                generation,
+            } => {
                 if !current {
                     return Ok(());
                 }
-                let m = &self.members[i];
-                let answer = match m.member_id.as_ref().and_then(|id| self.group.get(id)) {
-                    Some(c)
-                        if c.incarnation == msg.incarnation && m.generation == self.generation =>
-                    {
-                        if self.round.is_some() {
-                            Heartbeat::Rebalancing
-                        } else {
-                            Heartbeat::Alive
-                        }
-                    }
-                    _ => Heartbeat::Fenced,
+                let id = member_id.unwrap_or_default();
+                let awaiting = self
+                    .round
+                    .as_ref()
+                    .is_some_and(|r| r.joined.contains_key(&id));
+                let known = self.group.contains_key(&id);
+                // As Kafka's coordinator: a heartbeat during a rebalance is answered so, and
+                // counts, for members that are in the group or waiting in the round.
+                let answer = if awaiting || (known && self.round.is_some()) {
+                    Heartbeat::Rebalancing
+                } else if known && generation == self.generation {
+                    Heartbeat::Alive
+                } else {
+                    Heartbeat::Fenced
                 };
                 if answer != Heartbeat::Fenced {
-                    let id = m.member_id.clone().expect("in the group");
                     if let Some(c) = self.group.get_mut(&id) {
                         c.last_seen = now;
                     }
@@ -893,12 +914,12 @@ impl World {
         let generation = self.generation;
         self.group.clear();
         let mut members = Vec::new();
-        for (id, (i, metadata)) in &round.joined {
+        for (id, (i, incarnation, metadata)) in &round.joined {
             self.group.insert(
                 id.clone(),
                 CMember {
                     member: *i,
-                    incarnation: self.members[*i].incarnation,
+                    incarnation: *incarnation,
                     last_seen: now,
                 },
             );
@@ -945,11 +966,10 @@ impl World {
                     ));
                 }
             }
-            let i = self.group[id].member;
-            self.members[i].generation = generation;
+            let (i, incarnation) = (self.group[id].member, self.group[id].incarnation);
             self.members[i].in_group = true;
             let d = self.delay();
-            self.send(i, d, Op::Deliver(Event::Assigned(assigned)));
+            self.send_to(i, incarnation, d, Op::Deliver(Event::Assigned(assigned)));
         }
         Ok(())
     }
@@ -957,12 +977,16 @@ impl World {
     fn heartbeats(&mut self) {
         for i in 0..self.members.len() {
             let m = &self.members[i];
-            if !self.alive(i) || !m.in_group || m.joining || self.now < m.next_heartbeat {
+            if !self.alive(i) || !(m.in_group || m.joining) || self.now < m.next_heartbeat {
                 continue;
             }
+            let op = Op::Heartbeat {
+                member_id: m.member_id.clone(),
+                generation: m.generation,
+            };
             self.members[i].next_heartbeat = self.now + HEARTBEAT;
             let d = self.delay();
-            self.send(i, d, Op::Heartbeat);
+            self.send(i, d, op);
         }
     }
 

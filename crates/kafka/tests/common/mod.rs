@@ -109,8 +109,8 @@ pub fn drive(client: Arc<Client>, cfg: MemberConfig) -> Driver {
                     _ = tokio::time::sleep(heartbeat_interval()) => {}
                 }
                 match m.heartbeat().await {
-                    Ok(false) => {}
-                    Ok(true) => break,
+                    Ok(baton_kafka::Beat::Alive) => {}
+                    Ok(_) => break,
                     Err(e) => {
                         eprintln!("heartbeat of {}: {e}", m.member_id());
                         break;

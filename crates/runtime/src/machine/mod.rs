@@ -47,9 +47,6 @@ pub struct MachineConfig {
     /// The longest a write may take to land (the request timeout): writing stops this long
     /// before the session could lapse, so no write lands after the coordinator gave up on us.
     pub write_timeout: Duration,
-    /// The longest a join round can take (`rebalance.timeout`): a member whose round has not
-    /// answered by then is no longer in the group.
-    pub rebalance_timeout: Duration,
     pub commit_interval: Duration,
     pub acceptable_recovery_lag: u64,
     pub restore_fetch_bytes: i32,
@@ -302,10 +299,8 @@ pub enum Command {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Group {
-    /// A join round is in flight, asked for at `since`.
-    Joining {
-        since: Duration,
-    },
+    /// A join round is in flight (or about to be).
+    Joining,
     Member {
         generation: i32,
         member_id: String,
@@ -338,7 +333,7 @@ impl ThreadMachine {
         ThreadMachine {
             cfg,
             topology,
-            group: Group::Joining { since: now },
+            group: Group::Joining,
             alive_at: now,
             tasks: BTreeMap::new(),
             fetch: None,
@@ -355,8 +350,7 @@ impl ThreadMachine {
 
     /// The first commands: join the group.
     pub fn start(&mut self) -> Vec<Command> {
-        let now = self.alive_at;
-        vec![self.join("startup", now)]
+        vec![self.join("startup")]
     }
 
     pub fn tasks(&self) -> &BTreeMap<TaskId, TaskState> {
@@ -366,24 +360,22 @@ impl ThreadMachine {
     pub fn generation(&self) -> Option<i32> {
         match &self.group {
             Group::Member { generation, .. } => Some(*generation),
-            Group::Joining { .. } => None,
+            Group::Joining => None,
         }
     }
 
     pub fn is_joining(&self) -> bool {
-        matches!(self.group, Group::Joining { .. })
+        self.group == Group::Joining
     }
 
-    /// Whether the thread may write (produce or commit) at `now`: its membership was
-    /// confirmed recently enough that a write sent now lands within the session, or a join
-    /// round is in flight (a pending JoinGroup keeps the session). A paused process wakes up
-    /// fenced.
+    /// Whether the thread may write (produce or commit) at `now`: the coordinator confirmed
+    /// its membership recently enough that a write sent now lands within the session. That
+    /// holds through a join round too, whose heartbeats the coordinator answers "rebalancing"
+    /// and counts. A paused process wakes up fenced.
     pub fn may_write(&self, now: Duration) -> bool {
-        let (since, limit) = match self.group {
-            Group::Joining { since } => (since.max(self.alive_at), self.cfg.rebalance_timeout),
-            Group::Member { .. } => (self.alive_at, self.cfg.session_timeout),
-        };
-        !self.stopped && now.saturating_sub(since) + self.cfg.write_timeout <= limit
+        !self.stopped
+            && now.saturating_sub(self.alive_at) + self.cfg.write_timeout
+                <= self.cfg.session_timeout
     }
 
     fn id(&mut self) -> RequestId {
@@ -445,18 +437,18 @@ impl ThreadMachine {
         }
         self.check_lapse(now, &mut out);
         match event {
-            Event::Assigned(a) => self.assigned(a, now, &mut out),
+            Event::Assigned(a) => self.assigned(a, &mut out),
             Event::Heartbeat { answer, at } => match answer {
                 Heartbeat::Alive => self.alive_at = self.alive_at.max(at),
                 Heartbeat::Rebalancing => {
                     self.alive_at = self.alive_at.max(at);
                     if !self.is_joining() {
-                        out.push(self.join("the group is rebalancing", now));
+                        out.push(self.join("the group is rebalancing"));
                     }
                 }
-                Heartbeat::Fenced => {
-                    self.fenced("the coordinator fenced this member", now, &mut out)
-                }
+                // During a round this only says the round ended; its answer is on the way.
+                Heartbeat::Fenced if self.is_joining() => {}
+                Heartbeat::Fenced => self.fenced("the coordinator fenced this member", &mut out),
                 Heartbeat::Failed => {}
             },
             Event::Tick => {}
@@ -464,7 +456,7 @@ impl ThreadMachine {
                 if !self.leaving {
                     self.leaving = true;
                     self.commit_now(&mut out);
-                    out.push(self.join("drain requested", now));
+                    out.push(self.join("drain requested"));
                 }
             }
             Event::Shutdown => {
@@ -496,7 +488,7 @@ impl ThreadMachine {
                 task,
                 changelog,
                 stored,
-            } => self.absorbed(task, changelog, stored, now, &mut out),
+            } => self.absorbed(task, changelog, stored, &mut out),
             Event::StoreFailed { task, .. } => self.reopen(task, now, &mut out),
             Event::CommittedRead { task, offsets } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
@@ -580,7 +572,7 @@ impl ThreadMachine {
         self.check_lapse(now, out);
         if self.probe_at.is_some_and(|t| now >= t) && !self.is_joining() {
             self.probe_at = None;
-            out.push(self.join("probing rebalance", now));
+            out.push(self.join("probing rebalance"));
         }
         if now.saturating_sub(self.last_commit) >= self.cfg.commit_interval {
             self.last_commit = now;
@@ -628,12 +620,7 @@ impl ThreadMachine {
 
     fn check_lapse(&mut self, now: Duration, out: &mut Vec<Command>) {
         if !self.may_write(now) && self.tasks.values().any(|t| t.role == Role::Active) {
-            let reason = if self.is_joining() {
-                "no answer to the join within the rebalance timeout"
-            } else {
-                "no heartbeat answer within the session timeout"
-            };
-            self.fenced(reason, now, out);
+            self.fenced("no heartbeat answer within the session timeout", out);
         }
     }
 
@@ -743,14 +730,7 @@ impl ThreadMachine {
         }
     }
 
-    fn absorbed(
-        &mut self,
-        task: TaskId,
-        changelog: usize,
-        stored: i64,
-        now: Duration,
-        out: &mut Vec<Command>,
-    ) {
+    fn absorbed(&mut self, task: TaskId, changelog: usize, stored: i64, out: &mut Vec<Command>) {
         let acceptable = self.cfg.acceptable_recovery_lag;
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
@@ -769,7 +749,7 @@ impl ThreadMachine {
         {
             t.reported_caught_up = true;
             if !self.is_joining() {
-                out.push(self.join("a warm-up caught up", now));
+                out.push(self.join("a warm-up caught up"));
             }
         }
     }
@@ -842,8 +822,8 @@ impl ThreadMachine {
         self.commit = Some((commit, offsets));
     }
 
-    fn join(&mut self, reason: &str, now: Duration) -> Command {
-        self.group = Group::Joining { since: now };
+    fn join(&mut self, reason: &str) -> Command {
+        self.group = Group::Joining;
         self.reported_leaving = self.leaving;
         let acceptable = self.cfg.acceptable_recovery_lag;
         for t in self.tasks.values_mut() {
@@ -859,7 +839,7 @@ impl ThreadMachine {
 
     /// The membership lapsed: another member may own these actives now. Drop them without
     /// committing (their in-flight output is the zombie window, docs/RUNTIME.md), then rejoin.
-    fn fenced(&mut self, reason: &str, now: Duration, out: &mut Vec<Command>) {
+    fn fenced(&mut self, reason: &str, out: &mut Vec<Command>) {
         let actives: Vec<TaskId> = self
             .tasks
             .values()
@@ -871,10 +851,10 @@ impl ThreadMachine {
             out.push(Command::Close { task });
         }
         self.commit = None;
-        out.push(self.join(reason, now));
+        out.push(self.join(reason));
     }
 
-    fn assigned(&mut self, a: Assigned, now: Duration, out: &mut Vec<Command>) {
+    fn assigned(&mut self, a: Assigned, out: &mut Vec<Command>) {
         // A late copy of an older round's answer would roll the tasks back.
         if a.generation < 0 || a.generation <= self.last_generation {
             return;
@@ -945,11 +925,11 @@ impl ThreadMachine {
             return;
         }
         if a.version_probing {
-            out.push(self.join("version probing", now));
+            out.push(self.join("version probing"));
         } else if !revoked.is_empty() {
-            out.push(self.join("released revoked actives", now));
+            out.push(self.join("released revoked actives"));
         } else if self.leaving && !self.reported_leaving {
-            out.push(self.join("drain requested", now));
+            out.push(self.join("drain requested"));
         }
     }
 
