@@ -43,9 +43,19 @@ impl MembershipTask {
         let interval = self.ctx.cfg.heartbeat_interval;
         let mut next_heartbeat = tokio::time::Instant::now() + interval;
         let mut joined = false;
+        // Kafka's rule: a member not given back everything it claimed rejoins, once its
+        // machine has taken the assignment in (so the next claim is right). Otherwise a task
+        // held back for a claim it no longer backs would wait for nobody.
+        let mut rejoin_after: Option<i32> = None;
         loop {
             let request = tokio::select! {
                 r = self.requests.recv() => r,
+                _ = async {
+                    let g = rejoin_after.unwrap_or(i32::MAX);
+                    let _ = self.report.wait_for(|r| r.generation >= g).await;
+                }, if rejoin_after.is_some() => {
+                    Some(Request::Join("claimed partitions were not all given back".into()))
+                }
                 _ = tokio::time::sleep_until(next_heartbeat), if joined => {
                     next_heartbeat = tokio::time::Instant::now() + interval;
                     let at = self.epoch.elapsed();
@@ -77,9 +87,10 @@ impl MembershipTask {
                             }
                         }
                     }
-                    let Some(assigned) = self.round(&reason).await else {
+                    let Some((assigned, short)) = self.round(&reason).await else {
                         return;
                     };
+                    rejoin_after = short.then_some(assigned.generation);
                     joined = true;
                     next_heartbeat = tokio::time::Instant::now() + interval;
                     if self.events.send(Event::Assigned(assigned)).is_err() {
@@ -90,14 +101,16 @@ impl MembershipTask {
         }
     }
 
-    /// One join round, retried until it succeeds (or the thread is gone).
-    async fn round(&mut self, reason: &str) -> Option<Assigned> {
+    /// One join round, retried until it succeeds (or the thread is gone). Also says whether
+    /// the assignment left out partitions the join claimed.
+    async fn round(&mut self, reason: &str) -> Option<(Assigned, bool)> {
         loop {
             let report = self.report.borrow().clone();
             self.member.set_offset_sums(self.ctx.status.offset_sums());
             self.member.set_leaving(report.leaving);
             self.member.set_warmups(report.warmups.clone());
-            self.member.set_owned(report.claimed(self.latest.as_ref()));
+            let claimed = report.claimed(self.latest.as_ref());
+            self.member.set_owned(claimed.clone());
             tracing::info!(thread = %self.name, reason, "rebalance");
             let started = Instant::now();
             // The coordinator refreshes the session of a member that heartbeats while its join
@@ -136,7 +149,8 @@ impl MembershipTask {
                         "assigned"
                     );
                     self.latest = Some((m.generation, m.partitions.clone()));
-                    return Some(self.assigned(&m));
+                    let short = claimed.iter().any(|tp| !m.partitions.contains(tp));
+                    return Some((self.assigned(&m), short));
                 }
                 Err(e) => {
                     tracing::warn!(thread = %self.name, error = %e, "joining the group failed; retrying");

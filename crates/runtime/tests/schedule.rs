@@ -158,6 +158,10 @@ struct Member {
     /// the round's answer arrives, before the machine has taken that answer in.
     join_wanted: bool,
     latest: Option<(i32, Vec<TopicPartition>)>,
+    /// What the last join claimed, and the generation after whose intake to rejoin because
+    /// the assignment left some of it out (the membership task's rule).
+    claimed: Vec<TopicPartition>,
+    rejoin_after: Option<i32>,
     in_group: bool,
     next_heartbeat: Duration,
     unique: i8,
@@ -270,6 +274,8 @@ impl World {
             joining: false,
             join_wanted: false,
             latest: None,
+            claimed: Vec::new(),
+            rejoin_after: None,
             in_group: false,
             next_heartbeat: Duration::ZERO,
             unique: 0,
@@ -298,6 +304,8 @@ impl World {
         m.joining = false;
         m.join_wanted = false;
         m.latest = None;
+        m.claimed.clear();
+        m.rejoin_after = None;
         m.in_group = false;
         m.exited = false;
         for d in m.disk.values_mut() {
@@ -379,6 +387,11 @@ impl World {
             let machine = m.machine.as_mut().expect("alive");
             let cmds = machine.handle(e, now);
             m.commands.extend(cmds);
+            let report = machine.report();
+            if m.rejoin_after.is_some_and(|g| report.generation >= g) && !m.joining {
+                m.rejoin_after = None;
+                self.send_join(i, &report);
+            }
         }
         Err(format!("member {i} does not come to rest"))
     }
@@ -638,6 +651,7 @@ impl World {
             .map(|(&task, &offset_sum)| TaskOffsetSum { task, offset_sum })
             .collect();
         let owned = report.claimed(m.latest.as_ref());
+        m.claimed = owned.clone();
         let metadata = leader::encode_subscription(
             &self.topology,
             &MemberReport {
@@ -667,10 +681,19 @@ impl World {
                     return Ok(());
                 }
                 if let Event::Assigned(a) = &e {
-                    let partitions = a.active.iter().map(|&t| task_tp("in", t)).collect();
+                    let partitions: Vec<TopicPartition> =
+                        a.active.iter().map(|&t| task_tp("in", t)).collect();
                     let m = &mut self.members[i];
+                    if a.generation <= m.generation {
+                        // The membership task sees each round's answer once, in order.
+                        m.inbox.push_back(e);
+                        return Ok(());
+                    }
+                    if m.claimed.iter().any(|tp| !partitions.contains(tp)) {
+                        m.rejoin_after = Some(a.generation);
+                    }
                     m.latest = Some((a.generation, partitions));
-                    m.generation = m.generation.max(a.generation);
+                    m.generation = a.generation;
                     m.joining = false;
                     if std::mem::take(&mut m.join_wanted) {
                         if let Some(report) = m.machine.as_ref().map(ThreadMachine::report) {
@@ -810,14 +833,14 @@ impl World {
                     .as_ref()
                     .is_some_and(|r| r.joined.contains_key(&id));
                 let known = self.group.contains_key(&id);
-                // As Kafka's coordinator: a heartbeat during a rebalance is answered so, and
-                // counts, for members that are in the group or waiting in the round.
-                let answer = if awaiting || (known && self.round.is_some()) {
-                    Heartbeat::Rebalancing
-                } else if known && generation == self.generation {
-                    Heartbeat::Alive
-                } else {
+                // As Kafka's coordinator: an unknown member or an old generation is refused
+                // first; a heartbeat during a rebalance is answered so, and counts.
+                let answer = if !(known || awaiting) || generation != self.generation {
                     Heartbeat::Fenced
+                } else if self.round.is_some() {
+                    Heartbeat::Rebalancing
+                } else {
+                    Heartbeat::Alive
                 };
                 if answer != Heartbeat::Fenced {
                     if let Some(c) = self.group.get_mut(&id) {
@@ -952,6 +975,20 @@ impl World {
             now_ms: now.as_millis() as i64,
             metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
         });
+        if self.trace {
+            for m in &members {
+                if let Ok((sub, _)) = leader::decode_subscription(&m.metadata) {
+                    println!(
+                        "{now:>8?} generation {generation}: {} claims {:?} from generation {}",
+                        m.member_id, sub.owned_partitions, sub.generation_id
+                    );
+                }
+            }
+            println!(
+                "{now:>8?} generation {generation}: deferred {:?}",
+                out.deferred
+            );
+        }
         let mut owner: BTreeMap<TaskId, String> = BTreeMap::new();
         for (id, blob) in &out.assignments {
             let (_, info) = leader::decode_assignment(blob)?;
