@@ -123,7 +123,7 @@ impl MembershipTask {
                 tokio::pin!(join);
                 loop {
                     tokio::select! {
-                        r = &mut join => break r.map(Membership::clone),
+                        r = &mut join => break r.cloned(),
                         _ = tokio::time::sleep(interval) => {
                             let at = epoch.elapsed();
                             let answer = answer(pulse.beat().await, name);

@@ -276,7 +276,7 @@ fn processing_goes_on_during_a_ten_second_join_round() {
         now += ms(100);
         // The membership task heartbeats through the round; the coordinator answers
         // "rebalancing" and counts it.
-        if now.as_millis() % 500 == 0 {
+        if now.as_millis().is_multiple_of(500) {
             let cmds = m.handle(
                 Event::Heartbeat {
                     answer: Heartbeat::Rebalancing,
