@@ -31,6 +31,8 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// One write: `None` deletes the key (a changelog tombstone).
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
+/// A handle to the store; clones share it (a bulk load runs on a thread of its own).
+#[derive(Clone)]
 pub struct TaskStore {
     db: Database,
     data: Keyspace,

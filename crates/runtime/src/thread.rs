@@ -185,6 +185,7 @@ impl Driver {
         let mut commands: VecDeque<Command> = m.start().into();
         let mut shutting_down = false;
         loop {
+            self.start_fetches(&mut commands);
             while let Some(c) = commands.pop_front() {
                 if let Some(exit) = self.execute(m, c).await {
                     return exit;
@@ -193,6 +194,7 @@ impl Driver {
                 while let Some(e) = self.local.pop_front() {
                     commands.extend(m.handle(e, self.now()));
                 }
+                self.start_fetches(&mut commands);
             }
             self.sync_status(m);
             self.buffers.clear();
@@ -220,6 +222,22 @@ impl Driver {
             };
             commands.extend(m.handle(event, self.now()));
         }
+    }
+
+    /// Sends the fetches among `commands` first: a fetch depends on nothing queued before it,
+    /// and in flight it overlaps the store work that follows.
+    fn start_fetches(&mut self, commands: &mut VecDeque<Command>) {
+        if !commands.iter().any(|c| matches!(c, Command::Fetch { .. })) {
+            return;
+        }
+        let mut rest = VecDeque::with_capacity(commands.len());
+        for c in commands.drain(..) {
+            match c {
+                Command::Fetch { fetch, wants } => self.start_fetch(fetch, wants),
+                other => rest.push_back(other),
+            }
+        }
+        *commands = rest;
     }
 
     /// Keeps what came back and tells the machine where each partition stands.
@@ -412,9 +430,12 @@ impl Driver {
     }
 
     fn close(&mut self, task: TaskId) {
-        if let Some(t) = self.tasks.remove(&task) {
+        if let Some(mut t) = self.tasks.remove(&task) {
             blocking(|| {
-                for s in &t.stores {
+                for s in &mut t.stores {
+                    if let Err(e) = s.catchup.wait() {
+                        tracing::warn!(task = %task, store = %s.name, error = %e, "a bulk load failed");
+                    }
                     if let Err(e) = s.store.persist(true) {
                         tracing::warn!(task = %task, store = %s.name, error = %e, "persisting a released store");
                     }
