@@ -218,7 +218,8 @@ fn runtime_commands_reject_bad_options_before_connecting() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("assignor: \"nope\" is not an assignor"),
+        err.contains("invalid value 'nope' for '--assignor <ASSIGNOR>'")
+            && err.contains("[possible values: high-availability, kafka, sticky]"),
         "{err}"
     );
     let (code, _, err) = baton(

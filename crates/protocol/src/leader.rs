@@ -239,6 +239,16 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
         input.now_ms,
     );
     out.deferred = defer_unreleased(&members, input.topology, &mut per_member);
+    if !out.deferred.is_empty() {
+        // The hand-over needs one more round: everyone rejoins at once rather than at their
+        // next heartbeat (up to `heartbeat.interval.ms` later), so the moving tasks wait only
+        // for their owners to release them.
+        for a in per_member.values_mut() {
+            if a.info.version >= 7 {
+                a.info.next_rebalance_ms = input.now_ms;
+            }
+        }
+    }
 
     let subscription_bytes: usize = input.members.iter().map(|m| m.metadata.len()).sum();
     if let Some(w) = fit_to_limit(subscription_bytes, &mut per_member, input.metadata_limit) {

@@ -164,6 +164,13 @@ fn a_moving_active_waits_for_its_owner_to_release_it() {
     }
     let a = actives(&out.assignments["a"]);
     assert_eq!(a.len(), 2);
+    for id in ["a", "b"] {
+        let info = decode_assignment(&out.assignments[id]).unwrap().1;
+        assert_eq!(
+            info.next_rebalance_ms, 1_000,
+            "{id} rejoins at once for the hand-over"
+        );
+    }
     assert!(moved.iter().all(|t| !a.contains(t)), "revoked from a");
 
     // a released them and rejoined: the next round hands them over.

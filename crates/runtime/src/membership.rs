@@ -49,6 +49,8 @@ impl MembershipTask {
         let mut rejoin_after: Option<i32> = None;
         loop {
             let request = tokio::select! {
+                // A request the machine made wins, and serves a pending rejoin with it.
+                biased;
                 r = self.requests.recv() => r,
                 _ = async {
                     let g = rejoin_after.unwrap_or(i32::MAX);
@@ -59,6 +61,7 @@ impl MembershipTask {
                 _ = tokio::time::sleep_until(next_heartbeat), if joined => {
                     next_heartbeat = tokio::time::Instant::now() + interval;
                     let at = self.epoch.elapsed();
+                    self.ctx.status.heartbeat_sent(&self.name, at);
                     let answer = answer(self.member.heartbeat().await, &self.name);
                     if self.events.send(Event::Heartbeat { answer, at }).is_err() {
                         return;
@@ -92,7 +95,13 @@ impl MembershipTask {
                     };
                     rejoin_after = short.then_some(assigned.generation);
                     joined = true;
-                    next_heartbeat = tokio::time::Instant::now() + interval;
+                    // Keep the beat the round kept, rather than restart it.
+                    let since = self
+                        .ctx
+                        .status
+                        .last_heartbeat(&self.name)
+                        .map_or(Duration::ZERO, |b| self.epoch.elapsed().saturating_sub(b));
+                    next_heartbeat = tokio::time::Instant::now() + interval.saturating_sub(since);
                     if self.events.send(Event::Assigned(assigned)).is_err() {
                         return;
                     }
@@ -115,23 +124,17 @@ impl MembershipTask {
             let started = Instant::now();
             // The coordinator refreshes the session of a member that heartbeats while its join
             // is pending: keep beating, so the thread may go on writing through a long round.
-            let pulse = self.member.pulse();
-            let (events, epoch, name) = (&self.events, self.epoch, &self.name);
-            let interval = self.ctx.cfg.heartbeat_interval;
-            let joined = {
-                let join = self.member.join();
-                tokio::pin!(join);
-                loop {
-                    tokio::select! {
-                        r = &mut join => break r.cloned(),
-                        _ = tokio::time::sleep(interval) => {
-                            let at = epoch.elapsed();
-                            let answer = answer(pulse.beat().await, name);
-                            let _ = events.send(Event::Heartbeat { answer, at });
-                        }
-                    }
-                }
-            };
+            // On a task of its own: the join (the leader's requests among it) must never wait
+            // for a heartbeat, nor a heartbeat for it.
+            let beats = tokio::spawn(beat_during_round(
+                self.member.pulse(),
+                self.ctx.clone(),
+                self.name.clone(),
+                self.epoch,
+                self.events.clone(),
+            ));
+            let joined = self.member.join().await.cloned();
+            beats.abort();
             match joined {
                 Ok(m) => {
                     self.ctx.status.count_rebalance();
@@ -186,6 +189,25 @@ fn answer(beat: baton_kafka::Result<Beat>, thread: &str) -> Heartbeat {
         Err(e) => {
             tracing::warn!(thread, error = %e, "heartbeat failed");
             Heartbeat::Failed
+        }
+    }
+}
+
+/// Heartbeats every interval until aborted (when the join round ends).
+async fn beat_during_round(
+    pulse: baton_kafka::Pulse,
+    ctx: Arc<Context>,
+    name: String,
+    epoch: Instant,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    loop {
+        tokio::time::sleep(ctx.cfg.heartbeat_interval).await;
+        let at = epoch.elapsed();
+        ctx.status.heartbeat_sent(&name, at);
+        let answer = answer(pulse.beat().await, &name);
+        if events.send(Event::Heartbeat { answer, at }).is_err() {
+            return;
         }
     }
 }

@@ -70,6 +70,9 @@ struct Inner {
     rebalances: u64,
     /// By reason: how many, and their total seconds.
     rebalance_seconds: BTreeMap<String, (u64, f64)>,
+    /// By thread: when the last heartbeat was sent, and the longest time between two, in
+    /// seconds.
+    heartbeats: BTreeMap<String, (std::time::Duration, f64)>,
     processed_total: BTreeMap<TaskId, u64>,
 }
 
@@ -111,6 +114,25 @@ impl Status {
         let out = f();
         i.checkpoints.remove(&task);
         Some(out)
+    }
+
+    /// A thread sent a heartbeat at `at` (time since it started).
+    pub fn heartbeat_sent(&self, thread: &str, at: std::time::Duration) {
+        let mut i = self.inner();
+        match i.heartbeats.get_mut(thread) {
+            Some((last, gap)) => {
+                *gap = gap.max(at.saturating_sub(*last).as_secs_f64());
+                *last = at;
+            }
+            None => {
+                i.heartbeats.insert(thread.to_owned(), (at, 0.0));
+            }
+        }
+    }
+
+    /// When `thread` last sent a heartbeat.
+    pub fn last_heartbeat(&self, thread: &str) -> Option<std::time::Duration> {
+        self.inner().heartbeats.get(thread).map(|h| h.0)
     }
 
     /// A rebalance this instance took part in, its reason and how long it took.
@@ -210,6 +232,17 @@ impl Status {
             out,
             "# HELP baton_rebalance_seconds How long this instance's join rounds took, by reason.\n# TYPE baton_rebalance_seconds summary"
         );
+        let _ = writeln!(
+            out,
+            "# HELP baton_heartbeat_gap_max_seconds The longest time between two heartbeats of a thread.\n# TYPE baton_heartbeat_gap_max_seconds gauge"
+        );
+        for (thread, (_, gap)) in &i.heartbeats {
+            let _ = writeln!(
+                out,
+                "baton_heartbeat_gap_max_seconds{{{inst},thread=\"{}\"}} {gap:.3}",
+                escape(thread)
+            );
+        }
         for (reason, (n, secs)) in &i.rebalance_seconds {
             let labels = format!("{inst},reason=\"{}\"", escape(reason));
             let _ = writeln!(out, "baton_rebalance_seconds_sum{{{labels}}} {secs:.3}");

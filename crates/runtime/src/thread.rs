@@ -184,6 +184,7 @@ impl Driver {
     async fn drive(&mut self, m: &mut ThreadMachine) -> Exit {
         let mut commands: VecDeque<Command> = m.start().into();
         let mut shutting_down = false;
+        let mut drain_told = false;
         loop {
             self.start_fetches(&mut commands);
             while let Some(c) = commands.pop_front() {
@@ -204,6 +205,10 @@ impl Driver {
             if !shutting_down && *self.shutdown.borrow() {
                 shutting_down = true;
                 commands.extend(m.handle(Event::Shutdown, self.now()));
+            }
+            if !drain_told && self.ctx.is_leaving() {
+                drain_told = true;
+                commands.extend(m.handle(Event::DrainRequested, self.now()));
             }
             if !commands.is_empty() {
                 continue;

@@ -992,7 +992,9 @@ impl World {
         let mut owner: BTreeMap<TaskId, String> = BTreeMap::new();
         for (id, blob) in &out.assignments {
             let (_, info) = leader::decode_assignment(blob)?;
-            let assigned = Assigned::from_info(generation, id, &info, None, now);
+            let probe = (info.next_rebalance_ms > 0)
+                .then(|| Duration::from_millis(info.next_rebalance_ms as u64));
+            let assigned = Assigned::from_info(generation, id, &info, probe, now);
             for t in &assigned.active {
                 if self.trace {
                     println!("{:>8?} generation {generation}: {t} active on {id}", now);

@@ -105,6 +105,17 @@ impl Cluster {
 
     /// An instance on the state directory `state` (shared with earlier instances, in turn).
     pub fn spawn_on(&self, name: &str, state: &str, args: &[&str]) -> Instance {
+        self.spawn_timed(name, state, (300, 6000), args)
+    }
+
+    /// As [`Cluster::spawn_on`], with `(heartbeat.interval.ms, session.timeout.ms)`.
+    pub fn spawn_timed(
+        &self,
+        name: &str,
+        state: &str,
+        (heartbeat_ms, session_ms): (u64, u64),
+        args: &[&str],
+    ) -> Instance {
         let log = self.dir.join(format!("{name}.log"));
         let state = self.dir.join(state);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
@@ -120,9 +131,9 @@ impl Cluster {
         .arg(&state)
         .args([
             "--heartbeat-interval-ms",
-            "300",
+            &heartbeat_ms.to_string(),
             "--session-timeout-ms",
-            "6000",
+            &session_ms.to_string(),
         ])
         .args(args)
         .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
@@ -341,6 +352,34 @@ impl Instance {
                 )
             })
             .collect()
+    }
+
+    /// The partitions this instance runs as an active now, from its `task state` and
+    /// `task released` log lines.
+    pub fn running(&self) -> std::collections::BTreeSet<i32> {
+        let mut out = std::collections::BTreeSet::new();
+        for l in self.log_text().lines() {
+            let partition = || {
+                field(l, "task")
+                    .rsplit('_')
+                    .next()
+                    .and_then(|p| p.parse::<i32>().ok())
+            };
+            if l.contains("task state") {
+                if let Some(p) = partition() {
+                    if field(l, "role") == "active" && field(l, "to") == "running" {
+                        out.insert(p);
+                    } else {
+                        out.remove(&p);
+                    }
+                }
+            } else if l.contains("task released") {
+                if let Some(p) = partition() {
+                    out.remove(&p);
+                }
+            }
+        }
+        out
     }
 
     /// How long each of this instance's rebalances took, in seconds.

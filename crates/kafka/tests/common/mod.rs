@@ -85,10 +85,18 @@ pub fn drive(client: Arc<Client>, cfg: MemberConfig) -> Driver {
     let (leave_tx, mut leave_rx) = tokio::sync::oneshot::channel();
     let handle = tokio::spawn(async move {
         let mut m = GroupMember::new(client, cfg);
+        let mut owned: Vec<baton_protocol::TopicPartition> = Vec::new();
         loop {
             match m.join().await {
                 Ok(ms) => {
                     let _ = tx.send(Some(ms.clone()));
+                    // The cooperative rule: a member that lost partitions it owned has released
+                    // them (nothing runs here) and rejoins at once, so they can be handed over.
+                    let revoked = owned.iter().any(|p| !ms.partitions.contains(p));
+                    owned = ms.partitions.clone();
+                    if revoked {
+                        continue;
+                    }
                 }
                 Err(e) => {
                     // The broker is gone at the end of a test; anything else is a failure the

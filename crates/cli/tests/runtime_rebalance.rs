@@ -1,0 +1,171 @@
+//! Processing goes on through rebalances, measured on the real broker with the output's record
+//! timestamps per partition:
+//!
+//! 1. `kill -9` of one of three instances, restarted by a "supervisor" a second later without
+//!    static membership (its new member's join starts a round that waits out the dead member's
+//!    session): the survivors' partitions keep a longest gap of at most 0.5 s, and the dead
+//!    member's partitions resume within the session timeout plus 2 s.
+//! 2. Kafka's default timeouts (`heartbeat.interval.ms` 3000, `session.timeout.ms` 45000)
+//!    through a scale-out 2 → 3 and a drain: a partition that does not move keeps a gap of at
+//!    most 0.5 s, one that moves at most 1.5 s. Nothing crashes, so nothing may count twice.
+
+mod harness;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use harness::{now_ms, Cluster, Instance, Producer, PARTITIONS};
+
+const RATE: u64 = 300;
+const KEYS: u64 = 60;
+const SETTLE: Duration = Duration::from_secs(120);
+
+/// Waits until every partition of the output has a record written after `since_ms`.
+fn await_all_processing(cluster: &Cluster, since_ms: i64, what: &str) {
+    let started = Instant::now();
+    loop {
+        let out = cluster.read_output();
+        let live = out
+            .values()
+            .filter(|rows| rows.last().is_some_and(|r| r.0 >= since_ms))
+            .count();
+        if live == PARTITIONS as usize {
+            return;
+        }
+        assert!(
+            started.elapsed() < SETTLE,
+            "{what}: not every partition is processing"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Who runs each partition now.
+fn owners(instances: &[&Instance]) -> BTreeMap<i32, String> {
+    let mut out = BTreeMap::new();
+    for i in instances {
+        for p in i.running() {
+            out.insert(p, i.name.clone());
+        }
+    }
+    out
+}
+
+/// Counts everything and returns the duplicates; fails if anything was lost.
+fn check_counts(cluster: &Cluster, producer: &mut Producer, what: &str) -> i64 {
+    let produced = producer.stop();
+    let counts = cluster.await_counts(&produced, Duration::from_secs(120));
+    let mut duplicates = 0;
+    for (k, n) in &produced {
+        let c = counts.get(k).copied().unwrap_or(0);
+        assert!(c >= *n, "{what}: key {k} counted {c} of {n} events");
+        duplicates += c - n;
+    }
+    let total: i64 = produced.values().sum();
+    eprintln!("{what}: {total} events, all counted; {duplicates} counted twice");
+    duplicates
+}
+
+fn kill_and_supervised_restart(cluster: &Cluster) {
+    let what = "kill -9 and restart";
+    let mut a = cluster.spawn("a", &[]);
+    let mut b = cluster.spawn("b", &[]);
+    let mut c = cluster.spawn("c", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "kill-", RATE, KEYS);
+    await_all_processing(cluster, now_ms(), what);
+    std::thread::sleep(Duration::from_secs(4));
+    let before = owners(&[&a, &b, &c]);
+    let dead: BTreeSet<i32> = c.running();
+    assert!(!dead.is_empty(), "{what}: c runs nothing: {before:?}");
+    let from = now_ms();
+    c.kill9();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut c = cluster.spawn("c", &[]);
+    // The round waits out the dead member's 6 s session; leave room after it.
+    std::thread::sleep(Duration::from_secs(14));
+    await_all_processing(cluster, from + 13_000, what);
+    let to = now_ms();
+    let gaps = cluster.longest_gaps(from, to);
+    let rebalances: Vec<f64> = [&a, &b]
+        .iter()
+        .flat_map(|i| i.rebalance_seconds())
+        .collect();
+    eprintln!(
+        "{what}: owners before {before:?}, killed c ran {dead:?}; longest gap per partition {gaps:?}; \
+         survivors' rebalances took up to {:.2} s",
+        rebalances.iter().copied().fold(0.0, f64::max)
+    );
+    for (p, gap) in &gaps {
+        if dead.contains(p) {
+            assert!(
+                *gap <= 6.0 + 2.0,
+                "{what}: partition {p} of the killed instance resumed after {gap} s"
+            );
+        } else {
+            assert!(
+                *gap <= 0.5,
+                "{what}: partition {p} of a survivor stopped for {gap} s"
+            );
+        }
+    }
+    check_counts(cluster, &mut producer, what);
+    for i in [&mut a, &mut b, &mut c] {
+        i.stop();
+    }
+}
+
+fn kafka_defaults_scale_out_and_drain(cluster: &Cluster) {
+    let what = "Kafka's timeouts";
+    let timeouts = (3000, 45_000);
+    let mut a = cluster.spawn_timed("d", "d", timeouts, &[]);
+    let mut b = cluster.spawn_timed("e", "e", timeouts, &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "defaults-", RATE, KEYS);
+    await_all_processing(cluster, now_ms(), what);
+    std::thread::sleep(Duration::from_secs(4));
+    let mut history = vec![owners(&[&a, &b])];
+    let from = now_ms();
+    let mut c = cluster.spawn_timed("f", "f", timeouts, &[]);
+    assert!(
+        c.await_log(&["task state", "role=\"active\"", "to=\"running\""], SETTLE),
+        "{what}: f never ran a task"
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    history.push(owners(&[&a, &b, &c]));
+    cluster.drain("d");
+    assert!(
+        a.await_exit(SETTLE),
+        "{what}: d did not exit after the drain"
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    history.push(owners(&[&b, &c]));
+    let to = now_ms();
+    let gaps = cluster.longest_gaps(from, to);
+    let moved: BTreeSet<i32> = (0..PARTITIONS as i32)
+        .filter(|p| history.windows(2).any(|w| w[0].get(p) != w[1].get(p)))
+        .collect();
+    eprintln!("{what}: owners {history:?}; moved {moved:?}; longest gap per partition {gaps:?}");
+    assert!(!moved.is_empty(), "{what}: nothing moved");
+    for (p, gap) in &gaps {
+        let limit = if moved.contains(p) { 1.5 } else { 0.5 };
+        assert!(
+            *gap <= limit,
+            "{what}: partition {p} (moved: {}) stopped for {gap} s",
+            moved.contains(p)
+        );
+    }
+    assert_eq!(
+        check_counts(cluster, &mut producer, what),
+        0,
+        "{what}: nothing crashed, so nothing may count twice"
+    );
+    for i in [&mut b, &mut c] {
+        i.stop();
+    }
+}
+
+#[test]
+fn processing_goes_on_through_rebalances() {
+    let cluster = Cluster::new("gaps");
+    kill_and_supervised_restart(&cluster);
+    kafka_defaults_scale_out_and_drain(&cluster);
+}
