@@ -108,8 +108,11 @@ impl Client {
     /// Sends `req` to the broker at `addr`.
     pub async fn send_to<R: Request>(&self, addr: &str, req: &R) -> Result<R::Response> {
         let conn = self.conn(addr).await?;
-        let result = conn.lock().await.send(req).await;
-        if let Err(Error::Io { .. } | Error::Timeout(_)) = &result {
+        let mut guard = conn.lock().await;
+        let result = guard.send(req).await;
+        let broken = guard.is_broken();
+        drop(guard);
+        if broken {
             self.drop_conn(addr).await;
         }
         result
@@ -131,8 +134,11 @@ impl Client {
         cap: i16,
     ) -> Result<R::Response> {
         let conn = self.conn(addr).await?;
-        let result = conn.lock().await.send_capped(req, cap).await;
-        if let Err(Error::Io { .. } | Error::Timeout(_)) = &result {
+        let mut guard = conn.lock().await;
+        let result = guard.send_capped(req, cap).await;
+        let broken = guard.is_broken();
+        drop(guard);
+        if broken {
             self.drop_conn(addr).await;
         }
         result

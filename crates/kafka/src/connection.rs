@@ -26,6 +26,9 @@ pub struct Connection {
     versions: BTreeMap<i16, (i16, i16)>,
     /// How long one request may take, answer included.
     timeout: Duration,
+    /// An exchange started and not finished: its caller gave up (a timeout, or a dropped
+    /// future), and its answer may still arrive. The connection is then unusable.
+    broken: bool,
 }
 
 impl Connection {
@@ -46,6 +49,7 @@ impl Connection {
             correlation_id: 0,
             versions: BTreeMap::new(),
             timeout: CONNECT_TIMEOUT,
+            broken: false,
         };
         // Version 0 is understood by every broker; it lists what the broker supports.
         let resp = conn.send_at(&ApiVersionsRequest::default(), 0).await?;
@@ -106,10 +110,29 @@ impl Connection {
     }
 
     async fn send_at<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        if self.broken {
+            return Err(Error::Io {
+                addr: self.addr.clone(),
+                source: std::io::Error::other("an earlier request was abandoned mid-exchange"),
+            });
+        }
+        // Cleared only when the answer has been read whole: a cancelled exchange leaves it set.
+        self.broken = true;
         let timeout = self.timeout;
-        tokio::time::timeout(timeout, self.exchange(req, version))
+        let result = tokio::time::timeout(timeout, self.exchange(req, version))
             .await
-            .map_err(|_| Error::Timeout(timeout))?
+            .map_err(|_| Error::Timeout(timeout))?;
+        match &result {
+            Err(Error::Io { .. }) => {}
+            Err(Error::Protocol(m)) if m.contains("arrived for request") => {}
+            _ => self.broken = false,
+        }
+        result
+    }
+
+    /// Whether the connection must be dropped (an exchange on it was abandoned or failed).
+    pub fn is_broken(&self) -> bool {
+        self.broken
     }
 
     async fn exchange<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
@@ -175,4 +198,65 @@ impl Connection {
 
 pub fn api_key(key: i16) -> ApiKey {
     ApiKey::try_from(key).unwrap_or(ApiKey::ApiVersions)
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{ApiVersionsResponse, MetadataRequest, ResponseHeader};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A broker that answers the ApiVersions handshake, then reads requests and never answers.
+    async fn silent_broker() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let len = s.read_u32().await.unwrap() as usize;
+            let mut req = vec![0u8; len];
+            s.read_exact(&mut req).await.unwrap();
+            let correlation = i32::from_be_bytes(req[4..8].try_into().unwrap());
+            let mut body = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(correlation)
+                .encode(&mut body, 0)
+                .unwrap();
+            ApiVersionsResponse::default()
+                .with_api_keys(vec![ApiVersion::default()
+                    .with_api_key(ApiKey::Metadata as i16)
+                    .with_min_version(0)
+                    .with_max_version(12)])
+                .encode(&mut body, 0)
+                .unwrap();
+            s.write_u32(body.len() as u32).await.unwrap();
+            s.write_all(&body).await.unwrap();
+            let mut sink = vec![0u8; 1 << 16];
+            while s.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_request_given_up_on_leaves_the_connection_unusable() {
+        let addr = silent_broker().await;
+        let mut conn = Connection::connect(&addr, "test").await.unwrap();
+        conn.set_timeout(Duration::from_millis(100));
+        let err = conn.send(&MetadataRequest::default()).await.unwrap_err();
+        assert!(matches!(err, Error::Timeout(_)), "{err}");
+        assert!(conn.is_broken(), "its answer may still arrive");
+        // A late answer must never be read as the next request's: the connection refuses.
+        let err = conn.send(&MetadataRequest::default()).await.unwrap_err();
+        assert!(err.to_string().contains("abandoned mid-exchange"), "{err}");
+
+        // The same for a future dropped halfway (a cancelled task).
+        let mut conn = Connection::connect(&silent_broker().await, "test")
+            .await
+            .unwrap();
+        let req = MetadataRequest::default();
+        let cancelled = tokio::time::timeout(Duration::from_millis(50), conn.send(&req)).await;
+        assert!(cancelled.is_err());
+        assert!(conn.is_broken());
+    }
 }

@@ -114,11 +114,15 @@ impl GroupMember {
 
     /// Sends to the coordinator; a failed connection is dropped so the next call finds it anew.
     async fn send<R: Request>(&mut self, req: &R) -> Result<R::Response> {
-        let result = self.coordinator().await?.send(req).await;
-        if let Err(e) = &result {
-            if e.is_retriable() || matches!(e.broker_error(), Some(ResponseError::NotCoordinator)) {
-                self.coordinator = None;
-            }
+        let conn = self.coordinator().await?;
+        let result = conn.send(req).await;
+        let broken = conn.is_broken();
+        if broken
+            || result.as_ref().err().is_some_and(|e| {
+                e.is_retriable() || matches!(e.broker_error(), Some(ResponseError::NotCoordinator))
+            })
+        {
+            self.coordinator = None;
         }
         result
     }
