@@ -18,6 +18,8 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::ResponseError;
 use tokio::sync::Mutex;
 
+use baton_protocol::TopicPartition;
+
 use crate::connection::Connection;
 use crate::error::{check, Error, Result};
 
@@ -276,31 +278,31 @@ impl Client {
     /// Latest (end) offsets of the given partitions.
     pub async fn end_offsets(
         &self,
-        partitions: &[(String, i32)],
-    ) -> Result<BTreeMap<(String, i32), i64>> {
-        let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        let mut topics: Vec<String> = partitions.iter().map(|tp| tp.topic.clone()).collect();
         topics.sort();
         topics.dedup();
         let meta = self.metadata(Some(&topics)).await?;
-        let mut leaders: BTreeMap<(String, i32), BrokerId> = BTreeMap::new();
+        let mut leaders: BTreeMap<TopicPartition, BrokerId> = BTreeMap::new();
         for t in &meta.topics {
             check(ApiKey::Metadata, t.error_code)?;
             let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
             for p in &t.partitions {
-                leaders.insert((name.clone(), p.partition_index), p.leader_id);
+                leaders.insert(TopicPartition::new(&name, p.partition_index), p.leader_id);
             }
         }
         let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
-        for (t, p) in partitions {
-            let leader = leaders.get(&(t.clone(), *p)).ok_or_else(|| {
-                Error::Protocol(format!("partition {t}-{p} is not in the metadata"))
-            })?;
+        for tp in partitions {
+            let leader = leaders
+                .get(tp)
+                .ok_or_else(|| Error::Protocol(format!("partition {tp} is not in the metadata")))?;
             by_leader
                 .entry(leader.0)
                 .or_default()
-                .entry(t.clone())
+                .entry(tp.topic.clone())
                 .or_default()
-                .push(*p);
+                .push(tp.partition);
         }
         let mut out = BTreeMap::new();
         for (leader, topics) in by_leader {
@@ -329,7 +331,10 @@ impl Client {
             for t in &resp.topics {
                 for p in &t.partitions {
                     check(ApiKey::ListOffsets, p.error_code)?;
-                    out.insert((t.name.0.to_string(), p.partition_index), p.offset);
+                    out.insert(
+                        TopicPartition::new(t.name.0.as_str(), p.partition_index),
+                        p.offset,
+                    );
                 }
             }
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use baton_assignor::{Lag, TaskId};
 use baton_protocol::consumer::{ConsumerAssignment, ConsumerSubscription};
-use baton_protocol::{AssignmentInfo, SubscriptionInfo, TAG_LEAVING, TAG_WARMUPS};
+use baton_protocol::{AssignmentInfo, SubscriptionInfo, TopicPartition, TAG_LEAVING, TAG_WARMUPS};
 use serde::Serialize;
 
 use crate::client::Client;
@@ -61,7 +61,7 @@ pub async fn inspect(
 ) -> Result<GroupView> {
     let g = client.describe_group(group).await?;
     let mut members = Vec::new();
-    let mut wanted: Vec<(String, i32)> = Vec::new();
+    let mut wanted: Vec<TopicPartition> = Vec::new();
     for m in &g.members {
         let mut view = MemberView {
             member_id: m.member_id.to_string(),
@@ -89,7 +89,7 @@ pub async fn inspect(
                 view.leaving = sub.tag(TAG_LEAVING) == Some("true");
                 for e in sub.offset_sums() {
                     for topic in changelogs.get(&e.task.subtopology).into_iter().flatten() {
-                        wanted.push((topic.clone(), e.task.partition as i32));
+                        wanted.push(TopicPartition::new(topic, e.task.partition as i32));
                     }
                     view.reported.push(TaskState {
                         task: e.task,
@@ -132,7 +132,7 @@ pub async fn inspect(
                 let end: i64 = topics
                     .iter()
                     .map(|t| {
-                        ends.get(&(t.clone(), r.task.partition as i32))
+                        ends.get(&TopicPartition::new(t, r.task.partition as i32))
                             .copied()
                             .unwrap_or(0)
                             .max(0)

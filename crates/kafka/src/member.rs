@@ -3,7 +3,6 @@
 //! decodes every subscription, fetches changelog end offsets, runs the assignor and hands each
 //! member its `AssignmentInfo`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -354,27 +353,21 @@ impl GroupMember {
     /// [`leader::lead`] for every member's assignment.
     async fn lead(&self, joined: &[JoinGroupResponseMember]) -> Vec<SyncGroupRequestAssignment> {
         let topology = &self.cfg.topology;
-        let changelogs: Vec<(String, i32)> = topology
+        let changelogs: Vec<TopicPartition> = topology
             .subtopologies
-            .values()
-            .flat_map(|s| {
-                s.changelog_topics
-                    .iter()
-                    .flat_map(move |t| (0..s.partitions as i32).map(move |p| (t.clone(), p)))
+            .iter()
+            .flat_map(|(&sub, s)| {
+                (0..s.partitions)
+                    .flat_map(move |p| topology.changelog_partitions(TaskId::new(sub, p)))
             })
             .collect();
-        let ends: Option<BTreeMap<TopicPartition, i64>> =
-            match self.client.end_offsets(&changelogs).await {
-                Ok(e) => Some(
-                    e.into_iter()
-                        .map(|((topic, partition), o)| (TopicPartition { topic, partition }, o))
-                        .collect(),
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading changelog end offsets");
-                    None
-                }
-            };
+        let ends = match self.client.end_offsets(&changelogs).await {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading changelog end offsets");
+                None
+            }
+        };
         let members: Vec<JoinedMember> = joined
             .iter()
             .map(|m| JoinedMember {

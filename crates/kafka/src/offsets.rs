@@ -11,6 +11,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use baton_protocol::TopicPartition;
+
 use crate::client::Client;
 use crate::error::{check, Result};
 
@@ -27,11 +29,14 @@ impl Client {
         group: &str,
         generation: i32,
         member_id: &str,
-        offsets: &[(String, i32, i64)],
+        offsets: &[(TopicPartition, i64)],
     ) -> Result<()> {
         let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
-        for (t, p, o) in offsets {
-            by_topic.entry(t).or_default().push((*p, *o));
+        for (tp, o) in offsets {
+            by_topic
+                .entry(&tp.topic)
+                .or_default()
+                .push((tp.partition, *o));
         }
         let req = OffsetCommitRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
@@ -75,11 +80,11 @@ impl Client {
     pub async fn committed_offsets(
         &self,
         group: &str,
-        partitions: &[(String, i32)],
-    ) -> Result<BTreeMap<(String, i32), i64>> {
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
         let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for (t, p) in partitions {
-            by_topic.entry(t).or_default().push(*p);
+        for tp in partitions {
+            by_topic.entry(&tp.topic).or_default().push(tp.partition);
         }
         let req = OffsetFetchRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
@@ -104,7 +109,7 @@ impl Client {
                 for p in &t.partitions {
                     check(ApiKey::OffsetFetch, p.error_code)?;
                     out.insert(
-                        (t.name.0.to_string(), p.partition_index),
+                        TopicPartition::new(t.name.0.as_str(), p.partition_index),
                         p.committed_offset,
                     );
                 }

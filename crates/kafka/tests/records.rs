@@ -30,12 +30,9 @@ async fn produce_then_fetch_from_the_start_and_mid_batch() {
         .collect();
     assert_eq!(client.produce(&leader, "t", 1, &batch).await.unwrap(), 0);
     assert_eq!(client.produce(&leader, "t", 1, &batch).await.unwrap(), 500);
-    let ends = client
-        .end_offsets(&[("t".into(), 0), ("t".into(), 1)])
-        .await
-        .unwrap();
-    assert_eq!(ends[&("t".into(), 0)], 0);
-    assert_eq!(ends[&("t".into(), 1)], 1000);
+    let ends = client.end_offsets(&[tp("t", 0), tp("t", 1)]).await.unwrap();
+    assert_eq!(ends[&tp("t", 0)], 0);
+    assert_eq!(ends[&tp("t", 1)], 1000);
 
     let mut next = 0;
     let mut seen = 0;
@@ -78,7 +75,7 @@ async fn offsets_commit_and_fetch_back() {
         .await
         .unwrap();
     let none = client
-        .committed_offsets("app", &[("in".into(), 0), ("in".into(), 1)])
+        .committed_offsets("app", &[tp("in", 0), tp("in", 1)])
         .await
         .unwrap();
     assert!(
@@ -86,13 +83,17 @@ async fn offsets_commit_and_fetch_back() {
         "nothing committed yet: {none:?}"
     );
     client
-        .commit_offsets("app", -1, "", &[("in".into(), 0, 42), ("in".into(), 1, 7)])
+        .commit_offsets("app", -1, "", &[(tp("in", 0), 42), (tp("in", 1), 7)])
         .await
         .unwrap();
     let got = client
-        .committed_offsets("app", &[("in".into(), 0), ("in".into(), 1)])
+        .committed_offsets("app", &[tp("in", 0), tp("in", 1)])
         .await
         .unwrap();
-    assert_eq!(got[&("in".into(), 0)], 42);
-    assert_eq!(got[&("in".into(), 1)], 7);
+    assert_eq!(got[&tp("in", 0)], 42);
+    assert_eq!(got[&tp("in", 1)], 7);
+}
+
+fn tp(topic: &str, partition: i32) -> baton_protocol::TopicPartition {
+    baton_protocol::TopicPartition::new(topic, partition)
 }

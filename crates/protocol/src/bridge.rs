@@ -84,8 +84,8 @@ pub struct Member {
 /// Why the leader cannot build the assignor's input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BridgeError {
-    #[error("no end offset for changelog partition {0}-{1}")]
-    MissingEndOffset(String, i32),
+    #[error("no end offset for changelog partition {0}")]
+    MissingEndOffset(TopicPartition),
     #[error("member {0}: {1}")]
     BadMember(String, String),
 }
@@ -141,7 +141,7 @@ pub fn cluster_state(
             for tp in topology.changelog_partitions(task) {
                 let e = *end_offsets
                     .get(&tp)
-                    .ok_or_else(|| BridgeError::MissingEndOffset(tp.topic.clone(), tp.partition))?;
+                    .ok_or_else(|| BridgeError::MissingEndOffset(tp.clone()))?;
                 end = end.saturating_add(e.max(0) as u64);
             }
             tasks.push(TaskSpec {

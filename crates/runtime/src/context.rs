@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use baton_kafka::Client;
 use baton_protocol::bridge::Topology as WireTopology;
+use baton_protocol::TopicPartition;
 
 use crate::config::RuntimeConfig;
 use crate::state_dir::StateDir;
@@ -24,7 +25,7 @@ pub struct Context {
     pub state_dir: StateDir,
     pub status: Status,
     leaving: AtomicBool,
-    leaders: Mutex<BTreeMap<(String, i32), String>>,
+    leaders: Mutex<BTreeMap<TopicPartition, String>>,
 }
 
 impl Context {
@@ -66,7 +67,7 @@ impl Context {
 
     /// The leader of a partition, from a cache that [`Context::forget_leader`] invalidates.
     pub async fn leader(&self, topic: &str, partition: i32) -> baton_kafka::Result<String> {
-        let key = (topic.to_owned(), partition);
+        let key = TopicPartition::new(topic, partition);
         if let Some(l) = self.lock_leaders().get(&key) {
             return Ok(l.clone());
         }
@@ -76,10 +77,11 @@ impl Context {
     }
 
     pub fn forget_leader(&self, topic: &str, partition: i32) {
-        self.lock_leaders().remove(&(topic.to_owned(), partition));
+        self.lock_leaders()
+            .remove(&TopicPartition::new(topic, partition));
     }
 
-    fn lock_leaders(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), String>> {
+    fn lock_leaders(&self) -> std::sync::MutexGuard<'_, BTreeMap<TopicPartition, String>> {
         self.leaders.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

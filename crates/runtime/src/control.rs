@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use baton_kafka::client::NewTopic;
 use baton_kafka::Client;
+use baton_protocol::TopicPartition;
 
 use crate::context::Context;
 use crate::error::{kafka, Result};
@@ -65,8 +66,9 @@ pub async fn watch(ctx: Arc<Context>) {
             let from = match position {
                 Some(p) => p,
                 None => {
-                    let ends = client.end_offsets(&[(topic.clone(), 0)]).await?;
-                    ends.get(&(topic.clone(), 0)).copied().unwrap_or(0)
+                    let tp = TopicPartition::new(&topic, 0);
+                    let ends = client.end_offsets(std::slice::from_ref(&tp)).await?;
+                    ends.get(&tp).copied().unwrap_or(0)
                 }
             };
             position = Some(from);

@@ -324,13 +324,7 @@ impl Driver {
                 }
             }
             Command::ReadCommitted { task } => {
-                let wanted: Vec<(String, i32)> = self
-                    .ctx
-                    .wire
-                    .source_partitions(task)
-                    .into_iter()
-                    .map(|tp| (tp.topic, tp.partition))
-                    .collect();
+                let wanted = self.ctx.wire.source_partitions(task);
                 let e = match self.io.committed_offsets(self.ctx.group(), &wanted).await {
                     Ok(c) => Event::CommittedRead {
                         task,
@@ -360,13 +354,9 @@ impl Driver {
                         }
                     }
                 });
-                let wire: Vec<(String, i32, i64)> = offsets
-                    .iter()
-                    .map(|(tp, at)| (tp.topic.clone(), tp.partition, *at))
-                    .collect();
                 let ok = match self
                     .io
-                    .commit_offsets(self.ctx.group(), generation, &member_id, &wire)
+                    .commit_offsets(self.ctx.group(), generation, &member_id, &offsets)
                     .await
                 {
                     Ok(()) => true,

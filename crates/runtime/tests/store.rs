@@ -79,10 +79,11 @@ async fn restore_applies_the_changelog_and_a_restart_restores_only_the_tail() {
 
     let dir = temp_dir("restore");
     let task = TaskId::new(0, 0);
+    let changelog = baton_protocol::TopicPartition::new("app-counts-changelog", 0);
     let end = client
-        .end_offsets(&[("app-counts-changelog".into(), 0)])
+        .end_offsets(std::slice::from_ref(&changelog))
         .await
-        .unwrap()[&("app-counts-changelog".into(), 0)];
+        .unwrap()[&changelog];
     assert_eq!(end, 5001);
     let stats = {
         let store = TaskStore::open(&dir, task, "counts").unwrap();

@@ -207,8 +207,8 @@ impl Cluster {
     /// Per input partition: end offset and the group's committed offset.
     pub fn offsets_report(&self) -> String {
         self.rt.block_on(async {
-            let parts: Vec<(String, i32)> = (0..PARTITIONS as i32)
-                .map(|p| (INPUT.to_owned(), p))
+            let parts: Vec<baton_protocol::TopicPartition> = (0..PARTITIONS as i32)
+                .map(|p| baton_protocol::TopicPartition::new(INPUT, p))
                 .collect();
             let ends = self.client.end_offsets(&parts).await;
             let committed = self.client.committed_offsets(&self.app, &parts).await;
