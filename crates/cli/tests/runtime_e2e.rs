@@ -17,71 +17,18 @@ mod harness;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use harness::{now_ms, Cluster, Instance, Producer, PARTITIONS};
+use harness::{now_ms, Cluster, Instance, Producer, PARTITIONS, SETTLE};
 
 const APP: &str = "e2e";
 /// Events per second from the steady producer.
 const RATE: u64 = 300;
 const KEYS: u64 = 60;
-const SETTLE: Duration = Duration::from_secs(300);
 
 fn state_records() -> u64 {
     std::env::var("BATON_E2E_STATE")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(28_000_000)
-}
-
-/// Waits until every partition of the output has a record written after `since_ms`.
-fn await_all_processing(cluster: &Cluster, since_ms: i64, what: &str) {
-    let started = Instant::now();
-    loop {
-        let out = cluster.read_output();
-        let live = out
-            .values()
-            .filter(|rows| rows.last().is_some_and(|r| r.0 >= since_ms))
-            .count();
-        if live == PARTITIONS as usize {
-            eprintln!(
-                "{what}: every partition processing after {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            return;
-        }
-        assert!(
-            started.elapsed() < SETTLE,
-            "{what}: not every partition is processing"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-/// Stops the producer, waits for the instances to count everything, and returns the
-/// duplicates (counted beyond what was produced); fails if any event was lost.
-fn check_counts(cluster: &Cluster, producer: &mut Producer, what: &str) -> i64 {
-    let produced = producer.stop();
-    let counts = cluster.await_counts(&produced, Duration::from_secs(120));
-    let mut duplicates = 0;
-    for (k, n) in &produced {
-        let c = counts.get(k).copied().unwrap_or(0);
-        if c < *n {
-            eprintln!(
-                "{what}: input and committed offsets: {}",
-                cluster.offsets_report()
-            );
-        }
-        assert!(
-            c >= *n,
-            "{what}: key {k} counted {c} of {n} events: events lost"
-        );
-        duplicates += c - n;
-    }
-    let total: i64 = produced.values().sum();
-    eprintln!(
-        "{what}: {total} events over {} keys, all counted; {duplicates} counted twice",
-        produced.len()
-    );
-    duplicates
 }
 
 struct ScaleOut {
@@ -103,7 +50,7 @@ fn scale_out(cluster: &Cluster, assignor: &str) -> ScaleOut {
     let mut a = cluster.spawn_on(&format!("{assignor}-a"), "a", &args);
     let mut b = cluster.spawn_on(&format!("{assignor}-b"), "b", &args);
     let mut producer = Producer::start(&cluster.broker.addr, &format!("{assignor}-"), RATE, KEYS);
-    await_all_processing(cluster, now_ms(), &format!("{what}: a and b"));
+    cluster.await_all_processing(now_ms(), &format!("{what}: a and b"));
     std::thread::sleep(Duration::from_secs(3));
     let from = now_ms();
     let metrics_addr = free_addr();
@@ -120,7 +67,7 @@ fn scale_out(cluster: &Cluster, assignor: &str) -> ScaleOut {
     );
     std::thread::sleep(Duration::from_secs(5));
     let to = now_ms();
-    let duplicates = check_counts(cluster, &mut producer, &what);
+    let duplicates = cluster.check_counts(&mut producer, &what);
     assert_eq!(
         duplicates, 0,
         "{what}: nothing crashed, so nothing may count twice"
@@ -155,7 +102,7 @@ fn nothing_lost(cluster: &Cluster) -> Instance {
     let mut x = cluster.spawn_on("x", "a", &[]);
     let mut y = cluster.spawn_on("y", "b", &[]);
     let mut producer = Producer::start(&cluster.broker.addr, "lost-", RATE, KEYS);
-    await_all_processing(cluster, now_ms(), &format!("{what}: x and y"));
+    cluster.await_all_processing(now_ms(), &format!("{what}: x and y"));
     // Static membership: its restart in the last phase takes its place back at once.
     let z = cluster.spawn("z", &["--static-membership"]);
     assert!(
@@ -170,15 +117,15 @@ fn nothing_lost(cluster: &Cluster) -> Instance {
     y.kill9();
     eprintln!("{what}: killed y during z's warm-up");
     let since = now_ms();
-    await_all_processing(cluster, since, &format!("{what}: after the kill"));
+    cluster.await_all_processing(since, &format!("{what}: after the kill"));
     cluster.drain("x");
     assert!(
         x.await_exit(SETTLE),
         "{what}: x did not exit after the drain"
     );
     eprintln!("{what}: x drained and exited");
-    await_all_processing(cluster, now_ms(), &format!("{what}: after the drain"));
-    let duplicates = check_counts(cluster, &mut producer, what);
+    cluster.await_all_processing(now_ms(), &format!("{what}: after the drain"));
+    let duplicates = cluster.check_counts(&mut producer, what);
     eprintln!(
         "{what}: {duplicates} duplicates, from replaying what y processed after its last commit"
     );
@@ -189,7 +136,7 @@ fn nothing_lost(cluster: &Cluster) -> Instance {
 fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
     let what = "restart";
     let mut producer = Producer::start(&cluster.broker.addr, "restart-", RATE, KEYS);
-    await_all_processing(cluster, now_ms(), what);
+    cluster.await_all_processing(now_ms(), what);
     z.kill9();
     std::thread::sleep(Duration::from_secs(2));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -203,7 +150,7 @@ fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
         "z",
         &["--static-membership", "--metrics-addr", &metrics_addr],
     );
-    await_all_processing(cluster, now_ms(), &format!("{what}: after the restart"));
+    cluster.await_all_processing(now_ms(), &format!("{what}: after the restart"));
     let metrics = http_get(&metrics_addr, "/metrics");
     for task in ["0_0", "0_1", "0_2"] {
         let held = format!(
@@ -220,7 +167,7 @@ fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
             "{metrics}"
         );
     }
-    check_counts(cluster, &mut producer, what);
+    cluster.check_counts(&mut producer, what);
     let restores = z.restores();
     let restored: u64 = restores.iter().map(|r| r.1).sum();
     let changelog: u64 = restores.iter().map(|r| r.2).sum();

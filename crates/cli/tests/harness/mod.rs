@@ -20,6 +20,8 @@ use bytes::Bytes;
 pub const INPUT: &str = "events";
 pub const OUTPUT: &str = "counts";
 pub const PARTITIONS: u32 = 3;
+/// How long the group may take to settle after a change.
+pub const SETTLE: Duration = Duration::from_secs(300);
 
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -29,6 +31,8 @@ pub fn now_ms() -> i64 {
 }
 
 pub struct Cluster {
+    /// The `baton` that `baton run` instances run: this build, unless another is given.
+    pub bin: PathBuf,
     pub broker: Broker,
     pub app: String,
     pub dir: PathBuf,
@@ -61,6 +65,7 @@ impl Cluster {
         ]))
         .unwrap();
         Cluster {
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_baton")),
             broker,
             app: app.into(),
             dir,
@@ -118,7 +123,7 @@ impl Cluster {
     ) -> Instance {
         let log = self.dir.join(format!("{name}.log"));
         let state = self.dir.join(state);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
+        let mut cmd = Command::new(&self.bin);
         cmd.args([
             "run",
             "--bootstrap",
@@ -248,6 +253,59 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+
+    /// Waits until every partition of the output has a record written after `since_ms`;
+    /// fails after `SETTLE`.
+    pub fn await_all_processing(&self, since_ms: i64, what: &str) {
+        let started = Instant::now();
+        loop {
+            let out = self.read_output();
+            let live = out
+                .values()
+                .filter(|rows| rows.last().is_some_and(|r| r.0 >= since_ms))
+                .count();
+            if live == PARTITIONS as usize {
+                eprintln!(
+                    "{what}: every partition processing after {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+                return;
+            }
+            assert!(
+                started.elapsed() < SETTLE,
+                "{what}: not every partition is processing"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Stops the producer, waits for the instances to count everything, and returns the
+    /// duplicates (counted beyond what was produced); fails if any event was lost.
+    pub fn check_counts(&self, producer: &mut Producer, what: &str) -> i64 {
+        let produced = producer.stop();
+        let counts = self.await_counts(&produced, Duration::from_secs(120));
+        let mut duplicates = 0;
+        for (k, n) in &produced {
+            let c = counts.get(k).copied().unwrap_or(0);
+            if c < *n {
+                eprintln!(
+                    "{what}: input and committed offsets: {}",
+                    self.offsets_report()
+                );
+            }
+            assert!(
+                c >= *n,
+                "{what}: key {k} counted {c} of {n} events: events lost"
+            );
+            duplicates += c - n;
+        }
+        let total: i64 = produced.values().sum();
+        eprintln!(
+            "{what}: {total} events over {} keys, all counted; {duplicates} counted twice",
+            produced.len()
+        );
+        duplicates
     }
 
     /// The longest gap (seconds) between consecutive output records of each input partition,

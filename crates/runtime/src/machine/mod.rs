@@ -320,6 +320,12 @@ pub struct ThreadMachine {
     probe_at: Option<Duration>,
     /// The newest generation assigned so far.
     last_generation: i32,
+    /// Revoked actives whose last positions are not committed yet. They stay claimed, so no
+    /// one else gets them, and their commit is retried with each new generation; only then
+    /// are they released (Kafka's cooperative consumers do the same).
+    unreleased: BTreeMap<TaskId, Vec<(TopicPartition, i64)>>,
+    /// Rejoin once `unreleased` is committed.
+    rejoin_when_released: bool,
     leaving: bool,
     /// The last subscription said so.
     reported_leaving: bool,
@@ -341,6 +347,8 @@ impl ThreadMachine {
             last_commit: now,
             probe_at: None,
             last_generation: -1,
+            unreleased: BTreeMap::new(),
+            rejoin_when_released: false,
             leaving: false,
             reported_leaving: false,
             stopped: false,
@@ -414,7 +422,11 @@ impl ThreadMachine {
                 r.offset_sums.insert(*id, sum);
             }
         }
+        for positions in self.unreleased.values() {
+            r.owned.extend(positions.iter().map(|(tp, _)| tp.clone()));
+        }
         r.owned.sort();
+        r.owned.dedup();
         r
     }
 
@@ -555,6 +567,20 @@ impl ThreadMachine {
                             {
                                 s.committed = Some(at);
                             }
+                            if let Some(left) = self.unreleased.get_mut(&task) {
+                                left.retain(|(p, o)| !(*p == tp && *o <= at));
+                                if left.is_empty() {
+                                    self.unreleased.remove(&task);
+                                }
+                            }
+                        }
+                    }
+                    if self.rejoin_when_released && (self.unreleased.is_empty() || !ok) {
+                        // Released, or refused (a newer generation is under way): either way
+                        // the next round hands over, or lets the commit be retried.
+                        self.rejoin_when_released = false;
+                        if !self.is_joining() {
+                            out.push(self.join("released revoked actives"));
                         }
                     }
                 }
@@ -851,6 +877,9 @@ impl ThreadMachine {
             out.push(Command::Close { task });
         }
         self.commit = None;
+        // Another member may run them by now: a late commit could move its position back.
+        self.unreleased.clear();
+        self.rejoin_when_released = false;
         out.push(self.join(reason));
     }
 
@@ -888,14 +917,29 @@ impl ThreadMachine {
                 released.push(*id);
             }
         }
-        let offsets: Vec<Position> = revoked
+        for id in &revoked {
+            let left = self.tasks[id].uncommitted();
+            if !left.is_empty() {
+                self.unreleased.insert(*id, left);
+            }
+        }
+        // A task given back to us keeps the positions it reached.
+        let back: Vec<TaskId> = self
+            .unreleased
+            .keys()
+            .filter(|t| want.get(t) == Some(&Role::Active))
+            .copied()
+            .collect();
+        let mut carried = BTreeMap::new();
+        for t in back {
+            if let Some(p) = self.unreleased.remove(&t) {
+                carried.insert(t, p);
+            }
+        }
+        let offsets: Vec<Position> = self
+            .unreleased
             .iter()
-            .flat_map(|id| {
-                self.tasks[id]
-                    .uncommitted()
-                    .into_iter()
-                    .map(move |(tp, at)| (*id, tp, at))
-            })
+            .flat_map(|(id, left)| left.iter().map(move |(tp, at)| (*id, tp.clone(), *at)))
             .collect();
         // Whatever commit was in flight belonged to the old generation.
         self.commit = None;
@@ -913,12 +957,21 @@ impl ThreadMachine {
                 None => {
                     let changelogs = self.topology.changelog_partitions(id);
                     let sources = self.topology.source_partitions(id);
-                    self.tasks
-                        .insert(id, TaskState::new(id, role, changelogs, sources));
+                    let mut t = TaskState::new(id, role, changelogs, sources);
+                    for (tp, at) in carried.remove(&id).unwrap_or_default() {
+                        if let Some(s) = t.sources.iter_mut().find(|s| s.tp == tp) {
+                            s.position = Some(at);
+                        }
+                    }
+                    self.tasks.insert(id, t);
                 }
             }
         }
-        if self.leaving && self.reported_leaving && self.tasks.is_empty() {
+        if self.leaving
+            && self.reported_leaving
+            && self.tasks.is_empty()
+            && self.unreleased.is_empty()
+        {
             out.push(Command::Leave);
             out.push(Command::Exit(Exit::Drained));
             self.stopped = true;
@@ -926,6 +979,9 @@ impl ThreadMachine {
         }
         if a.version_probing {
             out.push(self.join("version probing"));
+        } else if !self.unreleased.is_empty() {
+            // Released once their commit lands (or is refused: then retried next round).
+            self.rejoin_when_released = true;
         } else if !revoked.is_empty() {
             out.push(self.join("released revoked actives"));
         } else if self.leaving && !self.reported_leaving {

@@ -162,6 +162,27 @@ fn bring_up(m: &mut ThreadMachine, mut cmds: Vec<Command>, now: Duration) -> Req
     panic!("tasks did not come up: {:?}", m.tasks());
 }
 
+/// A machine running task 0 as an active, and the commands after its input `0..next` was
+/// fetched at `at`.
+fn running_with_input(next: i64, at: Duration) -> (ThreadMachine, Vec<Command>) {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![FetchResult {
+                tp: tp("in", 0),
+                from: 0,
+                next,
+                high_watermark: Some(next),
+            }],
+        },
+        at,
+    );
+    (m, cmds)
+}
+
 #[test]
 fn starts_by_joining_and_opens_what_it_is_given() {
     let mut m = machine();
@@ -319,29 +340,33 @@ fn processing_goes_on_during_a_ten_second_join_round() {
     let cmds = m.handle(assigned(2, &[0], &[], &[], now), now);
     let commit = cmds.iter().find_map(|c| match c {
         Command::Commit {
+            commit,
             generation,
             offsets,
             ..
-        } => Some((*generation, offsets.clone())),
+        } => Some((*commit, *generation, offsets.clone())),
         _ => None,
     });
+    let (commit, generation, offsets) = commit.expect("a commit");
     assert_eq!(
-        commit,
-        Some((2, vec![(tp("in", 1), position[1])])),
+        (generation, offsets),
+        (2, vec![(tp("in", 1), position[1])]),
         "the revoked task's progress is committed with the new generation"
     );
-    let close_at = cmds
-        .iter()
-        .position(|c| *c == Command::Close { task: task(1) })
-        .unwrap();
-    let join_at = cmds
-        .iter()
-        .position(|c| matches!(c, Command::Join { .. }))
-        .unwrap();
-    assert!(close_at < join_at, "released before rejoining");
+    assert!(cmds.contains(&Command::Close { task: task(1) }));
+    assert!(
+        joins(&cmds).is_empty(),
+        "released only once its commit lands"
+    );
+    assert_eq!(
+        m.report().owned,
+        vec![tp("in", 0), tp("in", 1)],
+        "still claimed meanwhile"
+    );
+    let cmds = m.handle(Event::CommitDone { commit, ok: true }, now);
     assert_eq!(joins(&cmds), ["released revoked actives"]);
-    let report = match &cmds[join_at] {
-        Command::Join { report, .. } => report.clone(),
+    let report = match cmds.iter().find(|c| matches!(c, Command::Join { .. })) {
+        Some(Command::Join { report, .. }) => report.clone(),
         _ => unreachable!(),
     };
     assert_eq!(report.owned, vec![tp("in", 0)], "no longer claims task 1");
@@ -516,21 +541,7 @@ fn late_and_repeated_answers_change_nothing() {
 
 #[test]
 fn a_store_that_fails_after_the_output_was_acknowledged_is_rebuilt_not_rerun() {
-    let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
-    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
-    let cmds = m.handle(
-        Event::Fetched {
-            fetch,
-            results: vec![FetchResult {
-                tp: tp("in", 0),
-                from: 0,
-                next: 10,
-                high_watermark: Some(10),
-            }],
-        },
-        S,
-    );
+    let (mut m, cmds) = running_with_input(10, S);
     let (_, batch, _) = processes(&cmds)[0].clone();
     let cmds = m.handle(
         Event::BatchFailed {
@@ -602,21 +613,7 @@ fn the_probing_timer_rejoins_once() {
 
 #[test]
 fn commits_every_interval_and_on_shutdown_then_leaves() {
-    let mut m = machine();
-    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
-    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
-    let cmds = m.handle(
-        Event::Fetched {
-            fetch,
-            results: vec![FetchResult {
-                tp: tp("in", 0),
-                from: 0,
-                next: 5,
-                high_watermark: Some(5),
-            }],
-        },
-        ms(10),
-    );
+    let (mut m, cmds) = running_with_input(5, ms(10));
     let (_, batch, _) = processes(&cmds)[0].clone();
     m.handle(
         Event::BatchDone {
@@ -655,4 +652,43 @@ fn commits_every_interval_and_on_shutdown_then_leaves() {
         ],
         "nothing left to commit"
     );
+}
+
+/// An old owner's last commit refused (a newer generation started): the task stays claimed,
+/// so no one else gets it, and the commit is retried with the next generation before release.
+#[test]
+fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S,
+    );
+    let commit_of = |cmds: &[Command]| {
+        cmds.iter().find_map(|c| match c {
+            Command::Commit {
+                commit,
+                generation,
+                offsets,
+                ..
+            } => Some((*commit, *generation, offsets.clone())),
+            _ => None,
+        })
+    };
+    let cmds = m.handle(assigned(2, &[], &[], &[], 2 * S), 2 * S);
+    let (commit, generation, _) = commit_of(&cmds).expect("the revocation commit");
+    assert_eq!(generation, 2);
+    let cmds = m.handle(Event::CommitDone { commit, ok: false }, 2 * S);
+    assert_eq!(joins(&cmds), ["released revoked actives"]);
+    assert_eq!(m.report().owned, vec![tp("in", 0)], "still claimed");
+    let cmds = m.handle(assigned(3, &[], &[], &[], 3 * S), 3 * S);
+    let (commit, generation, offsets) = commit_of(&cmds).expect("retried");
+    assert_eq!((generation, offsets), (3, vec![(tp("in", 0), 10)]));
+    let cmds = m.handle(Event::CommitDone { commit, ok: true }, 3 * S);
+    assert_eq!(joins(&cmds), ["released revoked actives"]);
+    assert!(m.report().owned.is_empty(), "released");
 }
