@@ -15,7 +15,7 @@
 mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::{now_ms, Cluster, Instance, Producer, PARTITIONS, SETTLE};
 
