@@ -10,7 +10,7 @@ use baton_assignor::TaskId;
 use baton_kafka::client::NewTopic;
 use baton_kafka::testing::Broker;
 use baton_kafka::Client;
-use baton_runtime::catchup::INGEST_RECORDS;
+use baton_runtime::catchup::{INGEST_BYTES, INGEST_RECORDS};
 use baton_runtime::{restore, TaskStore};
 use bytes::Bytes;
 
@@ -89,7 +89,14 @@ async fn main() {
     let start = Instant::now();
     let mut loaded = 0;
     while !records.is_empty() {
-        let rest = records.split_off(records.len().min(INGEST_RECORDS));
+        // The same load sizes as a restore: a record or a byte limit, whichever comes first.
+        let mut take = 0;
+        let mut bytes = 0;
+        while take < records.len() && take < INGEST_RECORDS && bytes < INGEST_BYTES {
+            bytes += records[take].0.len() + records[take].1.as_ref().map_or(0, |v| v.len());
+            take += 1;
+        }
+        let rest = records.split_off(take);
         loaded += records.len();
         alone
             .ingest(std::mem::replace(&mut records, rest), loaded as i64)

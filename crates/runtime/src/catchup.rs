@@ -15,6 +15,9 @@ use crate::store::{StoreError, TaskStore, Write};
 /// Records gathered before one bulk load into the store. Larger loads mean fewer tables for
 /// the LSM to compact later; this many small records is about 30 MB.
 pub const INGEST_RECORDS: usize = 500_000;
+/// Bytes gathered before one bulk load, whichever limit comes first: large values reach it
+/// long before the record limit, so their loads still overlap the fetching.
+pub const INGEST_BYTES: usize = 32 << 20;
 
 #[derive(Debug)]
 pub struct Catchup {
@@ -24,6 +27,8 @@ pub struct Catchup {
     fetched_to: i64,
     /// Records fetched but not yet in the store, gathered for one bulk load.
     buffer: Vec<(Bytes, Option<Bytes>)>,
+    /// Key and value bytes in `buffer`.
+    buffered_bytes: usize,
     /// The bulk load in progress, and the position the store reaches with it.
     loading: Option<(std::thread::JoinHandle<Result<(), StoreError>>, i64)>,
 }
@@ -46,6 +51,7 @@ impl Catchup {
             position,
             fetched_to: position,
             buffer: Vec::new(),
+            buffered_bytes: 0,
             loading: None,
         }
     }
@@ -100,17 +106,23 @@ impl Catchup {
             self.position = next;
             return Ok(out);
         }
+        self.buffered_bytes += writes
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len))
+            .sum::<usize>();
         self.buffer.extend(writes);
         if next >= end {
             // The last chunk: everything fetched is in the store when this returns.
             self.wait()?;
             out.applied = self.buffer.len() as u64;
+            self.buffered_bytes = 0;
             store.ingest(std::mem::take(&mut self.buffer), next)?;
             self.position = next;
-        } else if self.buffer.len() >= INGEST_RECORDS {
+        } else if self.buffer.len() >= INGEST_RECORDS || self.buffered_bytes >= INGEST_BYTES {
             // One load at a time: it bounds memory to two buffers.
             self.wait()?;
             out.applied = self.buffer.len() as u64;
+            self.buffered_bytes = 0;
             let (store, batch) = (store.clone(), std::mem::take(&mut self.buffer));
             let handle = std::thread::spawn(move || store.ingest(batch, next));
             self.loading = Some((handle, next));
