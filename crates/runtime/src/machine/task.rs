@@ -131,6 +131,14 @@ impl TaskState {
         self.reading_committed = false;
         self.reported_caught_up = false;
         self.batch = None;
+        if role != Role::Active {
+            // Its last positions went into the revocation commit; a copy that does not run
+            // must never commit them again, when someone else may have moved on.
+            for s in &mut self.sources {
+                s.position = None;
+                s.committed = None;
+            }
+        }
     }
 
     /// Changelog records the stores lack, summed.
@@ -148,9 +156,10 @@ impl TaskState {
         self.changelogs.iter().map(|c| c.stored).sum()
     }
 
-    /// Positions processed past the last commit.
+    /// Positions processed past the last commit. A task reopened after its store failed
+    /// carries its positions while it restores: they count too.
     pub fn uncommitted(&self) -> Vec<(TopicPartition, i64)> {
-        if self.phase != Phase::Running {
+        if self.role != Role::Active {
             return Vec::new();
         }
         self.sources
