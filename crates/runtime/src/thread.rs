@@ -685,8 +685,18 @@ impl Driver {
         }
     }
 
-    /// The status board (offset sums, `/metrics`) follows the machine's view.
+    /// The status board (offset sums, `/metrics`) and the membership task's report follow
+    /// the machine's view. The report must move on even without a join: the membership waits
+    /// for it to reach a generation before it rejoins for claims it was not given back.
     fn sync_status(&mut self, m: &ThreadMachine) {
+        let report = m.report();
+        self.report.send_if_modified(|current| {
+            let changed = *current != report;
+            if changed {
+                *current = report;
+            }
+            changed
+        });
         for (id, t) in m.tasks() {
             let before = self.ctx.status.get(*id);
             let changed = before

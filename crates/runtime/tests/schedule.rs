@@ -13,7 +13,7 @@
 //! a write whose acknowledgement was lost (at-least-once), exactly that otherwise.
 //!
 //! `BATON_SEEDS=N` runs seeds `0..N` (default 10,000); a failure prints a one-line
-//! reproduction: `BATON_SEED=S cargo test -p baton-runtime --test schedule one_seed`.
+//! reproduction: `BATON_SEED=S cargo test -p baton-runtime --test schedule one_seed -- --ignored`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -1228,7 +1228,7 @@ fn check(seeds: std::ops::Range<u64>) {
         .collect();
     for (seed, e) in &failures {
         eprintln!(
-            "seed {seed}: {e}\n  reproduce: BATON_SEED={seed} cargo test -p baton-runtime --test schedule one_seed"
+            "seed {seed}: {e}\n  reproduce: BATON_SEED={seed} cargo test -p baton-runtime --test schedule one_seed -- --ignored"
         );
     }
     assert!(failures.is_empty(), "{} seeds failed", failures.len());
@@ -1247,14 +1247,15 @@ fn schedules_keep_every_invariant() {
     other.join().expect("the other half");
 }
 
+/// Replays one seed: `BATON_SEED=S cargo test -p baton-runtime --test schedule one_seed --
+/// --ignored` (with `BATON_TRACE=1` to print it).
 #[test]
+#[ignore = "replays the seed in BATON_SEED"]
 fn one_seed() {
-    let Some(seed) = std::env::var("BATON_SEED")
+    let seed: u64 = std::env::var("BATON_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-    else {
-        return;
-    };
+        .expect("BATON_SEED=<seed>");
     if let Err(e) = run_seed(seed) {
         panic!("seed {seed}: {e}");
     }
