@@ -214,10 +214,12 @@ fn runtime_end_to_end() {
         ha.rebalance
     );
     // Bulk loads run off the executor and heartbeats on their own task: a 28 M-record warm-up
-    // (high-availability) or restore (sticky) never holds a heartbeat back.
+    // (high-availability) or restore (sticky) never holds a heartbeat back. Before that split the
+    // gap reached 4.55 s; a loaded 2-core machine adds a few hundred milliseconds of scheduling
+    // noise (0.46 s seen in CI), so the bound is three intervals, far below the session timeout.
     for (name, s) in [("high-availability", &ha), ("sticky", &sticky)] {
         assert!(
-            s.heartbeat_gap <= 1.5 * 0.3,
+            s.heartbeat_gap <= 3.0 * 0.3,
             "{name}: heartbeats {:.3} s apart during a bulk load (interval 0.3 s)",
             s.heartbeat_gap
         );
