@@ -70,10 +70,22 @@ pub struct RunArgs {
     /// application.server: HOST:PORT advertised for interactive queries.
     #[arg(long, default_value = "")]
     application_server: String,
+    /// What to do with an output record larger than any record batch the broker takes
+    /// (message.max.bytes): `fail` stops the instance with an error naming the task, partition
+    /// and input offset; `skip` drops the record, logs it and counts it in
+    /// baton_records_skipped_total. Batches are always split to fit; this is for one record.
+    #[arg(long, default_value = "fail", value_parser = ["fail", "skip"])]
+    on_oversized_record: String,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
     crate::init_logging();
+    if args.input == args.output {
+        return Err(Failure::bad_input(format!(
+            "--output {:?} is the input topic: every count would be counted again, forever",
+            args.output
+        )));
+    }
     let topology = count_per_key(&args.app_id, &args.input, &args.output)
         .map_err(|e| Failure::bad_input(e.to_string()))?;
     let instance_id = args.instance_id.clone().unwrap_or_else(|| {
@@ -99,6 +111,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         metrics_addr: args.metrics_addr,
         static_membership: args.static_membership,
         user_endpoint: args.application_server,
+        on_oversized_record: args
+            .on_oversized_record
+            .parse()
+            .map_err(Failure::bad_input)?,
         ..RuntimeConfig::default()
     };
     cfg.validate().map_err(Failure::bad_input)?;

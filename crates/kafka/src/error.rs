@@ -51,6 +51,20 @@ impl Error {
         }
     }
 
+    /// A fetch from an offset the partition does not have (past its end, or before its start).
+    pub fn is_offset_out_of_range(&self) -> bool {
+        self.broker_error() == Some(ResponseError::OffsetOutOfRange)
+    }
+
+    /// The broker refused a record batch as larger than its limit (`message.max.bytes`, the
+    /// topic's `max.message.bytes`).
+    pub fn is_message_too_large(&self) -> bool {
+        matches!(
+            self.broker_error(),
+            Some(ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge)
+        )
+    }
+
     /// The broker's error code, if this is a broker error.
     pub fn broker_error(&self) -> Option<ResponseError> {
         match self {

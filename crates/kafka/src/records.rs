@@ -89,41 +89,7 @@ impl Client {
         partition: i32,
         records: &[KeyValue],
     ) -> Result<i64> {
-        let ts = now_ms();
-        let wire: Vec<WireRecord> = records
-            .iter()
-            .enumerate()
-            .map(|(i, (key, value))| WireRecord {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // kafka-protocol cuts a batch where offset - sequence changes, and a producer
-                // without idempotence must send base sequence -1: one batch, base -1.
-                sequence: i as i32 - 1,
-                timestamp: ts,
-                key: key.clone(),
-                value: value.clone(),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut batch = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut batch,
-            &wire,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| Error::Codec {
-            api: ApiKey::Produce,
-            message: format!("{e:#}"),
-        })?;
+        let batch = encode_batch(records, now_ms())?;
         let req = ProduceRequest::default()
             .with_acks(-1)
             .with_timeout_ms(30_000)
@@ -131,7 +97,7 @@ impl Client {
                 .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(partition)
-                    .with_records(Some(batch.freeze()))])]);
+                    .with_records(Some(batch))])]);
         let resp = self
             .send_capped_to(leader, &req, PRODUCE_MAX_VERSION)
             .await?;
@@ -230,6 +196,45 @@ impl Client {
     }
 }
 
+/// One v2 record batch of `records`, uncompressed, stamped `ts`.
+fn encode_batch(records: &[KeyValue], ts: i64) -> Result<Bytes> {
+    let wire: Vec<WireRecord> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| WireRecord {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // kafka-protocol cuts a batch where offset - sequence changes, and a producer
+            // without idempotence must send base sequence -1: one batch, base -1.
+            sequence: i as i32 - 1,
+            timestamp: ts,
+            key: key.clone(),
+            value: value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        &wire,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| Error::Codec {
+        api: ApiKey::Produce,
+        message: format!("{e:#}"),
+    })?;
+    Ok(batch.freeze())
+}
+
 /// One partition of a [`Client::fetch_many`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchWant {
@@ -275,4 +280,74 @@ fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Result<(Vec<Record>, Opt
         );
     }
     Ok((records, next_offset))
+}
+
+/// Kafka's default `message.max.bytes`, less room to spare: the first guess at how large a
+/// record batch the broker takes. A refusal halves it ([`Error::is_message_too_large`]).
+pub const DEFAULT_BATCH_LIMIT: usize = 1_000_000;
+
+/// A record batch's header (v2), before its records.
+const BATCH_HEADER_BYTES: usize = 61;
+
+/// An upper bound on one record's size inside a v2 batch: its key and value, and at most
+/// 21 bytes of varints (length, attributes, deltas, key and value lengths, header count)
+/// and one more for each kind of length of 5 bytes.
+pub fn record_bytes((key, value): &KeyValue) -> usize {
+    key.as_ref().map_or(0, Bytes::len) + value.as_ref().map_or(0, Bytes::len) + 32
+}
+
+/// How many of `records` (at least one, if any) fit one batch of at most `limit` bytes.
+pub fn fitting(records: &[KeyValue], limit: usize) -> usize {
+    let mut size = BATCH_HEADER_BYTES;
+    for (i, r) in records.iter().enumerate() {
+        size += record_bytes(r);
+        if size > limit && i > 0 {
+            return i;
+        }
+    }
+    records.len()
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn kv(len: usize) -> KeyValue {
+        (
+            Some(Bytes::from_static(b"k")),
+            Some(Bytes::from(vec![0u8; len])),
+        )
+    }
+
+    #[test]
+    fn one_record_always_goes_even_when_too_large() {
+        assert_eq!(fitting(&[kv(5_000)], 1_000), 1);
+        assert_eq!(fitting(&[], 1_000), 0);
+        assert_eq!(fitting(&[kv(100), kv(100), kv(100)], 61 + 2 * 133), 2);
+    }
+
+    proptest! {
+        /// Batches cut by `fitting` cover every record once, in order, and each batch of two
+        /// or more records stays under the limit.
+        #[test]
+        fn batches_cover_everything_under_the_limit(
+            sizes in proptest::collection::vec(0usize..3_000, 0..200),
+            limit in 100usize..20_000,
+        ) {
+            let records: Vec<KeyValue> = sizes.iter().map(|&s| kv(s)).collect();
+            let mut start = 0;
+            while start < records.len() {
+                let n = fitting(&records[start..], limit);
+                prop_assert!(n >= 1);
+                let size: usize = BATCH_HEADER_BYTES
+                    + records[start..start + n].iter().map(record_bytes).sum::<usize>();
+                prop_assert!(n == 1 || size <= limit);
+                let encoded = encode_batch(&records[start..start + n], 1_700_000_000_000).unwrap();
+                prop_assert!(encoded.len() <= size, "{} > {}", encoded.len(), size);
+                start += n;
+            }
+            prop_assert_eq!(start, records.len());
+        }
+    }
 }

@@ -30,6 +30,22 @@ impl Broker {
             .local_addr()
             .unwrap()
             .port();
+        Broker::start_on(port)
+    }
+
+    /// Kills the broker and starts a new one on the same address. Its storage is in memory:
+    /// every topic, record and committed offset is lost, as when a broker loses its disk.
+    pub fn restart_empty(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port = self.addr.rsplit(':').next().unwrap().parse().unwrap();
+        let fresh = Broker::start_on(port);
+        // Swap in the new child; the old one is reaped already.
+        let old = std::mem::replace(self, fresh);
+        std::mem::forget(old);
+    }
+
+    fn start_on(port: u16) -> Broker {
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(broker_binary())
             .args([

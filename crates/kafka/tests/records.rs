@@ -97,3 +97,45 @@ async fn offsets_commit_and_fetch_back() {
 fn tp(topic: &str, partition: i32) -> baton_protocol::TopicPartition {
     baton_protocol::TopicPartition::new(topic, partition)
 }
+
+/// The broker refuses a record batch over its limit (1 MiB by default) with MessageTooLarge;
+/// batches cut by `fitting` at the default limit go through. This is what lets the runtime
+/// write a backlog's output at all (issue: a 60,000-event backlog stalled a partition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_batch_is_refused_and_fitted_batches_pass() {
+    use baton_kafka::records::{fitting, DEFAULT_BATCH_LIMIT};
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    client
+        .create_topics(&[NewTopic {
+            name: "big".into(),
+            partitions: 1,
+            compacted: false,
+        }])
+        .await
+        .unwrap();
+    let leader = client.leader("big", 0).await.unwrap();
+    let records: Vec<(Option<Bytes>, Option<Bytes>)> = (0..3_000)
+        .map(|i| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(vec![b'v'; 1_000])),
+            )
+        })
+        .collect();
+    let err = client
+        .produce(&leader, "big", 0, &records)
+        .await
+        .unwrap_err();
+    assert!(err.is_message_too_large(), "{err}");
+    let mut start = 0;
+    while start < records.len() {
+        let n = fitting(&records[start..], DEFAULT_BATCH_LIMIT);
+        let base = client
+            .produce(&leader, "big", 0, &records[start..start + n])
+            .await
+            .unwrap();
+        assert_eq!(base, start as i64);
+        start += n;
+    }
+}

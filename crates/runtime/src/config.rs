@@ -40,6 +40,32 @@ pub struct RuntimeConfig {
     pub static_membership: bool,
     /// `application.server`: `host:port` for interactive queries, or empty.
     pub user_endpoint: String,
+    /// What to do with an output record larger than any batch the broker takes.
+    pub on_oversized_record: OversizedRecord,
+}
+
+/// What to do with an output record that no record batch can carry (larger than the
+/// broker's `message.max.bytes` or the topic's `max.message.bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OversizedRecord {
+    /// Stop the instance with an error naming the task, partition and input offset
+    /// (Kafka Streams' default production exception handler does the same).
+    #[default]
+    Fail,
+    /// Drop the record, log it (task, partition, input offset) and count it in
+    /// `baton_records_skipped_total`.
+    Skip,
+}
+
+impl std::str::FromStr for OversizedRecord {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fail" => Ok(OversizedRecord::Fail),
+            "skip" => Ok(OversizedRecord::Skip),
+            other => Err(format!("{other:?} is not a policy: fail or skip")),
+        }
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -58,6 +84,7 @@ impl Default for RuntimeConfig {
             state_cleanup_delay: Duration::from_secs(600),
             metrics_addr: None,
             static_membership: false,
+            on_oversized_record: OversizedRecord::Fail,
             user_endpoint: String::new(),
         }
     }

@@ -2,12 +2,13 @@
 //! and the drain flag.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use baton_kafka::Client;
 use baton_protocol::bridge::Topology as WireTopology;
 use baton_protocol::TopicPartition;
+use tokio::sync::watch;
 
 use crate::config::RuntimeConfig;
 use crate::state_dir::StateDir;
@@ -26,6 +27,12 @@ pub struct Context {
     pub status: Status,
     leaving: AtomicBool,
     leaders: Mutex<BTreeMap<TopicPartition, String>>,
+    /// The largest record batch the broker is believed to take, learnt from its refusals.
+    batch_limit: AtomicUsize,
+    /// Turns true when the instance must stop: shut down from outside, or a thread failed.
+    stop: watch::Sender<bool>,
+    /// Why a thread stopped the instance, if one did.
+    failure: Mutex<Option<String>>,
 }
 
 impl Context {
@@ -48,7 +55,51 @@ impl Context {
             status: Status::default(),
             leaving: AtomicBool::new(false),
             leaders: Mutex::new(BTreeMap::new()),
+            batch_limit: AtomicUsize::new(baton_kafka::records::DEFAULT_BATCH_LIMIT),
+            stop: watch::channel(false).0,
+            failure: Mutex::new(None),
         }
+    }
+
+    /// Largest record batch to send, in bytes.
+    pub fn batch_limit(&self) -> usize {
+        self.batch_limit.load(Ordering::Relaxed)
+    }
+
+    /// The broker refused a batch of `refused` bytes: send at most half that from now on.
+    pub fn shrink_batch_limit(&self, refused: usize) {
+        let limit = (refused / 2).max(1024);
+        let before = self.batch_limit.fetch_min(limit, Ordering::Relaxed);
+        if limit < before {
+            tracing::info!(refused_bytes = refused, limit_bytes = limit, "the broker refused a record batch as too large; sending smaller batches from now on");
+        }
+    }
+
+    /// Turns true when the instance must stop.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Stops the instance because of `error` (the first failure is the one reported).
+    pub fn fail(&self, error: String) {
+        tracing::error!(error = %error, "stopping the instance");
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(error);
+        self.stop();
+    }
+
+    /// Why the instance was stopped by one of its threads, if it was.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The consumer group: the application id, as in Kafka Streams.

@@ -14,6 +14,10 @@ pub enum RuntimeError {
         what: String,
         source: baton_kafka::Error,
     },
+    /// A thread met what it must not go past (a record no batch can carry, under
+    /// `on.oversized.record=fail`) and stopped the instance.
+    #[error("stopped: {0}")]
+    Failed(String),
     #[error("{what}: {source}")]
     Io {
         what: String,

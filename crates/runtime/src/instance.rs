@@ -85,10 +85,18 @@ pub async fn run(
     background.push(tokio::spawn(control::watch(ctx.clone())));
     background.push(tokio::spawn(cleanup::run(ctx.clone())));
 
+    // The threads stop on the caller's shutdown or on a thread's failure alike.
+    let mut outside = shutdown;
+    let forward = ctx.clone();
+    background.push(tokio::spawn(async move {
+        if outside.wait_for(|stop| *stop).await.is_ok() {
+            forward.stop();
+        }
+    }));
     let mut handles = Vec::new();
     for i in 0..threads {
         let thread = StreamThread::new(ctx.clone(), i);
-        handles.push(tokio::spawn(thread.run(shutdown.clone())));
+        handles.push(tokio::spawn(thread.run(ctx.stopping())));
     }
     let mut result = Ok(Exit::Drained);
     for h in handles {
@@ -109,6 +117,9 @@ pub async fn run(
     }
     for b in background {
         b.abort();
+    }
+    if let Some(failure) = ctx.failure() {
+        return Err(RuntimeError::Failed(failure));
     }
     if matches!(result, Ok(Exit::Drained)) {
         tracing::info!(instance = %ctx.cfg.instance_id, "drained: every thread holds nothing; exiting");

@@ -13,6 +13,7 @@ pub mod config;
 pub mod context;
 pub mod control;
 pub mod error;
+pub mod heal;
 pub mod instance;
 pub mod machine;
 pub mod membership;

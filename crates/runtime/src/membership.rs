@@ -90,7 +90,7 @@ impl MembershipTask {
                             }
                         }
                     }
-                    let Some((assigned, short)) = self.round(&reason).await else {
+                    let Some((assigned, short)) = self.round(&reason, next_heartbeat).await else {
                         return;
                     };
                     rejoin_after = short.then_some(assigned.generation);
@@ -112,7 +112,9 @@ impl MembershipTask {
 
     /// One join round, retried until it succeeds (or the thread is gone). Also says whether
     /// the assignment left out partitions the join claimed.
-    async fn round(&mut self, reason: &str) -> Option<(Assigned, bool)> {
+    /// `due` is when the next heartbeat is due: the round keeps the beat going from there.
+    async fn round(&mut self, reason: &str, due: tokio::time::Instant) -> Option<(Assigned, bool)> {
+        let mut due = due;
         loop {
             let report = self.report.borrow().clone();
             self.member.set_offset_sums(self.ctx.status.offset_sums());
@@ -132,6 +134,7 @@ impl MembershipTask {
                 self.name.clone(),
                 self.epoch,
                 self.events.clone(),
+                due,
             ));
             let joined = self.member.join().await.cloned();
             beats.abort();
@@ -161,6 +164,7 @@ impl MembershipTask {
                         return None;
                     }
                     tokio::time::sleep(JOIN_BACKOFF).await;
+                    due = tokio::time::Instant::now();
                 }
             }
         }
@@ -193,16 +197,21 @@ fn answer(beat: baton_kafka::Result<Beat>, thread: &str) -> Heartbeat {
     }
 }
 
-/// Heartbeats every interval until aborted (when the join round ends).
+/// Heartbeats every interval, the first at `due`, until aborted (when the join round ends).
+/// Each beat is timed from the previous one's send, not its answer (Kafka's rule), so a slow
+/// answer does not stretch the interval.
 async fn beat_during_round(
     pulse: baton_kafka::Pulse,
     ctx: Arc<Context>,
     name: String,
     epoch: Instant,
     events: mpsc::UnboundedSender<Event>,
+    due: tokio::time::Instant,
 ) {
+    let mut due = due;
     loop {
-        tokio::time::sleep(ctx.cfg.heartbeat_interval).await;
+        tokio::time::sleep_until(due).await;
+        due = tokio::time::Instant::now() + ctx.cfg.heartbeat_interval;
         let at = epoch.elapsed();
         ctx.status.heartbeat_sent(&name, at);
         let answer = answer(pulse.beat().await, &name);

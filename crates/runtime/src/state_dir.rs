@@ -1,5 +1,6 @@
 //! The state directory's layout, in one place: `<root>/<task>/<store>/` for each store,
-//! `<root>/<task>/last-used`, and the instance's `process-id` and `.lock` files.
+//! `<root>/<task>/last-used`, `<root>/<task>/owner` (whose state it is), the instance's
+//! `process-id` and `.lock` files, and `<root>/quarantine/` for stores moved aside.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -14,6 +15,11 @@ const LAST_USED_FILE: &str = "last-used";
 const PROCESS_ID_FILE: &str = "process-id";
 /// Its lock marks the state directory as in use.
 const LOCK_FILE: &str = ".lock";
+/// Says which application and task a task directory's stores belong to.
+const OWNER_FILE: &str = "owner";
+/// Damaged or foreign stores go here, kept for inspection; not a task name, so the cleaner
+/// and [`StateDir::tasks`] pass it by.
+const QUARANTINE_DIR: &str = "quarantine";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateDir {
@@ -98,6 +104,52 @@ impl StateDir {
         }
     }
 
+    /// Checks that `task`'s directory holds `application`'s state for `task`, and marks it so
+    /// if it is unmarked. `Ok(false)`: it belongs to someone else (a directory renamed or
+    /// copied by hand, another application's state dir): its stores must not be served.
+    pub fn check_owner(&self, task: TaskId, application: &str) -> std::io::Result<bool> {
+        let dir = self.task_dir(task);
+        let path = dir.join(OWNER_FILE);
+        let expected = owner_text(task, application);
+        match std::fs::read_to_string(&path) {
+            Ok(found) => Ok(found == expected),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&dir)?;
+                std::fs::write(&path, expected)?;
+                Ok(true)
+            }
+            // Unreadable is as good as foreign.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves a task's store (every store of the task if `store` is `None`) to the quarantine
+    /// directory, for a rebuild from the changelog; returns where it went, or `None` if
+    /// there was nothing to move. The owner mark goes with a whole task.
+    pub fn move_aside(
+        &self,
+        task: TaskId,
+        store: Option<&str>,
+    ) -> std::io::Result<Option<PathBuf>> {
+        let from = match store {
+            Some(s) => self.store_dir(task, s),
+            None => self.task_dir(task),
+        };
+        if !from.exists() {
+            return Ok(None);
+        }
+        let quarantine = self.root.join(QUARANTINE_DIR);
+        std::fs::create_dir_all(&quarantine)?;
+        let name = match store {
+            Some(s) => format!("{task}.{s}.{}", now_ms()),
+            None => format!("{task}.{}", now_ms()),
+        };
+        let to = quarantine.join(name);
+        std::fs::rename(&from, &to)?;
+        Ok(Some(to))
+    }
+
     /// The process id kept here, created on first use.
     pub fn process_id(&self) -> Result<uuid::Uuid> {
         let path = self.root.join(PROCESS_ID_FILE);
@@ -117,6 +169,10 @@ impl StateDir {
             Err(e) => Err(io(e)),
         }
     }
+}
+
+fn owner_text(task: TaskId, application: &str) -> String {
+    format!("application={application}\ntask={task}\n")
 }
 
 /// `<root>/<task>/<store>/`.
@@ -152,6 +208,37 @@ mod tests {
         assert_eq!(dir.last_used_ms(TaskId::new(1, 2)), 0);
         dir.touch(TaskId::new(1, 2));
         assert!(dir.last_used_ms(TaskId::new(1, 2)) > 0);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_task_directory_knows_its_owner_and_foreign_stores_move_aside() {
+        let root = std::env::temp_dir().join(format!("baton-owner-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = StateDir::new(&root);
+        let (a, b) = (TaskId::new(0, 1), TaskId::new(0, 2));
+        assert!(dir.check_owner(a, "app").unwrap(), "unmarked: claimed");
+        assert!(dir.check_owner(a, "app").unwrap());
+        assert!(!dir.check_owner(a, "other-app").unwrap());
+        // Swapped by hand: b's directory now holds a's mark.
+        std::fs::rename(dir.task_dir(a), dir.task_dir(b)).unwrap();
+        assert!(!dir.check_owner(b, "app").unwrap());
+        std::fs::create_dir_all(dir.store_dir(b, "counts")).unwrap();
+        let moved = dir.move_aside(b, None).unwrap().unwrap();
+        assert!(
+            moved.starts_with(root.join("quarantine")),
+            "{}",
+            moved.display()
+        );
+        assert!(moved.join("counts").is_dir());
+        assert!(!dir.task_dir(b).exists());
+        assert_eq!(dir.move_aside(b, None).unwrap(), None);
+        assert_eq!(
+            dir.tasks(),
+            Vec::<TaskId>::new(),
+            "quarantine is not a task"
+        );
+        assert!(dir.check_owner(b, "app").unwrap());
         let _ = std::fs::remove_dir_all(&root);
     }
 }

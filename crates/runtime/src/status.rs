@@ -74,6 +74,8 @@ struct Inner {
     /// seconds.
     heartbeats: BTreeMap<String, (std::time::Duration, f64)>,
     processed_total: BTreeMap<TaskId, u64>,
+    /// Output records dropped as larger than any batch the broker takes, per task.
+    skipped_total: BTreeMap<TaskId, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -155,6 +157,10 @@ impl Status {
         }
     }
 
+    pub fn add_skipped(&self, task: TaskId) {
+        *self.inner().skipped_total.entry(task).or_default() += 1;
+    }
+
     pub fn count_rebalance(&self) {
         self.inner().rebalances += 1;
     }
@@ -218,6 +224,15 @@ impl Status {
             "counter",
             "Input records processed by this instance.",
             i.processed_total
+                .iter()
+                .map(|(t, n)| (format!("{inst},task=\"{t}\""), *n)),
+        );
+        family(
+            &mut out,
+            "baton_records_skipped_total",
+            "counter",
+            "Output records dropped as larger than any batch the broker takes (on.oversized.record=skip).",
+            i.skipped_total
                 .iter()
                 .map(|(t, n)| (format!("{inst},task=\"{t}\""), *n)),
         );

@@ -14,8 +14,13 @@ const NEXT_OFFSET: &str = "next_changelog_offset";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The store failed for a reason outside its files (a full disk, a poisoned handle after
+    /// a failed write, no permission): reopening it later may succeed, and its data is good.
     #[error("store {path}: {message}")]
     Store { path: String, message: String },
+    /// The store's files are damaged or unreadable: only a rebuild from the changelog helps.
+    #[error("store {path} is corrupt: {message}")]
+    Corrupt { path: String, message: String },
     /// Another `TaskStore` (another stream thread) holds it open.
     #[error("store {path}: in use by another thread of this process")]
     Busy { path: String },
@@ -173,11 +178,9 @@ impl TaskStore {
         match v {
             None => Ok(None),
             Some(b) => {
-                let bytes: [u8; 8] = b.as_ref().try_into().map_err(|_| {
-                    err(
-                        &self.path,
-                        format!("checkpoint of {} bytes is corrupt", b.len()),
-                    )
+                let bytes: [u8; 8] = b.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                    path: self.path.display().to_string(),
+                    message: format!("a checkpoint of {} bytes", b.len()),
                 })?;
                 Ok(Some(i64::from_be_bytes(bytes)))
             }
@@ -185,10 +188,43 @@ impl TaskStore {
     }
 }
 
-fn err(path: &Path, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Store {
-        path: path.display().to_string(),
-        message: e.to_string(),
+fn err(path: &Path, e: fjall::Error) -> StoreError {
+    let path = path.display().to_string();
+    let message = e.to_string();
+    if is_corruption(&e) {
+        StoreError::Corrupt { path, message }
+    } else {
+        StoreError::Store { path, message }
+    }
+}
+
+/// Whether a store error says its files are bad, rather than its surroundings (space,
+/// permissions, descriptors) or a handle poisoned by an earlier failed write. A resource
+/// error must never get a store thrown away: rebuilding it needs more of the same resource.
+fn is_corruption(e: &fjall::Error) -> bool {
+    match e {
+        fjall::Error::Io(io) | fjall::Error::Storage(fjall::LsmError::Io(io)) => {
+            !is_resource_error(io)
+        }
+        fjall::Error::Poisoned | fjall::Error::Locked | fjall::Error::KeyspaceDeleted => false,
+        _ => true,
+    }
+}
+
+/// Errors of the machine, not of the files: out of space or quota, read-only, no access,
+/// out of descriptors or memory.
+pub fn is_resource_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        StorageFull | QuotaExceeded | ReadOnlyFilesystem | PermissionDenied | OutOfMemory
+    ) || matches!(e.raw_os_error(), Some(23 | 24)) // ENFILE, EMFILE
+}
+
+impl StoreError {
+    /// The store's files cannot be trusted: move them aside and rebuild from the changelog.
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, StoreError::Corrupt { .. })
     }
 }
 

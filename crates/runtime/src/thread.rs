@@ -20,8 +20,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::catchup::{next_position, Catchup};
+use crate::config::OversizedRecord;
 use crate::context::Context;
 use crate::error::Result;
+use crate::heal::{open_stores, OpenError, OpenFailures};
 use crate::machine::{
     Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, ThreadMachine,
 };
@@ -61,7 +63,19 @@ struct TaskIo {
     last_log: Instant,
 }
 
-type FetchOutcome = (RequestId, Vec<(FetchWant, Option<Fetched>)>);
+type FetchOutcome = (
+    RequestId,
+    Vec<(FetchWant, std::result::Result<Fetched, Miss>)>,
+);
+
+/// Why a partition of a fetch came back without records.
+enum Miss {
+    /// Any failure a later fetch may not have (no leader, a dropped connection).
+    Failed,
+    /// The offset is past the partition's end: for a changelog, the store is from another
+    /// life of the topic (deleted and recreated; the broker lost its data).
+    OutOfRange,
+}
 
 pub struct StreamThread {
     ctx: Arc<Context>,
@@ -145,6 +159,8 @@ impl StreamThread {
             epoch,
             tasks: BTreeMap::new(),
             buffers: BTreeMap::new(),
+            rebuild: BTreeMap::new(),
+            open_failures: OpenFailures::default(),
             fetch: None,
             requests,
             report: report_tx,
@@ -167,6 +183,9 @@ struct Driver {
     tasks: BTreeMap<TaskId, TaskIo>,
     /// What the last fetch brought, until the machine says what to do with it.
     buffers: BTreeMap<TopicPartition, Fetched>,
+    /// Tasks whose stores cannot be trusted (and why): set aside at the next open.
+    rebuild: BTreeMap<TaskId, String>,
+    open_failures: OpenFailures,
     fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
     requests: mpsc::UnboundedSender<Request>,
     report: watch::Sender<crate::machine::Report>,
@@ -226,6 +245,9 @@ impl Driver {
                 _ = tokio::time::sleep(TICK) => Event::Tick,
             };
             commands.extend(m.handle(event, self.now()));
+            while let Some(e) = self.local.pop_front() {
+                commands.extend(m.handle(e, self.now()));
+            }
         }
     }
 
@@ -246,10 +268,21 @@ impl Driver {
     }
 
     /// Keeps what came back and tells the machine where each partition stands.
-    fn fetched(&mut self, fetch: RequestId, results: Vec<(FetchWant, Option<Fetched>)>) -> Event {
+    fn fetched(
+        &mut self,
+        fetch: RequestId,
+        results: Vec<(FetchWant, std::result::Result<Fetched, Miss>)>,
+    ) -> Event {
         let mut out = Vec::new();
         for (want, f) in results {
-            let Some(f) = f else { continue };
+            let f = match f {
+                Ok(f) => f,
+                Err(Miss::Failed) => continue,
+                Err(Miss::OutOfRange) => {
+                    self.out_of_range(&want);
+                    continue;
+                }
+            };
             let high_watermark = (f.high_watermark >= 0).then_some(f.high_watermark);
             let next = next_position(&f, want.offset, high_watermark.unwrap_or(i64::MAX));
             out.push(FetchResult {
@@ -266,6 +299,38 @@ impl Driver {
         Event::Fetched {
             fetch,
             results: out,
+        }
+    }
+
+    /// A fetch from past a partition's end. For a changelog, the store's checkpoint belongs to
+    /// another life of the topic: the store is rebuilt (Kafka Streams wipes it too). Trusting
+    /// it would count everything twice.
+    fn out_of_range(&mut self, want: &FetchWant) {
+        let owner = self
+            .tasks
+            .keys()
+            .copied()
+            .find(|t| self.ctx.wire.changelog_partitions(*t).contains(&want.tp));
+        match owner {
+            Some(task) => {
+                tracing::warn!(
+                    task = %task,
+                    changelog = %want.tp,
+                    checkpoint = want.offset,
+                    "the store's checkpoint is past its changelog's end: rebuilding the store"
+                );
+                self.rebuild
+                    .insert(task, "its checkpoint is past its changelog's end".into());
+                self.local.push_back(Event::StoreFailed {
+                    task,
+                    error: format!("checkpoint {} is past the end of {}", want.offset, want.tp),
+                });
+            }
+            None => tracing::warn!(
+                partition = %want.tp,
+                offset = want.offset,
+                "fetching past the partition's end; retrying"
+            ),
         }
     }
 
@@ -294,6 +359,10 @@ impl Driver {
                 self.local.push_back(e);
             }
             Command::Close { task } => self.close(task),
+            Command::Discard { task, why } => {
+                tracing::warn!(thread = %self.name, task = %task, why = %why, "the task's stores cannot be trusted; rebuilding them from the changelog");
+                self.rebuild.insert(task, why);
+            }
             Command::Fetch { fetch, wants } => self.start_fetch(fetch, wants),
             Command::Absorb {
                 task,
@@ -386,26 +455,40 @@ impl Driver {
                 },
             );
         }
-        let mut stores = Vec::new();
-        for name in ctx.topology.stores_of(task.subtopology) {
-            let opened = TaskStore::open(&ctx.cfg.state_dir, task, name)
-                .and_then(|s| Ok((s.checkpoint()?.unwrap_or(0), s)));
-            match opened {
-                Ok((at, store)) => stores.push(StoreIo {
-                    name: name.to_owned(),
-                    store,
-                    catchup: Catchup::new(at),
-                }),
-                Err(StoreError::Busy { .. }) => return Event::OpenBusy { task },
-                Err(e) => {
-                    tracing::error!(thread = %self.name, task = %task, error = %e, "cannot open the task's stores");
-                    return Event::OpenFailed {
-                        task,
-                        error: e.to_string(),
-                    };
+        let names = ctx.topology.stores_of(task.subtopology);
+        let rebuild = self.rebuild.remove(&task);
+        let opened = blocking(|| {
+            open_stores(
+                &ctx.state_dir,
+                ctx.group(),
+                task,
+                &names,
+                rebuild.as_deref(),
+                &mut self.open_failures,
+            )
+        });
+        let stores: Vec<StoreIo> = match opened {
+            Ok(stores) => stores
+                .into_iter()
+                .map(|s| StoreIo {
+                    name: s.name,
+                    store: s.store,
+                    catchup: Catchup::new(s.checkpoint),
+                })
+                .collect(),
+            Err(OpenError::Busy) => {
+                if let Some(why) = rebuild {
+                    self.rebuild.insert(task, why);
                 }
+                return Event::OpenBusy { task };
             }
-        }
+            Err(OpenError::Failed(error)) => {
+                if let Some(why) = rebuild {
+                    self.rebuild.insert(task, why);
+                }
+                return Event::OpenFailed { task, error };
+            }
+        };
         if !stores.is_empty() {
             ctx.state_dir.touch(task);
         }
@@ -456,7 +539,7 @@ impl Driver {
                     Ok(l) => by_leader.entry(l).or_default().push(want),
                     Err(e) => {
                         tracing::warn!(topic = %want.tp.topic, partition = want.tp.partition, error = %e, "no leader");
-                        out.push((want, None));
+                        out.push((want, Err(Miss::Failed)));
                     }
                 }
             }
@@ -474,11 +557,14 @@ impl Driver {
                     Ok(results) => {
                         for (want, result) in wants.into_iter().zip(results) {
                             match result {
-                                Ok(f) => out.push((want, Some(f))),
+                                Ok(f) => out.push((want, Ok(f))),
+                                Err(e) if e.is_offset_out_of_range() => {
+                                    out.push((want, Err(Miss::OutOfRange)));
+                                }
                                 Err(e) => {
                                     ctx.forget_leader(&want.tp.topic, want.tp.partition);
                                     tracing::warn!(topic = %want.tp.topic, partition = want.tp.partition, error = %e, "fetch failed");
-                                    out.push((want, None));
+                                    out.push((want, Err(Miss::Failed)));
                                 }
                             }
                         }
@@ -487,7 +573,7 @@ impl Driver {
                         tracing::warn!(leader = %leader, error = %e, "fetch failed");
                         for w in wants {
                             ctx.forget_leader(&w.tp.topic, w.tp.partition);
-                            out.push((w, None));
+                            out.push((w, Err(Miss::Failed)));
                         }
                     }
                 }
@@ -536,6 +622,9 @@ impl Driver {
             }
             Err(e) => {
                 tracing::error!(task = %task, error = %e, "the store failed; reopening it");
+                if e.is_corrupt() {
+                    self.rebuild.insert(task, e.to_string());
+                }
                 Event::StoreFailed {
                     task,
                     error: e.to_string(),
@@ -569,6 +658,8 @@ impl Driver {
             writes: BTreeMap::new(),
         };
         let mut out: Vec<(Bytes, Bytes)> = Vec::new();
+        // Which input record each output came from: (input partition, offset, outputs so far).
+        let mut origins: Vec<(usize, i64, usize)> = Vec::new();
         let mut records = 0u64;
         for &Input { source, from, to } in inputs {
             let Some(fetched) = sources.get(source).and_then(|tp| self.buffers.remove(tp)) else {
@@ -589,10 +680,25 @@ impl Driver {
                 });
                 if let Err(e) = step {
                     tracing::error!(task = %task, error = %e, "processing a record");
+                    if e.is_corrupt() {
+                        // Nothing of the batch was written: rebuild, then run it again.
+                        self.rebuild.insert(task, e.to_string());
+                        return Event::StoreFailed {
+                            task,
+                            error: e.to_string(),
+                        };
+                    }
                     return failed(false);
                 }
+                origins.push((source, r.offset, out.len()));
             }
         }
+        let origin_of = |i: usize| {
+            let at = origins.partition_point(|o| o.2 <= i);
+            origins
+                .get(at)
+                .and_then(|&(s, offset, _)| Some((sources.get(s)?.clone(), offset)))
+        };
         let changelogs = ctx.wire.changelog_partitions(task);
         let mut applied: Vec<(usize, Vec<Write>, i64)> = Vec::new();
         for (idx, writes) in pending.writes {
@@ -601,38 +707,82 @@ impl Driver {
                 .iter()
                 .map(|(k, v)| (Some(Bytes::from(k.clone())), Some(Bytes::from(v.clone()))))
                 .collect();
+            if wire.is_empty() {
+                continue;
+            }
             if !m.may_write(self.now()) {
                 return failed(false);
             }
             match self.produce(tp, &wire).await {
-                Ok(base) => {
-                    let next = base + wire.len() as i64;
+                Ok(next) => {
                     applied.push((
                         idx,
                         writes.into_iter().map(|(k, v)| (k, Some(v))).collect(),
                         next,
                     ));
                 }
-                Err(()) => return failed(false),
+                Err(Produced::Failed) => return failed(false),
+                Err(Produced::Oversized { index, .. }) => {
+                    // A store value no batch can carry cannot be made durable: never skipped.
+                    let (key, value) = &wire[index];
+                    self.ctx.fail(format!(
+                        "task {task}: a changelog record for {tp} ({} bytes of key, {} of value) \
+                         is larger than any record batch the broker takes; raise the topic's \
+                         max.message.bytes",
+                        key.as_ref().map_or(0, Bytes::len),
+                        value.as_ref().map_or(0, Bytes::len),
+                    ));
+                    return failed(false);
+                }
             }
         }
         if let Some(sink) = ctx.topology.sink_of(task.subtopology) {
             let partitions = ctx.sink_partitions.get(sink).copied().unwrap_or(1);
-            let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
-            for (k, v) in out {
+            let mut by_partition: BTreeMap<i32, Vec<(KeyValue, usize)>> = BTreeMap::new();
+            for (i, (k, v)) in out.into_iter().enumerate() {
                 let p = partition_for(&k, partitions) as i32;
-                by_partition.entry(p).or_default().push((Some(k), Some(v)));
+                by_partition
+                    .entry(p)
+                    .or_default()
+                    .push(((Some(k), Some(v)), i));
             }
             for (p, batch) in by_partition {
-                if !m.may_write(self.now()) {
-                    return failed(false);
-                }
-                let tp = TopicPartition {
-                    topic: sink.to_owned(),
-                    partition: p,
-                };
-                if self.produce(&tp, &batch).await.is_err() {
-                    return failed(false);
+                let tp = TopicPartition::new(sink, p);
+                let (mut batch, mut output): (Vec<KeyValue>, Vec<usize>) =
+                    batch.into_iter().unzip();
+                while !batch.is_empty() {
+                    if !m.may_write(self.now()) {
+                        return failed(false);
+                    }
+                    match self.produce(&tp, &batch).await {
+                        Ok(_) => break,
+                        Err(Produced::Failed) => return failed(false),
+                        Err(Produced::Oversized { index, .. }) => {
+                            let (record_bytes, input) = (
+                                baton_kafka::records::record_bytes(&batch[index]),
+                                origin_of(output[index]),
+                            );
+                            let input = input
+                                .map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
+                            match ctx.cfg.on_oversized_record {
+                                OversizedRecord::Fail => {
+                                    self.ctx.fail(format!(
+                                        "task {task}: an output record for {tp} ({record_bytes} bytes), \
+                                         from input {input}, is larger than any record batch the \
+                                         broker takes (on-oversized-record=fail)"
+                                    ));
+                                    return failed(false);
+                                }
+                                OversizedRecord::Skip => {
+                                    tracing::error!(task = %task, partition = %tp, input = %input, bytes = record_bytes, "skipping an output record larger than any record batch the broker takes (on-oversized-record=skip)");
+                                    self.ctx.status.add_skipped(task);
+                                    // What came before it is acknowledged; go on after it.
+                                    batch.drain(..=index);
+                                    output.drain(..=index);
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -657,32 +807,51 @@ impl Driver {
         }
     }
 
-    /// Produces to a partition; the base offset, or `Err` after logging.
+    /// Produces `records` to a partition in batches the broker takes; the offset after the
+    /// last. A refusal as too large shrinks the batches and sends again; a record refused on
+    /// its own is [`Produced::Oversized`] (those before it are written). Failures are logged.
     async fn produce(
         &self,
         tp: &TopicPartition,
         records: &[KeyValue],
-    ) -> std::result::Result<i64, ()> {
-        let what = format!("{}-{}", tp.topic, tp.partition);
-        let leader = match self.ctx.leader(&tp.topic, tp.partition).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(partition = %what, error = %e, "no leader");
-                return Err(());
-            }
-        };
-        match self
-            .io
-            .produce(&leader, &tp.topic, tp.partition, records)
-            .await
-        {
-            Ok(base) => Ok(base),
-            Err(e) => {
-                self.ctx.forget_leader(&tp.topic, tp.partition);
-                tracing::warn!(partition = %what, error = %e, "produce failed; the batch will be retried");
-                Err(())
+    ) -> std::result::Result<i64, Produced> {
+        let mut start = 0;
+        let mut next = 0;
+        while start < records.len() {
+            let limit = self.ctx.batch_limit();
+            let n = baton_kafka::records::fitting(&records[start..], limit);
+            let chunk = &records[start..start + n];
+            let leader = match self.ctx.leader(&tp.topic, tp.partition).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(partition = %tp, error = %e, "no leader");
+                    return Err(Produced::Failed);
+                }
+            };
+            match self
+                .io
+                .produce(&leader, &tp.topic, tp.partition, chunk)
+                .await
+            {
+                Ok(base) => {
+                    next = base + n as i64;
+                    start += n;
+                }
+                Err(e) if e.is_message_too_large() && n > 1 => {
+                    let bytes = chunk.iter().map(baton_kafka::records::record_bytes).sum();
+                    self.ctx.shrink_batch_limit(bytes);
+                }
+                Err(e) if e.is_message_too_large() => {
+                    return Err(Produced::Oversized { index: start });
+                }
+                Err(e) => {
+                    self.ctx.forget_leader(&tp.topic, tp.partition);
+                    tracing::warn!(partition = %tp, error = %e, "produce failed; the batch will be retried");
+                    return Err(Produced::Failed);
+                }
             }
         }
+        Ok(next)
     }
 
     /// The status board (offset sums, `/metrics`) and the membership task's report follow
@@ -748,6 +917,14 @@ impl Driver {
             }
         }
     }
+}
+
+/// Why a produce did not write everything.
+enum Produced {
+    /// Logged; the batch is retried.
+    Failed,
+    /// `records[index]` is larger than any batch the broker takes; those before it are written.
+    Oversized { index: usize },
 }
 
 /// A processing batch's store writes, read back by later records of the same batch.

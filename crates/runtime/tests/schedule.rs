@@ -447,6 +447,10 @@ impl World {
                     checkpoints: vec![at],
                 });
             }
+            Command::Discard { task, why } => {
+                // The model's changelogs never shrink: a discard here is a false alarm.
+                return Err(format!("member {i} discarded {task}'s good store: {why}"));
+            }
             Command::Close { task } => {
                 if let Some(d) = self.members[i].disk.get_mut(&task) {
                     d.open = false;

@@ -53,25 +53,59 @@ impl Cluster {
             .build()
             .unwrap();
         let client = Client::new(&[&broker.addr], "e2e");
-        let topic = |name: &str, compacted| NewTopic {
-            name: name.into(),
-            partitions: PARTITIONS as i32,
-            compacted,
-        };
-        rt.block_on(client.create_topics(&[
-            topic(INPUT, false),
-            topic(OUTPUT, false),
-            topic(&format!("{app}-counts-changelog"), true),
-        ]))
-        .unwrap();
-        Cluster {
+        let cluster = Cluster {
             bin: PathBuf::from(env!("CARGO_BIN_EXE_baton")),
             broker,
             app: app.into(),
             dir,
             rt,
             client,
-        }
+        };
+        cluster.create_topics();
+        cluster
+    }
+
+    /// The input, output and changelog topics.
+    pub fn create_topics(&self) {
+        let topic = |name: &str, compacted| NewTopic {
+            name: name.into(),
+            partitions: PARTITIONS as i32,
+            compacted,
+        };
+        self.rt
+            .block_on(self.client.create_topics(&[
+                topic(INPUT, false),
+                topic(OUTPUT, false),
+                topic(&format!("{}-counts-changelog", self.app), true),
+            ]))
+            .unwrap();
+    }
+
+    /// Produces `per_key` events to each key (`prefix0`, `prefix1`, ...) in large batches;
+    /// returns the events per key.
+    pub fn produce_backlog(&self, prefix: &str, keys: u64, per_key: u64) -> BTreeMap<String, i64> {
+        self.rt.block_on(async {
+            let mut sent = BTreeMap::new();
+            let mut batches: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+            for k in 0..keys {
+                let key = format!("{prefix}{k}");
+                let p = partition_for(key.as_bytes(), PARTITIONS) as i32;
+                for i in 0..per_key {
+                    batches.entry(p).or_default().push((
+                        Some(Bytes::from(key.clone())),
+                        Some(Bytes::from(i.to_string())),
+                    ));
+                }
+                sent.insert(key, per_key as i64);
+            }
+            for (p, records) in batches {
+                let leader = self.client.leader(INPUT, p).await.unwrap();
+                for chunk in records.chunks(10_000) {
+                    self.client.produce(&leader, INPUT, p, chunk).await.unwrap();
+                }
+            }
+            sent
+        })
     }
 
     /// Fills every changelog partition with `records` entries of keys that no event uses, so
@@ -369,6 +403,24 @@ impl Instance {
         if let Some(mut c) = self.child.take() {
             let _ = Command::new("kill").arg(c.id().to_string()).status();
             let _ = c.wait();
+        }
+    }
+
+    /// SIGSTOP: the process freezes (a long GC pause, a VM migration, a stalled disk).
+    pub fn pause(&self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-STOP", &c.id().to_string()])
+                .status();
+        }
+    }
+
+    /// SIGCONT: it goes on from where it froze.
+    pub fn resume(&self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
         }
     }
 

@@ -265,6 +265,12 @@ pub enum Command {
     Close {
         task: TaskId,
     },
+    /// The task's stores cannot be trusted (`why`): set them aside at the next open, so the
+    /// task restores from an empty store. Comes with a close.
+    Discard {
+        task: TaskId,
+        why: String,
+    },
     Fetch {
         fetch: RequestId,
         wants: Vec<FetchWant>,
@@ -694,6 +700,7 @@ impl ThreadMachine {
             by_tp.insert(&r.tp, r);
         }
         let mut batches = Vec::new();
+        let mut discard = Vec::new();
         for t in self.tasks.values_mut() {
             if fetch < t.fresh_from {
                 continue;
@@ -707,6 +714,19 @@ impl ThreadMachine {
                         else {
                             continue;
                         };
+                        if hw < c.fetch_position {
+                            // The changelog ends before what the store holds: the store is
+                            // from another life of the topic (recreated, or the broker lost
+                            // its data). Trusted, it would count everything twice.
+                            discard.push((
+                                t.id,
+                                format!(
+                                    "its checkpoint {} is past its changelog's end {hw} ({})",
+                                    c.fetch_position, c.tp
+                                ),
+                            ));
+                            break;
+                        }
                         c.end = Some(hw);
                         if r.next > c.fetch_position {
                             c.fetch_position = r.next;
@@ -739,6 +759,10 @@ impl ThreadMachine {
                 }
                 _ => {}
             }
+        }
+        for (task, why) in discard {
+            out.push(Command::Discard { task, why });
+            self.reopen(task, now, out);
         }
         for (task, inputs) in batches {
             let batch = self.id();

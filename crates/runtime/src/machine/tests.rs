@@ -692,3 +692,55 @@ fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
     assert_eq!(joins(&cmds), ["released revoked actives"]);
     assert!(m.report().owned.is_empty(), "released");
 }
+
+#[test]
+fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[0], &[], &[], S), S);
+    let cmds = m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![500],
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).unwrap();
+    // The changelog was recreated: it ends at 20, before the store's 500.
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![FetchResult {
+                tp: tp("app-counts-changelog", 0),
+                from: 500,
+                next: 500,
+                high_watermark: Some(20),
+            }],
+        },
+        S,
+    );
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::Discard { task: t, .. } if *t == task(0))),
+        "{cmds:?}"
+    );
+    assert!(cmds.contains(&Command::Close { task: task(0) }));
+    assert!(
+        !cmds.iter().any(|c| matches!(c, Command::Absorb { .. })),
+        "nothing of the stale store is trusted"
+    );
+    // After the backoff the task opens again (empty) and restores from 0.
+    let cmds = m.handle(Event::Tick, S + ms(300));
+    assert!(cmds.contains(&Command::Open {
+        task: task(0),
+        role: Role::Active
+    }));
+    let cmds = m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![0],
+        },
+        S + ms(300),
+    );
+    assert_eq!(fetch_of(&cmds).unwrap().1[0].offset, 0);
+}

@@ -1,0 +1,252 @@
+//! Opening a task's stores, healing what cannot be trusted: a store whose files are damaged,
+//! a task directory that holds another task's or application's state, or a store the caller
+//! knows is from another life of its changelog (its checkpoint is past the changelog's end)
+//! is moved aside (kept for inspection, and logged with where) and opened empty, to be rebuilt
+//! from the changelog. Errors of the machine (a full disk, no permission) never get a store
+//! thrown away: they are reported once, with the free space, and the open is retried later.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use baton_assignor::TaskId;
+
+use crate::state_dir::StateDir;
+use crate::store::{StoreError, TaskStore};
+
+/// A store opened at its checkpoint (0 for a new or rebuilt store).
+pub struct OpenedStore {
+    pub name: String,
+    pub store: TaskStore,
+    pub checkpoint: i64,
+}
+
+pub enum OpenError {
+    /// Another thread of this process holds a store: retry soon.
+    Busy,
+    /// The open failed for a reason a later try may not have (disk full, permissions).
+    Failed(String),
+}
+
+/// Remembers the last open failure of each task, so a failure repeated on every retry is
+/// logged once (and its end too), not once per retry.
+#[derive(Default)]
+pub struct OpenFailures {
+    last: BTreeMap<TaskId, (String, u32)>,
+}
+
+impl OpenFailures {
+    fn failed(&mut self, task: TaskId, error: &str, state_dir: &Path) {
+        match self.last.get_mut(&task) {
+            Some((e, n)) if e == error => {
+                *n += 1;
+                tracing::debug!(task = %task, error, tries = *n, "still cannot open the task's stores");
+            }
+            _ => {
+                tracing::error!(
+                    task = %task,
+                    error,
+                    state_dir = %state_dir.display(),
+                    free_bytes = free_bytes(state_dir).map_or("unknown".into(), |b| b.to_string()),
+                    "cannot open the task's stores; the task waits and retries (logged once)"
+                );
+                self.last.insert(task, (error.to_owned(), 1));
+            }
+        }
+    }
+
+    fn opened(&mut self, task: TaskId) {
+        if let Some((error, tries)) = self.last.remove(&task) {
+            tracing::info!(task = %task, tries, last_error = %error, "the task's stores opened after failing");
+        }
+    }
+}
+
+/// Opens `task`'s stores (`names`, in the topology's order). `rebuild`: why they must be
+/// moved aside first, if they must.
+pub fn open_stores(
+    state_dir: &StateDir,
+    application: &str,
+    task: TaskId,
+    names: &[&str],
+    rebuild: Option<&str>,
+    failures: &mut OpenFailures,
+) -> Result<Vec<OpenedStore>, OpenError> {
+    let fail = |failures: &mut OpenFailures, error: String| {
+        failures.failed(task, &error, state_dir.root());
+        Err(OpenError::Failed(error))
+    };
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    if let Some(why) = rebuild {
+        if let Err(e) = set_aside(state_dir, task, None, why) {
+            return fail(failures, e);
+        }
+    }
+    match state_dir.check_owner(task, application) {
+        Ok(true) => {}
+        Ok(false) => {
+            if let Err(e) = set_aside(
+                state_dir,
+                task,
+                None,
+                "it holds another task's or application's state",
+            ) {
+                return fail(failures, e);
+            }
+            if let Err(e) = state_dir.check_owner(task, application) {
+                return fail(failures, format!("marking the task directory: {e}"));
+            }
+        }
+        Err(e) => return fail(failures, format!("reading the task directory's owner: {e}")),
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for &name in names {
+        match open_one(state_dir, task, name) {
+            Ok(s) => out.push(s),
+            Err(StoreError::Busy { .. }) => return Err(OpenError::Busy),
+            Err(e) if e.is_corrupt() => {
+                if let Err(moved) = set_aside(state_dir, task, Some(name), &e.to_string()) {
+                    return fail(failures, moved);
+                }
+                match open_one(state_dir, task, name) {
+                    Ok(s) => out.push(s),
+                    Err(StoreError::Busy { .. }) => return Err(OpenError::Busy),
+                    Err(e) => return fail(failures, e.to_string()),
+                }
+            }
+            Err(e) => return fail(failures, e.to_string()),
+        }
+    }
+    failures.opened(task);
+    Ok(out)
+}
+
+fn open_one(state_dir: &StateDir, task: TaskId, name: &str) -> Result<OpenedStore, StoreError> {
+    let store = TaskStore::open(state_dir.root(), task, name)?;
+    let checkpoint = store.checkpoint()?.unwrap_or(0);
+    Ok(OpenedStore {
+        name: name.to_owned(),
+        store,
+        checkpoint,
+    })
+}
+
+/// Moves a store (or a whole task directory) aside, logging why and where to.
+fn set_aside(
+    state_dir: &StateDir,
+    task: TaskId,
+    store: Option<&str>,
+    why: &str,
+) -> Result<(), String> {
+    match state_dir.move_aside(task, store) {
+        Ok(Some(to)) => {
+            tracing::warn!(
+                task = %task,
+                store = store.unwrap_or("all"),
+                why,
+                moved_to = %to.display(),
+                "state moved aside; rebuilding it from the changelog"
+            );
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(format!("moving the task's state aside: {e}")),
+    }
+}
+
+/// Bytes free for unprivileged use on the filesystem holding `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(name: &str) -> std::path::PathBuf {
+        let r = std::env::temp_dir().join(format!("baton-heal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&r);
+        r
+    }
+
+    #[test]
+    fn a_corrupt_store_is_moved_aside_and_opened_empty() {
+        let r = root("corrupt");
+        let dir = StateDir::new(&r);
+        let task = TaskId::new(0, 3);
+        let mut failures = OpenFailures::default();
+        let s = open_stores(&dir, "app", task, &["counts"], None, &mut failures)
+            .ok()
+            .unwrap();
+        s[0].store
+            .apply(&[(b"k".to_vec(), Some(b"v".to_vec()))], Some(7))
+            .unwrap();
+        s[0].store.persist(true).unwrap();
+        drop(s);
+        // Damage every file of the store.
+        for entry in walk(&dir.store_dir(task, "counts")) {
+            std::fs::write(&entry, b"garbage, not an LSM file").unwrap();
+        }
+        let s = open_stores(&dir, "app", task, &["counts"], None, &mut failures)
+            .ok()
+            .unwrap();
+        assert_eq!(s[0].checkpoint, 0, "rebuilt from scratch");
+        assert_eq!(s[0].store.get(b"k").unwrap(), None);
+        let kept: Vec<_> = std::fs::read_dir(r.join("quarantine"))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert_eq!(kept.len(), 1, "the damaged store is kept for inspection");
+        let _ = std::fs::remove_dir_all(&r);
+    }
+
+    #[test]
+    fn another_tasks_state_is_never_served() {
+        let r = root("swap");
+        let dir = StateDir::new(&r);
+        let (a, b) = (TaskId::new(0, 1), TaskId::new(0, 2));
+        let mut failures = OpenFailures::default();
+        let s = open_stores(&dir, "app", a, &["counts"], None, &mut failures)
+            .ok()
+            .unwrap();
+        s[0].store
+            .apply(&[(b"k".to_vec(), Some(b"a's".to_vec()))], Some(5))
+            .unwrap();
+        drop(s);
+        std::fs::rename(dir.task_dir(a), dir.task_dir(b)).unwrap();
+        let s = open_stores(&dir, "app", b, &["counts"], None, &mut failures)
+            .ok()
+            .unwrap();
+        assert_eq!(s[0].checkpoint, 0);
+        assert_eq!(s[0].store.get(b"k").unwrap(), None);
+        drop(s);
+        // And a store the caller knows is from another life of its changelog.
+        let s = open_stores(&dir, "app", b, &["counts"], None, &mut failures)
+            .ok()
+            .unwrap();
+        s[0].store
+            .apply(&[(b"k".to_vec(), Some(b"old".to_vec()))], Some(9))
+            .unwrap();
+        drop(s);
+        let s = open_stores(&dir, "app", b, &["counts"], Some("test"), &mut failures)
+            .ok()
+            .unwrap();
+        assert_eq!(s[0].checkpoint, 0);
+        let _ = std::fs::remove_dir_all(&r);
+    }
+
+    fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
