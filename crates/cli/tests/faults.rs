@@ -28,6 +28,7 @@ fn faults() {
     timed("damaged state", damaged_state_is_rebuilt);
     timed("lost broker", checkpoint_past_a_recreated_changelog);
     timed("paused", paused_past_the_session_timeout);
+    timed("disk full", disk_full_then_freed);
     eprintln!(
         "fault suite: {} ({:.0} s in all)",
         times.join(", "),
@@ -156,6 +157,89 @@ fn paused_past_the_session_timeout() {
     }
     a.stop();
     b.stop();
+}
+
+/// A small tmpfs, unmounted on drop. `None` where this process may not mount (not root).
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: &Path, megabytes: u32) -> Option<SmallDisk> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={megabytes}m"), "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk(at.to_owned()))
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let block = vec![0u8; 64 << 10];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The state directory's disk fills up while events flow, then space returns. Writes the
+/// store cannot take are not run again (their output is acknowledged): the store catches up
+/// from the changelog once space returns. Nothing lost, nothing repeated, no log flood.
+fn disk_full_then_freed() {
+    let cluster = Cluster::new("diskfull");
+    let Some(disk) = SmallDisk::mount(&cluster.dir.join("a"), 48) else {
+        eprintln!("disk full: SKIPPED, this process cannot mount a tmpfs (run the tests as root to include it)");
+        return;
+    };
+    let mut a = cluster.spawn("a", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "disk full: a");
+    let filler = disk.fill();
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(
+        a.await_log(&["free_bytes="], Duration::from_secs(10)),
+        "the full disk is reported, with the free space\n{}",
+        a.log_text()
+    );
+    std::fs::remove_file(&filler).unwrap();
+    cluster.await_all_processing(now_ms(), "disk full: space returned");
+    let duplicates = cluster.check_counts(&mut producer, "disk full");
+    assert_eq!(
+        duplicates, 0,
+        "nothing crashed: nothing may be counted twice"
+    );
+    let produced: i64 = cluster.final_counts().values().sum();
+    let outputs: usize = cluster.read_output().values().map(Vec::len).sum();
+    assert_eq!(
+        outputs as i64, produced,
+        "one output per event: acknowledged output never repeated"
+    );
+    let reports = a
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("free_bytes="))
+        .count();
+    eprintln!("disk full: reported in {reports} log lines");
+    // Three tasks, each failing two kinds of work (taking a batch, closing the store).
+    assert!(
+        reports <= 6,
+        "reported once per task and kind of failure, not per retry: {reports} lines"
+    );
+    a.stop();
+    drop(disk);
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {

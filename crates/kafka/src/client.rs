@@ -23,12 +23,22 @@ use baton_protocol::TopicPartition;
 use crate::connection::Connection;
 use crate::error::{check, Error, Result};
 
-/// How to retry a retriable error.
-#[derive(Debug, Clone, Copy)]
+/// How to retry a failure: the one policy of the client's requests and the runtime's task
+/// retries. The wait doubles from `first` up to `max`; `attempts` bounds the tries where a
+/// caller gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     pub first: Duration,
     pub max: Duration,
     pub attempts: u32,
+}
+
+impl Backoff {
+    /// The wait before retry number `failures` (1 after the first failure).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(20);
+        self.first.saturating_mul(1 << doublings).min(self.max)
+    }
 }
 
 impl Default for Backoff {
@@ -164,15 +174,13 @@ impl Client {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut delay = self.backoff.first;
         let mut attempt = 0;
         loop {
             match op().await {
                 Err(e) if e.is_retriable() && attempt + 1 < self.backoff.attempts => {
-                    tracing::debug!(error = %e, attempt, "retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(self.backoff.max);
                     attempt += 1;
+                    tracing::debug!(error = %e, attempt, "retrying");
+                    tokio::time::sleep(self.backoff.delay(attempt)).await;
                 }
                 other => return other,
             }

@@ -10,6 +10,6 @@ pub mod offsets;
 pub mod records;
 pub mod testing;
 
-pub use client::Client;
+pub use client::{Backoff, Client};
 pub use error::{Error, Result};
 pub use member::{Beat, GroupMember, MemberConfig, Pulse};

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
 
@@ -27,19 +28,37 @@ pub enum OpenError {
     Failed(String),
 }
 
-/// Remembers the last open failure of each task, so a failure repeated on every retry is
-/// logged once (and its end too), not once per retry.
+/// Remembers the last store failure of each task, so a failure repeated on every retry (a
+/// full disk fails every open, restore and write until space returns) is logged once, with
+/// the state directory's free space, and its end once too; not once per retry. A success
+/// between failures (a write the memtable took) does not end the streak: only a quiet spell.
 #[derive(Default)]
-pub struct OpenFailures {
-    last: BTreeMap<TaskId, (String, u32)>,
+pub struct StoreFailures {
+    /// Per task and kind of work: the last error, how often it came, and when it last did.
+    last: BTreeMap<(TaskId, String), Streak>,
 }
 
-impl OpenFailures {
-    fn failed(&mut self, task: TaskId, error: &str, state_dir: &Path) {
-        match self.last.get_mut(&task) {
-            Some((e, n)) if e == error => {
-                *n += 1;
-                tracing::debug!(task = %task, error, tries = *n, "still cannot open the task's stores");
+struct Streak {
+    error: String,
+    tries: u32,
+    at: Instant,
+}
+
+/// A failure repeated within this is the same streak; a success this long after the last
+/// failure ends it.
+const STREAK_GAP: Duration = Duration::from_secs(60);
+const QUIET: Duration = Duration::from_secs(5);
+
+impl StoreFailures {
+    /// `what` failed for `task` with `error`; the task waits and retries.
+    pub fn failed(&mut self, task: TaskId, what: &str, error: &str, state_dir: &Path) {
+        let key = (task, what.to_owned());
+        let now = Instant::now();
+        match self.last.get_mut(&key) {
+            Some(s) if s.error == error && now.duration_since(s.at) < STREAK_GAP => {
+                s.tries += 1;
+                s.at = now;
+                tracing::debug!(task = %task, error, tries = s.tries, "{what}: failed again");
             }
             _ => {
                 tracing::error!(
@@ -47,16 +66,33 @@ impl OpenFailures {
                     error,
                     state_dir = %state_dir.display(),
                     free_bytes = free_bytes(state_dir).map_or("unknown".into(), |b| b.to_string()),
-                    "cannot open the task's stores; the task waits and retries (logged once)"
+                    "{what}: the task waits and retries with backoff; its other tasks go on (logged once until it recovers)"
                 );
-                self.last.insert(task, (error.to_owned(), 1));
+                self.last.insert(
+                    key,
+                    Streak {
+                        error: error.to_owned(),
+                        tries: 1,
+                        at: now,
+                    },
+                );
             }
         }
     }
 
-    fn opened(&mut self, task: TaskId) {
-        if let Some((error, tries)) = self.last.remove(&task) {
-            tracing::info!(task = %task, tries, last_error = %error, "the task's stores opened after failing");
+    /// `task`'s store work succeeded: a failure streak quiet for a while is over.
+    pub fn recovered(&mut self, task: TaskId) {
+        let ended: Vec<(TaskId, String)> = self
+            .last
+            .range((task, String::new())..)
+            .take_while(|((t, _), _)| *t == task)
+            .filter(|(_, s)| s.at.elapsed() >= QUIET)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in ended {
+            if let Some(s) = self.last.remove(&key) {
+                tracing::info!(task = %task, what = %key.1, tries = s.tries, last_error = %s.error, "the task's stores work again");
+            }
         }
     }
 }
@@ -69,10 +105,10 @@ pub fn open_stores(
     task: TaskId,
     names: &[&str],
     rebuild: Option<&str>,
-    failures: &mut OpenFailures,
+    failures: &mut StoreFailures,
 ) -> Result<Vec<OpenedStore>, OpenError> {
-    let fail = |failures: &mut OpenFailures, error: String| {
-        failures.failed(task, &error, state_dir.root());
+    let fail = |failures: &mut StoreFailures, error: String| {
+        failures.failed(task, "opening the task's stores", &error, state_dir.root());
         Err(OpenError::Failed(error))
     };
     if names.is_empty() {
@@ -118,7 +154,6 @@ pub fn open_stores(
             Err(e) => return fail(failures, e.to_string()),
         }
     }
-    failures.opened(task);
     Ok(out)
 }
 
@@ -176,7 +211,7 @@ mod tests {
         let r = root("corrupt");
         let dir = StateDir::new(&r);
         let task = TaskId::new(0, 3);
-        let mut failures = OpenFailures::default();
+        let mut failures = StoreFailures::default();
         let s = open_stores(&dir, "app", task, &["counts"], None, &mut failures)
             .ok()
             .unwrap();
@@ -207,7 +242,7 @@ mod tests {
         let r = root("swap");
         let dir = StateDir::new(&r);
         let (a, b) = (TaskId::new(0, 1), TaskId::new(0, 2));
-        let mut failures = OpenFailures::default();
+        let mut failures = StoreFailures::default();
         let s = open_stores(&dir, "app", a, &["counts"], None, &mut failures)
             .ok()
             .unwrap();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
 use baton_kafka::records::{FetchWant as WireWant, Fetched, KeyValue};
-use baton_kafka::{Client, GroupMember, MemberConfig};
+use baton_kafka::{Backoff, Client, GroupMember, MemberConfig};
 use baton_protocol::TopicPartition;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -23,7 +23,7 @@ use crate::catchup::{next_position, Catchup};
 use crate::config::OversizedRecord;
 use crate::context::Context;
 use crate::error::Result;
-use crate::heal::{open_stores, OpenError, OpenFailures};
+use crate::heal::{open_stores, OpenError, StoreFailures};
 use crate::machine::{
     Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, ThreadMachine,
 };
@@ -131,7 +131,11 @@ impl StreamThread {
                 restore_fetch_bytes: cfg.restore_fetch_bytes,
                 input_fetch_bytes: INPUT_FETCH_BYTES,
                 static_membership: cfg.static_membership,
-                retry_backoff: Duration::from_millis(200),
+                retry_backoff: Backoff {
+                    first: Duration::from_millis(200),
+                    max: Duration::from_secs(10),
+                    attempts: u32::MAX,
+                },
             },
             self.ctx.wire.clone(),
             epoch.elapsed(),
@@ -160,7 +164,7 @@ impl StreamThread {
             tasks: BTreeMap::new(),
             buffers: BTreeMap::new(),
             rebuild: BTreeMap::new(),
-            open_failures: OpenFailures::default(),
+            store_failures: StoreFailures::default(),
             fetch: None,
             requests,
             report: report_tx,
@@ -185,7 +189,7 @@ struct Driver {
     buffers: BTreeMap<TopicPartition, Fetched>,
     /// Tasks whose stores cannot be trusted (and why): set aside at the next open.
     rebuild: BTreeMap<TaskId, String>,
-    open_failures: OpenFailures,
+    store_failures: StoreFailures,
     fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
     requests: mpsc::UnboundedSender<Request>,
     report: watch::Sender<crate::machine::Report>,
@@ -384,11 +388,13 @@ impl Driver {
                 if let Some(t) = self.tasks.get(&task) {
                     let result =
                         blocking(|| t.stores.iter().try_for_each(|s| s.store.persist(true)));
-                    if let Err(e) = result {
-                        self.local.push_back(Event::StoreFailed {
+                    match result {
+                        // Durable: whatever failed before works again.
+                        Ok(()) => self.store_failures.recovered(task),
+                        Err(e) => self.local.push_back(Event::StoreFailed {
                             task,
                             error: e.to_string(),
-                        });
+                        }),
                     }
                 }
             }
@@ -464,7 +470,7 @@ impl Driver {
                 task,
                 &names,
                 rebuild.as_deref(),
-                &mut self.open_failures,
+                &mut self.store_failures,
             )
         });
         let stores: Vec<StoreIo> = match opened {
@@ -509,16 +515,23 @@ impl Driver {
 
     fn close(&mut self, task: TaskId) {
         if let Some(mut t) = self.tasks.remove(&task) {
-            blocking(|| {
+            let errors: Vec<String> = blocking(|| {
+                let mut errors = Vec::new();
                 for s in &mut t.stores {
                     if let Err(e) = s.catchup.wait() {
-                        tracing::warn!(task = %task, store = %s.name, error = %e, "a bulk load failed");
+                        errors.push(format!("store {}: a bulk load failed: {e}", s.name));
                     }
                     if let Err(e) = s.store.persist(true) {
-                        tracing::warn!(task = %task, store = %s.name, error = %e, "persisting a released store");
+                        errors.push(format!("store {}: persisting on release: {e}", s.name));
                     }
                 }
+                errors
             });
+            let root = self.ctx.cfg.state_dir.clone();
+            for e in errors {
+                self.store_failures
+                    .failed(task, "closing the task's stores", &e, &root);
+            }
             if !t.stores.is_empty() {
                 self.ctx.state_dir.touch(task);
             }
@@ -621,7 +634,9 @@ impl Driver {
                 }
             }
             Err(e) => {
-                tracing::error!(task = %task, error = %e, "the store failed; reopening it");
+                let root = self.ctx.cfg.state_dir.clone();
+                self.store_failures
+                    .failed(task, "restoring into the store", &e.to_string(), &root);
                 if e.is_corrupt() {
                     self.rebuild.insert(task, e.to_string());
                 }
@@ -793,13 +808,21 @@ impl Driver {
         for (idx, writes, next) in applied {
             let s = &mut t.stores[idx];
             if let Err(e) = blocking(|| s.store.apply_lazily(&writes, Some(next))) {
-                tracing::error!(task = %task, store = %s.name, error = %e, "the store cannot take a batch whose output is acknowledged; rebuilding it from the changelog");
+                // Never run again: the changelog and the sink hold it. The store catches up
+                // from the changelog once it works again.
+                self.store_failures.failed(
+                    task,
+                    "the store cannot take a batch whose output is acknowledged; its input is done and the store catches up from the changelog",
+                    &e.to_string(),
+                    &self.ctx.cfg.state_dir,
+                );
                 return failed(true);
             }
             s.catchup.advance_to(next);
             next_by_changelog.push((idx, next));
         }
         self.ctx.status.add_processed(task, records);
+        self.store_failures.recovered(task);
         Event::BatchDone {
             task,
             batch,

@@ -251,7 +251,11 @@ impl World {
             restore_fetch_bytes: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
-            retry_backoff: ms(100),
+            retry_backoff: baton_kafka::Backoff {
+                first: ms(100),
+                max: ms(3_200),
+                attempts: u32::MAX,
+            },
         }
     }
 

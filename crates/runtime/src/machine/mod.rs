@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
+use baton_kafka::Backoff;
 use baton_protocol::bridge::Topology as WireTopology;
 use baton_protocol::TopicPartition;
 
@@ -54,7 +55,7 @@ pub struct MachineConfig {
     /// A static member keeps its place on shutdown: it does not leave the group.
     pub static_membership: bool,
     /// The pause before retrying a failed open or batch.
-    pub retry_backoff: Duration,
+    pub retry_backoff: Backoff,
 }
 
 /// What one join round gave this member.
@@ -490,7 +491,10 @@ impl ThreadMachine {
                 }
             }
             Event::OpenBusy { task } => self.retry_later(task, now, Duration::from_millis(20)),
-            Event::OpenFailed { task, .. } => self.retry_later(task, now, self.cfg.retry_backoff),
+            Event::OpenFailed { task, .. } => {
+                let after = self.failed(task);
+                self.retry_later(task, now, after)
+            }
             Event::Fetched { fetch, results } => {
                 if self.fetch == Some(fetch) {
                     self.fetch = None;
@@ -528,7 +532,8 @@ impl ThreadMachine {
             Event::CommittedReadFailed { task } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
                     t.reading_committed = false;
-                    t.retry_at = Some(now + self.cfg.retry_backoff);
+                    t.failures += 1;
+                    t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
                 }
             }
             Event::BatchDone {
@@ -557,7 +562,8 @@ impl ThreadMachine {
                     self.commit_offsets(task, uncommitted, &mut out);
                     self.reopen(task, now, &mut out);
                 } else {
-                    t.retry_at = Some(now + self.cfg.retry_backoff);
+                    t.failures += 1;
+                    t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
                 }
             }
             Event::CommitDone { commit, ok } => {
@@ -791,6 +797,9 @@ impl ThreadMachine {
         let Some(c) = t.changelogs.get_mut(changelog) else {
             return;
         };
+        if stored > c.stored {
+            t.failures = 0;
+        }
         c.stored = c.stored.max(stored);
         if t.role == Role::Warmup
             && !t.reported_caught_up
@@ -811,6 +820,7 @@ impl ThreadMachine {
         let Some(b) = t.batch.take_if(|b| b.id == batch) else {
             return;
         };
+        t.failures = 0;
         for (i, next) in b.inputs {
             t.sources[i].position = Some(next);
         }
@@ -1013,6 +1023,17 @@ impl ThreadMachine {
         }
     }
 
+    /// Counts a failure of `task`; the wait before its retry.
+    fn failed(&mut self, task: TaskId) -> Duration {
+        match self.tasks.get_mut(&task) {
+            Some(t) => {
+                t.failures += 1;
+                self.cfg.retry_backoff.delay(t.failures)
+            }
+            None => self.cfg.retry_backoff.first,
+        }
+    }
+
     fn retry_later(&mut self, task: TaskId, now: Duration, after: Duration) {
         if let Some(t) = self.tasks.get_mut(&task) {
             if t.phase == Phase::Opening {
@@ -1027,13 +1048,15 @@ impl ThreadMachine {
             return;
         };
         out.push(Command::Close { task });
+        let failures = t.failures + 1;
         let mut fresh = TaskState::new(
             task,
             t.role,
             t.changelogs.iter().map(|c| c.tp.clone()).collect(),
             t.sources.iter().map(|s| s.tp.clone()).collect(),
         );
-        fresh.retry_at = Some(now + self.cfg.retry_backoff);
+        fresh.failures = failures;
+        fresh.retry_at = Some(now + self.cfg.retry_backoff.delay(failures));
         fresh.sources = t.sources.clone();
         *t = fresh;
     }

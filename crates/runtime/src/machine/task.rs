@@ -68,6 +68,8 @@ pub struct TaskState {
     /// Answers to fetches older than this are ignored: they may predate the role (a promoted
     /// standby must see the changelog end after its previous owner's last write).
     pub fresh_from: RequestId,
+    /// Failures since the task last made progress: each retry waits longer.
+    pub failures: u32,
 }
 
 impl TaskState {
@@ -103,6 +105,7 @@ impl TaskState {
             retry_at: None,
             reported_caught_up: false,
             fresh_from: RequestId(0),
+            failures: 0,
         }
     }
 

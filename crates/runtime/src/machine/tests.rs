@@ -44,7 +44,11 @@ fn machine() -> ThreadMachine {
             restore_fetch_bytes: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
-            retry_backoff: ms(200),
+            retry_backoff: baton_kafka::Backoff {
+                first: ms(200),
+                max: 10 * S,
+                attempts: u32::MAX,
+            },
         },
         topology(),
         Duration::ZERO,
