@@ -64,7 +64,7 @@ pub fn parse_cluster_json(text: &str) -> Result<Cluster, InputError> {
 /// Parses cluster state JSON into the unvalidated model (offset sums already turned into lags).
 pub fn parse_cluster_state(text: &str) -> Result<ClusterState, InputError> {
     let de = &mut serde_json::Deserializer::from_str(text);
-    let raw: RawInput = serde_path_to_error::deserialize(de).map_err(|e| {
+    let raw: RawInput = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." || path == "?" {
             "input".to_owned()
@@ -72,6 +72,17 @@ pub fn parse_cluster_state(text: &str) -> Result<ClusterState, InputError> {
             path
         };
         InputError::new(path, e.into_inner().to_string())
+    })?;
+    // One document: anything after it but whitespace is an error, not ignored.
+    de.end().map_err(|e| {
+        InputError::new(
+            "input",
+            format!(
+                "unexpected data after the JSON document (line {}, column {})",
+                e.line(),
+                e.column()
+            ),
+        )
     })?;
     convert(raw)
 }
@@ -174,6 +185,18 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse_cluster_json(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn data_after_the_document_is_an_error() {
+        let e = err(r#"{"tasks": [], "clients": []} garbage"#);
+        assert!(e.contains("unexpected data after the JSON document"), "{e}");
+        let ok = "{\"tasks\": [{\"id\": \"0_0\"}], \"clients\": [{\"id\": \"a\"}]}\n  \n";
+        assert!(
+            parse_cluster_json(ok).is_ok(),
+            "{:?}",
+            parse_cluster_json(ok).err()
+        );
     }
 
     #[test]

@@ -46,8 +46,8 @@ pub fn run(args: AssignArgs) -> Result<(), Failure> {
     let assignor = args.assignor.assignor();
     let assignment = assignor.assign(&cluster);
     match args.format {
-        Format::Json => println!("{}", output::to_json(&assignment, false)),
-        Format::Table => print!("{}", table::render(&cluster, &assignment, assignor.name())),
+        Format::Json => crate::emit(&format!("{}\n", output::to_json(&assignment, false)))?,
+        Format::Table => crate::emit(&table::render(&cluster, &assignment, assignor.name()))?,
     }
     Ok(())
 }

@@ -67,7 +67,7 @@ pub fn decode(args: BlobArgs) -> Result<(), Failure> {
     }
     .map_err(|e| Failure::bad_input(e.to_string()))?
     .expect("metadata always serializes");
-    println!("{json}");
+    crate::emit(&format!("{json}\n"))?;
     Ok(())
 }
 
@@ -95,6 +95,10 @@ pub fn encode(args: BlobArgs) -> Result<(), Failure> {
         )
     } else {
         out.write_all(&bytes)
+    };
+    let written = match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
     };
     written.map_err(|e| Failure {
         message: format!("writing output: {e}"),

@@ -17,6 +17,9 @@ pub struct DrainArgs {
     /// The instance to drain (its --instance-id).
     #[arg(long)]
     instance: String,
+    /// Give up (exit 1) if the broker has not answered within this long.
+    #[arg(long, default_value_t = 30_000)]
+    timeout_ms: u64,
 }
 
 pub fn run(args: DrainArgs) -> Result<(), Failure> {
@@ -24,18 +27,19 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
         return Err(Failure::bad_input("--instance must not be empty"));
     }
     let runtime = tokio_runtime()?;
-    let offset = runtime
-        .block_on(async {
-            let client = Client::new(&[&args.bootstrap], "baton-drain");
-            baton_runtime::control::request_drain(&client, &args.group, &args.instance).await
-        })
-        .map_err(|e| Failure {
-            message: format!("draining {} of group {}: {e}", args.instance, args.group),
-            status: 1,
-        })?;
-    println!(
-        "drain requested for instance {} of group {} (control record {offset}); it exits once its tasks have moved",
+    let limit = std::time::Duration::from_millis(args.timeout_ms);
+    let offset = runtime.block_on(crate::within(limit, &args.bootstrap, async {
+        let client = Client::new(&[&args.bootstrap], "baton-drain");
+        client.set_request_timeout(limit);
+        baton_runtime::control::request_drain(&client, &args.group, &args.instance)
+            .await
+            .map_err(|e| Failure {
+                message: format!("draining {} of group {}: {e}", args.instance, args.group),
+                status: 1,
+            })
+    }))?;
+    crate::emit(&format!(
+        "drain requested for instance {} of group {} (control record {offset}); it exits once its tasks have moved\n",
         args.instance, args.group
-    );
-    Ok(())
+    ))
 }

@@ -23,6 +23,9 @@ pub struct InspectArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Give up (exit 1) if the broker has not answered everything within this long.
+    #[arg(long, default_value_t = 30_000)]
+    timeout_ms: u64,
 }
 
 pub fn run(args: InspectArgs) -> Result<(), Failure> {
@@ -39,22 +42,24 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
         changelogs.entry(sub).or_default().push(topic.to_owned());
     }
     let runtime = crate::tokio_runtime()?;
-    let view = runtime
-        .block_on(async {
-            let client = Client::new(&[&args.bootstrap], "baton-inspect");
-            inspect(&client, &args.group, &changelogs).await
-        })
-        .map_err(|e| Failure {
-            message: format!("inspecting group {}: {e}", args.group),
-            status: 1,
-        })?;
+    let limit = std::time::Duration::from_millis(args.timeout_ms);
+    let view = runtime.block_on(crate::within(limit, &args.bootstrap, async {
+        let client = Client::new(&[&args.bootstrap], "baton-inspect");
+        client.set_request_timeout(limit);
+        inspect(&client, &args.group, &changelogs)
+            .await
+            .map_err(|e| Failure {
+                message: format!("inspecting group {}: {e}", args.group),
+                status: 1,
+            })
+    }))?;
     if args.json {
-        println!(
-            "{}",
+        crate::emit(&format!(
+            "{}\n",
             serde_json::to_string_pretty(&view).expect("views serialize")
-        );
+        ))?;
     } else {
-        print!("{}", table(&view));
+        crate::emit(&table(&view))?;
     }
     Ok(())
 }

@@ -68,6 +68,39 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs `work`, giving up after `limit` with a failure that says the broker did not answer.
+/// Every command that talks to a broker runs under one, so none waits forever on a broker
+/// that accepts connections and never answers.
+pub async fn within<T>(
+    limit: std::time::Duration,
+    bootstrap: &str,
+    work: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+        Err(Failure {
+            message: format!(
+                "no answer from the broker at {bootstrap} within {:.0} s (--timeout-ms)",
+                limit.as_secs_f64()
+            ),
+            status: 1,
+        })
+    })
+}
+
+/// Writes a command's output to stdout. A reader that went away (`| head`) ends the command
+/// quietly: what it did not read it did not want. Other write errors are failures.
+pub fn emit(text: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure {
+            message: format!("writing output: {e}"),
+            status: 1,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// A failure with the exit status it maps to.
 pub struct Failure {
     pub message: String,

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use baton_kafka::client::NewTopic;
-use baton_kafka::records::KeyValue;
+use baton_kafka::records::{fitting, KeyValue, DEFAULT_BATCH_LIMIT};
 use baton_kafka::Client;
 use baton_runtime::partitioner::partition_for;
 use bytes::Bytes;
@@ -24,6 +24,7 @@ pub struct ProduceArgs {
     /// A broker to bootstrap from, HOST:PORT.
     #[arg(long)]
     bootstrap: String,
+    /// The topic to write to (created with --partitions if missing).
     #[arg(long, default_value = "events")]
     topic: String,
     /// Events per second.
@@ -35,6 +36,7 @@ pub struct ProduceArgs {
     /// How many distinct keys.
     #[arg(long, default_value_t = 100)]
     keys: u64,
+    /// Keys are this prefix and a number below --keys.
     #[arg(long, default_value = "key-")]
     key_prefix: String,
     /// Partitions of the topic if it has to be created.
@@ -43,6 +45,11 @@ pub struct ProduceArgs {
     /// The first event number (to continue an earlier run).
     #[arg(long, default_value_t = 0)]
     start: u64,
+    /// Give up (exit 1) when nothing could be written for this long: the broker is down or
+    /// silent. Shorter outages (a broker restart) are ridden out: the events are sent again
+    /// (a batch whose answer was lost may then be written twice).
+    #[arg(long, default_value_t = 30_000)]
+    timeout_ms: u64,
 }
 
 pub fn run(args: ProduceArgs) -> Result<(), Failure> {
@@ -51,45 +58,13 @@ pub fn run(args: ProduceArgs) -> Result<(), Failure> {
             "--rate, --keys and --partitions must be positive",
         ));
     }
-    let fail = |what: &str| {
-        let what = what.to_owned();
-        move |e: baton_kafka::Error| Failure {
-            message: format!("{what}: {e}"),
-            status: 1,
-        }
-    };
     let runtime = tokio_runtime()?;
+    let limit = Duration::from_millis(args.timeout_ms);
     runtime.block_on(async {
         let client = Client::new(&[&args.bootstrap], "baton-produce");
-        client
-            .create_topics(&[NewTopic {
-                name: args.topic.clone(),
-                partitions: args.partitions,
-                compacted: false,
-            }])
-            .await
-            .map_err(fail("creating the topic"))?;
-        let meta = client
-            .metadata(Some(std::slice::from_ref(&args.topic)))
-            .await
-            .map_err(fail("reading metadata"))?;
-        let partitions = meta
-            .topics
-            .first()
-            .map(|t| t.partitions.len() as u32)
-            .filter(|&n| n > 0)
-            .ok_or_else(|| Failure {
-                message: format!("topic {} has no partitions", args.topic),
-                status: 1,
-            })?;
-        let mut leaders = BTreeMap::new();
-        for p in 0..partitions as i32 {
-            let l = client
-                .leader(&args.topic, p)
-                .await
-                .map_err(fail("finding leaders"))?;
-            leaders.insert(p, l);
-        }
+        client.set_request_timeout(limit.min(Duration::from_secs(10)));
+        let (partitions, mut leaders) =
+            crate::within(limit, &args.bootstrap, prepare(&client, &args)).await?;
         let bar = if std::io::stderr().is_terminal() {
             let b = ProgressBar::new(args.count);
             b.set_style(
@@ -116,10 +91,18 @@ pub fn run(args: ProduceArgs) -> Result<(), Failure> {
                     .push((Some(Bytes::from(key)), Some(Bytes::from(n.to_string()))));
             }
             for (p, batch) in batches {
-                client
-                    .produce(&leaders[&p], &args.topic, p, &batch)
-                    .await
-                    .map_err(fail("producing"))?;
+                let target = Target {
+                    client: &client,
+                    topic: &args.topic,
+                    partition: p,
+                };
+                // After an outage a tick's events can be many: batches the broker takes.
+                let mut rest = &batch[..];
+                while !rest.is_empty() {
+                    let n = fitting(rest, DEFAULT_BATCH_LIMIT);
+                    target.send(&rest[..n], &mut leaders, limit, &bar).await?;
+                    rest = &rest[n..];
+                }
             }
             bar.set_position(due);
             sent = due;
@@ -127,12 +110,130 @@ pub fn run(args: ProduceArgs) -> Result<(), Failure> {
         }
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
-        println!(
-            "produced {sent} events over {} keys to {} in {secs:.1} s ({:.0}/s)",
+        crate::emit(&format!(
+            "produced {sent} events over {} keys to {} in {secs:.1} s ({:.0}/s)\n",
             args.keys,
             args.topic,
             sent as f64 / secs.max(1e-9)
-        );
-        Ok(())
+        ))
     })
+}
+
+fn failed(what: &str) -> impl FnOnce(baton_kafka::Error) -> Failure + '_ {
+    move |e| Failure {
+        message: format!("{what}: {e}"),
+        status: 1,
+    }
+}
+
+/// Creates the topic if missing; its partition count and each partition's leader.
+async fn prepare(
+    client: &Client,
+    args: &ProduceArgs,
+) -> Result<(u32, BTreeMap<i32, String>), Failure> {
+    client
+        .create_topics(&[NewTopic {
+            name: args.topic.clone(),
+            partitions: args.partitions,
+            compacted: false,
+        }])
+        .await
+        .map_err(failed("creating the topic"))?;
+    let meta = client
+        .metadata(Some(std::slice::from_ref(&args.topic)))
+        .await
+        .map_err(failed("reading metadata"))?;
+    let partitions = meta
+        .topics
+        .first()
+        .map(|t| t.partitions.len() as u32)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Failure {
+            message: format!("topic {} has no partitions", args.topic),
+            status: 1,
+        })?;
+    let mut leaders = BTreeMap::new();
+    for p in 0..partitions as i32 {
+        let l = client
+            .leader(&args.topic, p)
+            .await
+            .map_err(failed("finding leaders"))?;
+        leaders.insert(p, l);
+    }
+    Ok((partitions, leaders))
+}
+
+/// One partition to write to.
+struct Target<'a> {
+    client: &'a Client,
+    topic: &'a str,
+    partition: i32,
+}
+
+impl Target<'_> {
+    /// Writes one batch, riding out failures (a restarting broker, a moved leader) with
+    /// backoff for up to `limit` without success.
+    async fn send(
+        &self,
+        batch: &[KeyValue],
+        leaders: &mut BTreeMap<i32, String>,
+        limit: Duration,
+        bar: &ProgressBar,
+    ) -> Result<(), Failure> {
+        let (topic, partition) = (self.topic, self.partition);
+        let started = Instant::now();
+        let backoff = baton_kafka::Backoff {
+            first: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+            attempts: u32::MAX,
+        };
+        let mut failures = 0;
+        loop {
+            let leader = match leaders.get(&partition) {
+                Some(l) => Ok(l.clone()),
+                None => self.client.leader(topic, partition).await,
+            };
+            let result = match leader {
+                Ok(l) => {
+                    leaders.insert(partition, l.clone());
+                    self.client
+                        .produce(&l, topic, partition, batch)
+                        .await
+                        .map(|_| ())
+                }
+                Err(e) => Err(e),
+            };
+            let e = match result {
+                Ok(()) => {
+                    if failures > 0 {
+                        bar.suspend(|| {
+                            eprintln!("baton: writing to {topic}-{partition} works again")
+                        });
+                    }
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            failures += 1;
+            if started.elapsed() >= limit {
+                return Err(Failure {
+                    message: format!(
+                        "producing to {topic}-{partition}: nothing written for {:.0} s (--timeout-ms); last error: {e}",
+                        limit.as_secs_f64()
+                    ),
+                    status: 1,
+                });
+            }
+            if failures == 1 {
+                bar.suspend(|| {
+                    eprintln!(
+                        "baton: producing to {topic}-{partition} failed ({e}); retrying for up to {:.0} s",
+                        limit.as_secs_f64()
+                    )
+                });
+            }
+            leaders.remove(&partition);
+            tokio::time::sleep(backoff.delay(failures)).await;
+        }
+    }
 }

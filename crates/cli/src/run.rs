@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// baton_records_skipped_total. Batches are always split to fit; this is for one record.
     #[arg(long, default_value = "fail", value_parser = ["fail", "skip"])]
     on_oversized_record: String,
+    /// Give up (exit 1) if the broker has not answered the startup requests (topic metadata,
+    /// creating the changelog and sink topics) within this long.
+    #[arg(long, default_value_t = 60_000)]
+    startup_timeout_ms: u64,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -115,6 +119,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             .on_oversized_record
             .parse()
             .map_err(Failure::bad_input)?,
+        startup_timeout: Duration::from_millis(args.startup_timeout_ms),
         ..RuntimeConfig::default()
     };
     cfg.validate().map_err(Failure::bad_input)?;

@@ -75,8 +75,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         out = serde_json::to_string_pretty(&all).expect("reports serialize");
         out.push('\n');
     }
-    print!("{out}");
-    Ok(())
+    crate::emit(&out)
 }
 
 /// A progress bar on a terminal only: scripts and CI get clean output.

@@ -259,3 +259,110 @@ fn runtime_commands_reject_bad_options_before_connecting() {
     );
     assert_eq!(code, 2, "{err}");
 }
+
+/// A listener that accepts connections and never answers, until dropped.
+struct SilentBroker {
+    addr: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SilentBroker {
+    fn start() -> SilentBroker {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok((c, _)) = listener.accept() {
+                    held.push(c);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        });
+        SilentBroker { addr, stop }
+    }
+}
+
+impl Drop for SilentBroker {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn broker_commands_give_up_on_a_silent_or_refusing_broker_within_their_timeout() {
+    let silent = SilentBroker::start();
+    let state = std::env::temp_dir().join(format!("baton-silent-{}", std::process::id()));
+    let state = state.to_str().unwrap().to_owned();
+    for addr in [silent.addr.as_str(), "127.0.0.1:1"] {
+        let commands: [Vec<&str>; 4] = [
+            vec!["inspect", "--group", "g", "--timeout-ms", "2000"],
+            vec![
+                "drain",
+                "--group",
+                "g",
+                "--instance",
+                "a",
+                "--timeout-ms",
+                "2000",
+            ],
+            vec!["produce", "--count", "10", "--timeout-ms", "2000"],
+            vec![
+                "run",
+                "--instance-id",
+                "a",
+                "--state-dir",
+                &state,
+                "--startup-timeout-ms",
+                "2000",
+            ],
+        ];
+        for mut args in commands {
+            args.extend(["--bootstrap", addr]);
+            let started = std::time::Instant::now();
+            let (code, _, err) = baton(&args, None);
+            let secs = started.elapsed().as_secs_f64();
+            assert_eq!(code, 1, "{args:?}: {err}");
+            assert!(secs < 15.0, "{args:?} took {secs:.1} s against {addr}");
+            assert!(
+                err.contains(addr) || err.contains("refused") || err.contains("timed out"),
+                "{args:?}: the error says what did not answer: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    // Enough output to fill the pipe: 3,000 tasks over 30 clients.
+    let tasks: Vec<String> = (0..3000).map(|p| format!(r#"{{"id": "0_{p}"}}"#)).collect();
+    let clients: Vec<String> = (0..30).map(|c| format!(r#"{{"id": "c{c}"}}"#)).collect();
+    let input = format!(
+        r#"{{"tasks": [{}], "clients": [{}]}}"#,
+        tasks.join(","),
+        clients.join(",")
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["assign", "--format", "table"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -42,6 +42,9 @@ pub struct RuntimeConfig {
     pub user_endpoint: String,
     /// What to do with an output record larger than any batch the broker takes.
     pub on_oversized_record: OversizedRecord,
+    /// How long startup (topic metadata, creating changelog and sink topics) may wait for the
+    /// broker before the instance gives up with an error.
+    pub startup_timeout: Duration,
 }
 
 /// What to do with an output record that no record batch can carry (larger than the
@@ -85,6 +88,7 @@ impl Default for RuntimeConfig {
             metrics_addr: None,
             static_membership: false,
             on_oversized_record: OversizedRecord::Fail,
+            startup_timeout: Duration::from_secs(60),
             user_endpoint: String::new(),
         }
     }

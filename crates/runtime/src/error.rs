@@ -18,6 +18,9 @@ pub enum RuntimeError {
     /// `on.oversized.record=fail`) and stopped the instance.
     #[error("stopped: {0}")]
     Failed(String),
+    /// The broker did not answer in time.
+    #[error("{0}")]
+    Unanswered(String),
     #[error("{what}: {source}")]
     Io {
         what: String,

@@ -27,37 +27,19 @@ pub async fn run(
     let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();
     let client = Client::new(&bootstrap, &cfg.instance_id);
 
-    let partitions = partition_counts(&client, &topology).await?;
-    let wire = topology.wire(&partitions)?;
-    let mut topics = Vec::new();
-    for s in wire.subtopologies.values() {
-        for t in &s.changelog_topics {
-            topics.push(NewTopic {
-                name: t.clone(),
-                partitions: s.partitions as i32,
-                compacted: true,
-            });
+    // Bounded, and given up on shutdown: a broker that is down or silent at startup is an
+    // error the operator sees, not a hang.
+    let mut stop = shutdown.clone();
+    let (wire, sink_partitions) = tokio::select! {
+        prepared = tokio::time::timeout(cfg.startup_timeout, prepare(&client, &topology)) => {
+            prepared.map_err(|_| RuntimeError::Unanswered(format!(
+                "the broker at {} did not answer within {:.0} s of startup (startup.timeout.ms)",
+                cfg.bootstrap.join(","),
+                cfg.startup_timeout.as_secs_f64()
+            )))??
         }
-    }
-    let mut sink_partitions = BTreeMap::new();
-    for (sub, s) in &wire.subtopologies {
-        if let Some(sink) = topology.sink_of(*sub) {
-            let n = partitions.get(sink).copied().unwrap_or(s.partitions);
-            sink_partitions.insert(sink.to_owned(), n);
-            if !partitions.contains_key(sink) {
-                topics.push(NewTopic {
-                    name: sink.to_owned(),
-                    partitions: n as i32,
-                    compacted: false,
-                });
-            }
-        }
-    }
-    client
-        .create_topics(&topics)
-        .await
-        .map_err(kafka("creating changelog and sink topics"))?;
-    control::ensure_control_topic(&client, topology.app_id()).await?;
+        _ = stop.wait_for(|s| *s) => return Ok(Exit::Shutdown),
+    };
 
     let state_dir = StateDir::new(&cfg.state_dir);
     // Held until this function returns.
@@ -125,6 +107,46 @@ pub async fn run(
         tracing::info!(instance = %ctx.cfg.instance_id, "drained: every thread holds nothing; exiting");
     }
     result
+}
+
+/// Creates the changelog, sink and control topics. Returns the wire topology and the
+/// partition count of each sink topic.
+async fn prepare(
+    client: &Client,
+    topology: &Topology,
+) -> Result<(baton_protocol::bridge::Topology, BTreeMap<String, u32>)> {
+    let partitions = partition_counts(client, topology).await?;
+    let wire = topology.wire(&partitions)?;
+    let mut topics = Vec::new();
+    for s in wire.subtopologies.values() {
+        for t in &s.changelog_topics {
+            topics.push(NewTopic {
+                name: t.clone(),
+                partitions: s.partitions as i32,
+                compacted: true,
+            });
+        }
+    }
+    let mut sink_partitions = BTreeMap::new();
+    for (sub, s) in &wire.subtopologies {
+        if let Some(sink) = topology.sink_of(*sub) {
+            let n = partitions.get(sink).copied().unwrap_or(s.partitions);
+            sink_partitions.insert(sink.to_owned(), n);
+            if !partitions.contains_key(sink) {
+                topics.push(NewTopic {
+                    name: sink.to_owned(),
+                    partitions: n as i32,
+                    compacted: false,
+                });
+            }
+        }
+    }
+    client
+        .create_topics(&topics)
+        .await
+        .map_err(kafka("creating changelog and sink topics"))?;
+    control::ensure_control_topic(client, topology.app_id()).await?;
+    Ok((wire, sink_partitions))
 }
 
 /// Partition counts of the source topics (which must exist) and of the sink topics that do.

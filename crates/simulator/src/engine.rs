@@ -548,6 +548,11 @@ impl<'a> Engine<'a> {
         self.rebalancing = false;
         self.eager_pause = false;
         self.rebalances += 1;
+        if self.members().is_empty() {
+            // Every instance is gone: no group to assign to; every task waits for a newcomer.
+            self.settled_at = None;
+            return;
+        }
         let a = self.assign();
         self.apply(&a, false);
         self.load_sample();

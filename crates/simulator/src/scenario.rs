@@ -181,6 +181,15 @@ fn err(path: impl Into<String>, message: impl Into<String>) -> ScenarioError {
     }
 }
 
+/// The longest simulated run: 100 days.
+pub const MAX_DURATION_S: f64 = 8_640_000.0;
+/// Tasks, instances and threads per instance a scenario may have.
+pub const MAX_TASKS: u64 = 1_000_000;
+pub const MAX_INSTANCES: usize = 100_000;
+pub const MAX_THREADS: u32 = 4_096;
+/// Largest record count or rate (records, bytes, records/s): past it, time steps lose meaning.
+pub const MAX_AMOUNT: f64 = 1e15;
+
 impl Scenario {
     /// Parses TOML (or JSON when the text starts with `{`) and checks it.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
@@ -201,7 +210,32 @@ impl Scenario {
         Ok(scenario)
     }
 
+    /// Bounds that keep a run's memory and time finite: beyond them a scenario is a typo.
     pub fn validate(&self) -> Result<(), ScenarioError> {
+        if !(self.max_duration_s.is_finite()
+            && self.max_duration_s > 0.0
+            && self.max_duration_s <= MAX_DURATION_S)
+        {
+            return Err(err(
+                "max_duration_s",
+                format!(
+                    "{} must be a number in (0, {MAX_DURATION_S}]",
+                    self.max_duration_s
+                ),
+            ));
+        }
+        let tasks: u64 = self
+            .app
+            .subtopologies
+            .iter()
+            .map(|s| s.partitions as u64)
+            .sum();
+        if tasks > MAX_TASKS {
+            return Err(err(
+                "app.subtopologies",
+                format!("{tasks} tasks in all; at most {MAX_TASKS} are simulated"),
+            ));
+        }
         if self.app.subtopologies.is_empty() {
             return Err(err(
                 "app.subtopologies",
@@ -221,10 +255,10 @@ impl Scenario {
                 ("state_bytes", s.state_bytes.unwrap_or(0.0)),
                 ("changelog_rate", s.changelog_rate),
             ] {
-                if !(v.is_finite() && v >= 0.0) {
+                if !(v.is_finite() && (0.0..=MAX_AMOUNT).contains(&v)) {
                     return Err(err(
                         format!("{p}.{name}"),
-                        format!("{v} must be a finite number >= 0"),
+                        format!("{v:e} must be a number in [0, {MAX_AMOUNT:e}]"),
                     ));
                 }
             }
@@ -257,16 +291,38 @@ impl Scenario {
                     format!("duplicate instance id {:?}", spec.id),
                 ));
             }
-            if spec.threads == 0 {
-                return Err(err(format!("{path}.threads"), "must be at least 1"));
+            if !(1..=MAX_THREADS).contains(&spec.threads) {
+                return Err(err(
+                    format!("{path}.threads"),
+                    format!("{} must be in [1, {MAX_THREADS}]", spec.threads),
+                ));
             }
-            if !(spec.restore_rate.is_finite() && spec.restore_rate > 0.0) {
-                return Err(err(format!("{path}.restore_rate"), "must be > 0"));
+            if !(spec.restore_rate.is_finite()
+                && spec.restore_rate > 0.0
+                && spec.restore_rate <= MAX_AMOUNT)
+            {
+                return Err(err(
+                    format!("{path}.restore_rate"),
+                    format!(
+                        "{} must be a number in (0, {MAX_AMOUNT:e}]",
+                        spec.restore_rate
+                    ),
+                ));
             }
             Ok(())
         };
         if self.instances.is_empty() {
             return Err(err("instances", "at least one instance is required"));
+        }
+        let added: usize = self.events.iter().map(|e| e.add.len()).sum();
+        if self.instances.len() + added > MAX_INSTANCES {
+            return Err(err(
+                "instances",
+                format!(
+                    "{} instances in all; at most {MAX_INSTANCES}",
+                    self.instances.len() + added
+                ),
+            ));
         }
         for (i, spec) in self.instances.iter().enumerate() {
             check_instance(format!("instances[{i}]"), spec, &mut ids)?;

@@ -124,7 +124,7 @@ fn bad_scenarios_say_where() {
     s.instances[0].restore_rate = 0.0;
     assert_eq!(
         s.validate().unwrap_err().to_string(),
-        "instances[0].restore_rate: must be > 0"
+        "instances[0].restore_rate: 0 must be a number in (0, 1e15]"
     );
     let json = r#"{"name": "x", "app": {"subtopologies": []}, "group": {"rebalance_ms": 1, "session_timeout_ms": 1}, "instances": [], "assignor": {"name": "nope"}}"#;
     let e = Scenario::parse(json).unwrap_err().to_string();
@@ -155,4 +155,53 @@ crash = ["b"]
         Scenario::parse(text).unwrap_err().to_string(),
         "events[0].crash: unknown instance \"b\""
     );
+}
+
+#[test]
+fn out_of_bounds_sizes_rates_and_durations_are_clear_errors() {
+    let base = |extra_top: &str, sub: &str, inst: &str| {
+        format!(
+            r#"
+name = "bounds"
+{extra_top}
+[app]
+subtopologies = [{{ partitions = 2, state_records = 1000, changelog_rate = {sub} }}]
+[group]
+rebalance_ms = 1000
+session_timeout_ms = 10000
+[[instances]]
+id = "i1"
+restore_rate = 10000
+{inst}
+"#
+        )
+    };
+    let cases = [
+        (base("max_duration_s = -1", "0", ""), "max_duration_s"),
+        (base("max_duration_s = inf", "0", ""), "max_duration_s"),
+        (base("", "1e305", ""), "changelog_rate"),
+        (
+            base("", "0", "threads = 4294967295"),
+            "instances[0].threads",
+        ),
+    ];
+    for (text, field) in cases {
+        let e = Scenario::parse(&text).unwrap_err().to_string();
+        assert!(e.contains(field), "{field}: {e}");
+    }
+}
+
+#[test]
+fn every_instance_crashing_leaves_every_task_unavailable_without_a_panic() {
+    let sc = scenario(
+        "high-availability",
+        "cooperative",
+        0,
+        "[[events]]\nat_s = 10\ncrash = [\"i1\"]",
+    );
+    let r = run(&sc, "high-availability");
+    assert_eq!(r.time_to_balance_s, None, "nobody left to balance on");
+    // Both tasks stop at the crash and stay stopped to the end of the run.
+    let after = r.simulated_s - 10.0;
+    assert!(r.unavailable_total_s >= 2.0 * after - 1e-6, "{r:?}");
 }
