@@ -29,6 +29,10 @@ fn faults() {
     timed("lost broker", checkpoint_past_a_recreated_changelog);
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
+    timed("invalid member", a_member_with_invalid_metadata);
+    timed("broker restart", broker_restart_with_persistent_storage);
+    timed("repeated kill -9", repeated_kills_of_one_instance);
+    timed("drain, one down", drain_while_another_instance_is_down);
     eprintln!(
         "fault suite: {} ({:.0} s in all)",
         times.join(", "),
@@ -157,6 +161,166 @@ fn paused_past_the_session_timeout() {
     }
     a.stop();
     b.stop();
+}
+
+/// A member whose subscription carries an invalid offset sum (-35) joins a running group:
+/// the leader gives it nothing and names it; everyone else keeps a full assignment.
+fn a_member_with_invalid_metadata() {
+    use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
+    use baton_kafka::{GroupMember, MemberConfig};
+    use baton_protocol::bridge::{Subtopology, Topology};
+    use baton_protocol::TaskOffsetSum;
+
+    let cluster = Cluster::new("invalid");
+    let mut a = cluster.spawn("a", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 200, 30);
+    cluster.await_all_processing(now_ms(), "invalid member: a");
+    let topology = Topology {
+        subtopologies: BTreeMap::from([(
+            0,
+            Subtopology {
+                source_topics: vec![harness::INPUT.into()],
+                changelog_topics: vec![format!("{}-counts-changelog", cluster.app)],
+                partitions: harness::PARTITIONS,
+            },
+        )]),
+    };
+    let mut bad = GroupMember::new(
+        baton_kafka::Client::new(&[&cluster.broker.addr], "bad"),
+        MemberConfig {
+            group_id: cluster.app.clone(),
+            client_id: "bad".into(),
+            group_instance_id: None,
+            session_timeout_ms: SESSION.as_millis() as i32,
+            rebalance_timeout_ms: 30_000,
+            process_id: uuid::Uuid::new_v4(),
+            user_endpoint: String::new(),
+            topology,
+            assignor: AssignorKind::HighAvailability,
+            assignment_config: AssignmentConfig::default(),
+            metadata_limit: 1 << 20,
+        },
+    );
+    bad.set_offset_sums(vec![TaskOffsetSum {
+        task: TaskId::new(0, 1),
+        offset_sum: -35,
+    }]);
+    let joined_at = now_ms();
+    let partitions = cluster.rt.block_on(async {
+        let m = bad.join().await.unwrap();
+        assert!(!m.leader, "a leads");
+        m.partitions.clone()
+    });
+    assert!(
+        partitions.is_empty(),
+        "the invalid member got {partitions:?}"
+    );
+    // It stays in the group (heartbeating) while a goes on with every partition.
+    let beats = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            cluster.rt.block_on(async {
+                for _ in 0..30 {
+                    let _ = bad.heartbeat().await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                let _ = bad.leave().await;
+            })
+        });
+        cluster.await_all_processing(joined_at + 1_000, "invalid member: a, after it joined");
+        h.join()
+    });
+    beats.unwrap();
+    cluster.check_counts(&mut producer, "invalid member");
+    assert!(
+        a.await_log(
+            &["its subscription is invalid", "0_1"],
+            Duration::from_secs(5)
+        ),
+        "the leader says which member and field were refused\n{}",
+        a.log_text()
+    );
+    a.stop();
+}
+
+/// The broker is killed and restarted on its data (sqlite) while events flow through
+/// `baton produce`: both ride it out; every event is counted.
+fn broker_restart_with_persistent_storage() {
+    let mut cluster = Cluster::new_persistent("restart");
+    let mut a = cluster.spawn("a", &[]);
+    let mut b = cluster.spawn("b", &[]);
+    let mut produce = cluster.produce_cli(6_000, 300, 30);
+    cluster.await_all_processing(now_ms(), "broker restart: a and b");
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.broker.restart(Duration::from_secs(2));
+    let status = produce.wait().unwrap();
+    assert!(
+        status.success(),
+        "baton produce rode out the restart: {}",
+        std::fs::read_to_string(cluster.dir.join("produce.log")).unwrap_or_default()
+    );
+    let produced = cluster.input_counts();
+    let counts = cluster.await_counts(&produced, Duration::from_secs(120));
+    let mut duplicates = 0;
+    for (k, n) in &produced {
+        let c = counts.get(k).copied().unwrap_or(0);
+        assert!(
+            c >= *n,
+            "broker restart: key {k} counted {c} of {n}: events lost"
+        );
+        duplicates += c - n;
+    }
+    let total: i64 = produced.values().sum();
+    eprintln!("broker restart: {total} events, all counted; {duplicates} counted twice");
+    // At most a commit interval's worth (300 events a second) per instance.
+    assert!(duplicates <= 600, "{duplicates} counted twice");
+    a.stop();
+    b.stop();
+}
+
+/// One instance is killed (SIGKILL) and restarted a second later, five times, 10 s apart.
+/// Duplicates only from the kills: at most a commit interval's worth each.
+fn repeated_kills_of_one_instance() {
+    let cluster = Cluster::new("kills");
+    let mut a = cluster.spawn("a", &[]);
+    let mut b = cluster.spawn("b", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "kills: a and b");
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_secs(10));
+        b.kill9();
+        std::thread::sleep(Duration::from_secs(1));
+        b = cluster.spawn_on("b", "b", &[]);
+    }
+    cluster.await_all_processing(now_ms(), "kills: after the last restart");
+    let duplicates = cluster.check_counts(&mut producer, "kills");
+    assert!(
+        duplicates <= 5 * 300,
+        "{duplicates} counted twice over 5 kills"
+    );
+    a.stop();
+    b.stop();
+}
+
+/// c dies (SIGKILL, not restarted) and b is drained at once: b exits after handing its tasks
+/// over, a ends up with everything, c's tasks included, and nothing is lost.
+fn drain_while_another_instance_is_down() {
+    let cluster = Cluster::new("drain-down");
+    let mut a = cluster.spawn("a", &[]);
+    let mut b = cluster.spawn("b", &[]);
+    let mut c = cluster.spawn("c", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "drain, one down: a, b and c");
+    c.kill9();
+    cluster.drain("b");
+    assert!(
+        b.await_exit(SESSION + Duration::from_secs(60)),
+        "b drained and exited while c was down\n{}",
+        b.log_text()
+    );
+    cluster.await_all_processing(now_ms(), "drain, one down: a alone");
+    let duplicates = cluster.check_counts(&mut producer, "drain, one down");
+    assert!(duplicates <= 300, "{duplicates} counted twice (one kill)");
+    a.stop();
 }
 
 /// A small tmpfs, unmounted on drop. `None` where this process may not mount (not root).

@@ -21,6 +21,10 @@ pub fn broker_binary() -> String {
 pub struct Broker {
     child: Child,
     pub addr: String,
+    /// nisshi's `--storage-engine`: `memory://baton/`, or `sqlite://./FILE` to survive restarts.
+    storage: String,
+    /// Where the broker runs: nisshi reads an sqlite path relative to it.
+    dir: std::path::PathBuf,
 }
 
 impl Broker {
@@ -30,7 +34,31 @@ impl Broker {
             .local_addr()
             .unwrap()
             .port();
-        Broker::start_on(port)
+        Broker::start_on(port, "memory://baton/", &std::env::temp_dir())
+    }
+
+    /// A broker that keeps its data in an sqlite file at `path`: a restart loses nothing.
+    pub fn start_persistent(path: &std::path::Path) -> Broker {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let file = path.file_name().expect("a file path").to_string_lossy();
+        let dir = path.parent().expect("a file path");
+        Broker::start_on(port, &format!("sqlite://./{file}"), dir)
+    }
+
+    /// Kills the broker (SIGKILL: no clean shutdown) and starts it again on the same address
+    /// and storage, after `down`.
+    pub fn restart(&mut self, down: Duration) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        let port = self.addr.rsplit(':').next().unwrap().parse().unwrap();
+        let fresh = Broker::start_on(port, &self.storage.clone(), &self.dir.clone());
+        let old = std::mem::replace(self, fresh);
+        std::mem::forget(old);
     }
 
     /// Kills the broker and starts a new one on the same address. Its storage is in memory:
@@ -39,15 +67,16 @@ impl Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let port = self.addr.rsplit(':').next().unwrap().parse().unwrap();
-        let fresh = Broker::start_on(port);
+        let fresh = Broker::start_on(port, "memory://baton/", &std::env::temp_dir());
         // Swap in the new child; the old one is reaped already.
         let old = std::mem::replace(self, fresh);
         std::mem::forget(old);
     }
 
-    fn start_on(port: u16) -> Broker {
+    fn start_on(port: u16, storage: &str, dir: &std::path::Path) -> Broker {
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(broker_binary())
+            .current_dir(dir)
             .args([
                 "broker",
                 "--listener-url",
@@ -57,7 +86,7 @@ impl Broker {
             ])
             .args([
                 "--storage-engine",
-                "memory://baton/",
+                storage,
                 "--group-initial-rebalance-delay",
                 "0s",
             ])
@@ -77,7 +106,12 @@ impl Broker {
             });
         let addr = format!("127.0.0.1:{port}");
         // Owned from here on, so Drop kills and reaps it even if it never listens.
-        let broker = Broker { child, addr };
+        let broker = Broker {
+            child,
+            addr,
+            storage: storage.to_owned(),
+            dir: dir.to_owned(),
+        };
         for _ in 0..100 {
             if std::net::TcpStream::connect(&broker.addr).is_ok() {
                 return broker;

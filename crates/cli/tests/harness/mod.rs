@@ -42,11 +42,24 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn new(app: &str) -> Cluster {
-        let broker = Broker::start();
-        eprintln!("broker at {}", broker.addr);
+        Cluster::start(app, false)
+    }
+
+    /// A cluster whose broker keeps its data in a file: it can be restarted without loss.
+    pub fn new_persistent(app: &str) -> Cluster {
+        Cluster::start(app, true)
+    }
+
+    fn start(app: &str, persistent: bool) -> Cluster {
         let dir = std::env::temp_dir().join(format!("baton-e2e-{app}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        let broker = if persistent {
+            Broker::start_persistent(&dir.join("broker.db"))
+        } else {
+            Broker::start()
+        };
+        eprintln!("broker at {}", broker.addr);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -253,6 +266,53 @@ impl Cluster {
             let committed = self.client.committed_offsets(&self.app, &parts).await;
             format!("ends {ends:?}, committed {committed:?}")
         })
+    }
+
+    /// Every input event, counted per key: what the counts must reach, whatever a producer
+    /// that retried may have written twice.
+    pub fn input_counts(&self) -> BTreeMap<String, i64> {
+        self.rt.block_on(async {
+            let mut out = BTreeMap::new();
+            for p in 0..PARTITIONS as i32 {
+                let leader = self.client.leader(INPUT, p).await.unwrap();
+                let mut offset = 0;
+                loop {
+                    let f = self
+                        .client
+                        .fetch(&leader, INPUT, p, offset, 4 << 20, 500)
+                        .await
+                        .unwrap();
+                    for r in &f.records {
+                        let key = String::from_utf8(r.key.clone().unwrap().to_vec()).unwrap();
+                        *out.entry(key).or_insert(0) += 1;
+                        offset = r.offset + 1;
+                    }
+                    if f.high_watermark >= 0 && offset >= f.high_watermark {
+                        break;
+                    }
+                }
+            }
+            out
+        })
+    }
+
+    /// `baton produce` as a child process: `count` events at `rate` over `keys` keys.
+    pub fn produce_cli(&self, count: u64, rate: u64, keys: u64) -> Child {
+        Command::new(&self.bin)
+            .args([
+                "produce",
+                "--bootstrap",
+                &self.broker.addr,
+                "--topic",
+                INPUT,
+            ])
+            .args(["--partitions", &PARTITIONS.to_string()])
+            .args(["--count", &count.to_string(), "--rate", &rate.to_string()])
+            .args(["--keys", &keys.to_string(), "--key-prefix", "k"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("produce.log")).unwrap())
+            .spawn()
+            .unwrap()
     }
 
     /// The latest count written for each key.
