@@ -29,6 +29,7 @@ fn faults() {
     timed("lost broker", checkpoint_past_a_recreated_changelog);
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
+    timed("oversized record", a_record_no_batch_can_carry);
     timed("invalid member", a_member_with_invalid_metadata);
     timed("broker restart", broker_restart_with_persistent_storage);
     timed("repeated kill -9", repeated_kills_of_one_instance);
@@ -161,6 +162,44 @@ fn paused_past_the_session_timeout() {
     }
     a.stop();
     b.stop();
+}
+
+/// The output topic takes batches of at most 60 bytes: no output record fits. With
+/// `--on-oversized-record skip` each is dropped, logged and counted once, and the task goes
+/// on; with `fail` (the default) the instance stops with an error naming the record's input.
+fn a_record_no_batch_can_carry() {
+    let cluster = Cluster::new_with_output_limit("oversized", 60);
+    cluster.produce_backlog("k", 10, 5);
+    let mut a = cluster.spawn("a", &["--on-oversized-record", "skip"]);
+    let skipped = "skipping an output record larger than any record batch";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.count_log(skipped) < 50 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        a.count_log(skipped),
+        50,
+        "each of the 50 outputs skipped once\n{}",
+        a.log_text()
+    );
+    a.stop();
+
+    cluster.produce_backlog("k", 1, 1);
+    let mut b = cluster.spawn_on("b", "a", &[]);
+    let status = b
+        .await_status(Duration::from_secs(60))
+        .expect("b stops by itself");
+    assert!(!status.success(), "b fails: {status}");
+    let log = b.log_text();
+    assert!(
+        log.contains("larger than any record batch the broker takes")
+            && log.contains("task 0_")
+            && log.contains("from input events-")
+            && log.contains(" offset "),
+        "the error names the task, the partition and the input offset\n{log}"
+    );
+    eprintln!("oversized record: 50 skipped once each under skip; fail stopped the instance");
 }
 
 /// A member whose subscription carries an invalid offset sum (-35) joins a running group:

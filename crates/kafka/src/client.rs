@@ -249,6 +249,15 @@ impl Client {
 
     /// Creates topics; ones that exist already are fine.
     pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
+        self.create_topics_with(topics, &[]).await
+    }
+
+    /// As [`Client::create_topics`], every topic with these extra configs (name, value).
+    pub async fn create_topics_with(
+        &self,
+        topics: &[NewTopic],
+        configs: &[(&str, &str)],
+    ) -> Result<()> {
         let req = CreateTopicsRequest::default()
             .with_timeout_ms(30_000)
             .with_topics(
@@ -259,10 +268,22 @@ impl Client {
                             .with_name(TopicName(StrBytes::from_string(t.name.clone())))
                             .with_num_partitions(t.partitions)
                             .with_replication_factor(-1);
+                        let mut all: Vec<(&str, &str)> = configs.to_vec();
                         if t.compacted {
-                            c = c.with_configs(vec![CreatableTopicConfig::default()
-                                .with_name(StrBytes::from_static_str("cleanup.policy"))
-                                .with_value(Some(StrBytes::from_static_str("compact")))]);
+                            all.push(("cleanup.policy", "compact"));
+                        }
+                        if !all.is_empty() {
+                            c = c.with_configs(
+                                all.iter()
+                                    .map(|(k, v)| {
+                                        CreatableTopicConfig::default()
+                                            .with_name(StrBytes::from_string((*k).to_owned()))
+                                            .with_value(Some(StrBytes::from_string(
+                                                (*v).to_owned(),
+                                            )))
+                                    })
+                                    .collect(),
+                            );
                         }
                         c
                     })

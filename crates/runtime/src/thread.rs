@@ -840,9 +840,12 @@ impl Driver {
     ) -> std::result::Result<i64, Produced> {
         let mut start = 0;
         let mut next = 0;
+        // Records per batch after a refusal: halves each time, down to one, whatever the
+        // byte limit learnt so far (a topic's limit can be far below the broker's).
+        let mut cap = usize::MAX;
         while start < records.len() {
             let limit = self.ctx.batch_limit();
-            let n = baton_kafka::records::fitting(&records[start..], limit);
+            let n = baton_kafka::records::fitting(&records[start..], limit).min(cap);
             let chunk = &records[start..start + n];
             let leader = match self.ctx.leader(&tp.topic, tp.partition).await {
                 Ok(l) => l,
@@ -863,6 +866,7 @@ impl Driver {
                 Err(e) if e.is_message_too_large() && n > 1 => {
                     let bytes = chunk.iter().map(baton_kafka::records::record_bytes).sum();
                     self.ctx.shrink_batch_limit(bytes);
+                    cap = n / 2;
                 }
                 Err(e) if e.is_message_too_large() => {
                     return Err(Produced::Oversized { index: start });

@@ -19,6 +19,8 @@ use bytes::Bytes;
 
 pub const INPUT: &str = "events";
 pub const OUTPUT: &str = "counts";
+/// The output of [`Cluster::new_with_output_limit`].
+pub const OUTPUT_LIMITED: &str = "counts-limited";
 pub const PARTITIONS: u32 = 3;
 /// How long the group may take to settle after a change.
 pub const SETTLE: Duration = Duration::from_secs(300);
@@ -38,6 +40,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub rt: tokio::runtime::Runtime,
     pub client: Arc<Client>,
+    /// The output topic instances write to.
+    pub output: String,
 }
 
 impl Cluster {
@@ -48,6 +52,27 @@ impl Cluster {
     /// A cluster whose broker keeps its data in a file: it can be restarted without loss.
     pub fn new_persistent(app: &str) -> Cluster {
         Cluster::start(app, true)
+    }
+
+    /// A cluster whose output topic takes record batches of at most `bytes`.
+    pub fn new_with_output_limit(app: &str, bytes: u32) -> Cluster {
+        let mut cluster = Cluster::start(app, false);
+        cluster.output = OUTPUT_LIMITED.into();
+        let topic = NewTopic {
+            name: OUTPUT_LIMITED.into(),
+            partitions: PARTITIONS as i32,
+            compacted: false,
+        };
+        let limit = bytes.to_string();
+        cluster
+            .rt
+            .block_on(
+                cluster
+                    .client
+                    .create_topics_with(&[topic], &[("max.message.bytes", &limit)]),
+            )
+            .unwrap();
+        cluster
     }
 
     fn start(app: &str, persistent: bool) -> Cluster {
@@ -73,6 +98,7 @@ impl Cluster {
             dir,
             rt,
             client,
+            output: OUTPUT.into(),
         };
         cluster.create_topics();
         cluster
@@ -178,7 +204,14 @@ impl Cluster {
             "--app-id",
             &self.app,
         ])
-        .args(["--input", INPUT, "--output", OUTPUT, "--instance-id", name])
+        .args([
+            "--input",
+            INPUT,
+            "--output",
+            &self.output,
+            "--instance-id",
+            name,
+        ])
         .arg("--state-dir")
         .arg(&state)
         .args([
@@ -506,6 +539,26 @@ impl Instance {
             std::thread::sleep(Duration::from_millis(100));
         }
         false
+    }
+
+    /// Waits for the process to exit; its status, or `None` if it is still running.
+    pub fn await_status(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(c) = &mut self.child {
+                if let Ok(Some(status)) = c.try_wait() {
+                    self.child = None;
+                    return Some(status);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
+    /// Log lines containing `part`.
+    pub fn count_log(&self, part: &str) -> usize {
+        self.log_text().lines().filter(|l| l.contains(part)).count()
     }
 
     /// `restore done` lines: (task, records, changelog records, seconds).
