@@ -9,7 +9,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
 use baton_protocol::bridge::Topology;
 use baton_protocol::leader::{self, JoinedMember, LeaderInput};
-use baton_protocol::{AssignmentInfo, TaskOffsetSum, TopicPartition};
+use baton_protocol::{AssignmentInfo, TaskOffsetSum, TopicPartition, BATON_VERSION};
+
+/// Kafka Streams' `EARLIEST_PROBEABLE_VERSION`: from version 3 an assignment says which version
+/// the leader supports.
+const EARLIEST_PROBEABLE_VERSION: i32 = 3;
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -58,6 +62,9 @@ pub struct Membership {
     pub leader: bool,
     pub partitions: Vec<TopicPartition>,
     pub info: AssignmentInfo,
+    /// The leader answered at another version than this member subscribed with: it has
+    /// switched its subscription version and must rejoin (Kafka Streams' version probing).
+    pub version_probing: bool,
     /// When the SyncGroup that got this answer was sent: the coordinator's session for this
     /// member runs from no earlier than that.
     pub synced_at: std::time::Instant,
@@ -73,6 +80,9 @@ pub struct GroupMember {
     offset_sums: Vec<TaskOffsetSum>,
     leaving: bool,
     warmups: Vec<TaskId>,
+    /// The subscription version written (`used`), and the newest this member reads.
+    used_version: i32,
+    latest_version: i32,
     current: Option<Membership>,
     /// A connection of our own to the coordinator: a JoinGroup the broker holds must not
     /// block other members' requests on a shared connection.
@@ -91,6 +101,8 @@ impl GroupMember {
             offset_sums: Vec::new(),
             leaving: false,
             warmups: Vec::new(),
+            used_version: BATON_VERSION,
+            latest_version: BATON_VERSION,
             current: None,
             coordinator: None,
         }
@@ -164,6 +176,8 @@ impl GroupMember {
         Bytes::from(leader::encode_subscription(
             &self.cfg.topology,
             &leader::MemberReport {
+                version: self.used_version,
+                latest_supported: self.latest_version,
                 process_id: self.cfg.process_id,
                 user_endpoint: &self.cfg.user_endpoint,
                 offset_sums: &self.offset_sums,
@@ -277,6 +291,7 @@ impl GroupMember {
                 }
             }
             let (partitions, info) = decode_assignment(&resp.assignment)?;
+            let version_probing = self.probe_versions(&info);
             self.owned = partitions.clone();
             self.current = Some(Membership {
                 generation: self.generation,
@@ -284,6 +299,7 @@ impl GroupMember {
                 leader,
                 partitions,
                 info,
+                version_probing,
                 synced_at,
             });
             return Ok(self.current.as_ref().expect("just set"));
@@ -292,6 +308,44 @@ impl GroupMember {
             "could not join group {} in {MAX_JOIN_ATTEMPTS} attempts",
             self.cfg.group_id
         )))
+    }
+
+    /// Kafka Streams' version probing, from the member's side: an assignment at a lower
+    /// version than ours means the leader cannot read our subscription (an older Kafka
+    /// Streams leads): subscribe at its version from now on. A leader that supports a newer
+    /// version than we used (the old members are gone): go back up. Either way, rejoin.
+    fn probe_versions(&mut self, info: &AssignmentInfo) -> bool {
+        let received = info.version;
+        let leader_latest = info.commonly_supported_version;
+        let before = self.used_version;
+        if received < self.used_version && received >= EARLIEST_PROBEABLE_VERSION {
+            self.used_version = received;
+        } else if leader_latest > self.used_version {
+            self.used_version = leader_latest.min(self.latest_version);
+        }
+        if self.used_version != before {
+            tracing::info!(
+                group = %self.cfg.group_id,
+                from = before,
+                to = self.used_version,
+                assignment_version = received,
+                leader_supports = leader_latest,
+                "version probing: subscribing at another version and rejoining"
+            );
+        }
+        self.used_version != before
+    }
+
+    /// Subscribes at most at `version` (as an older Kafka Streams member would): for tests
+    /// of mixed-version groups.
+    pub fn limit_version(&mut self, version: i32) {
+        self.latest_version = version.min(BATON_VERSION);
+        self.used_version = self.used_version.min(self.latest_version);
+    }
+
+    /// The subscription version this member writes.
+    pub fn used_version(&self) -> i32 {
+        self.used_version
     }
 
     /// Heartbeats on the member's own coordinator connection.

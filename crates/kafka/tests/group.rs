@@ -210,3 +210,82 @@ async fn a_static_member_restarts_without_waiting_for_its_session_to_expire() {
         "the restart waited for the session timeout: {took:?}"
     );
 }
+
+/// Waits until the drivers' memberships satisfy `done`; returns them.
+async fn wait_for(
+    drivers: &[&Driver],
+    timeout: Duration,
+    done: impl Fn(&[baton_kafka::member::Membership]) -> bool,
+) -> Vec<baton_kafka::member::Membership> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let all = wait_settled(drivers, timeout).await;
+        if done(&all) {
+            return all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not reached in {timeout:?}: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Version probing both ways: a member that speaks only v11 (an older Kafka Streams) joins
+/// two Baton members. The Baton leader answers everyone at v11; the Baton members switch
+/// their subscriptions to v11 and rejoin, and every member gets its share of actives. When
+/// the old member leaves, the leader says it supports v12 again and the group returns to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v11_member_brings_the_group_down_to_v11_and_its_leaving_back_up() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    create_topics(&client).await;
+    let mut drivers = vec![
+        drive(client.clone(), config("gv", 1, 6000)),
+        drive(client.clone(), config("gv", 2, 6000)),
+    ];
+    wait_for(
+        &drivers.iter().collect::<Vec<_>>(),
+        Duration::from_secs(30),
+        |all| all.iter().all(|m| m.info.version == 12),
+    )
+    .await;
+
+    let started = Instant::now();
+    drivers.push(drive_at(client.clone(), config("gv", 3, 6000), 11));
+    let all = wait_for(
+        &drivers.iter().collect::<Vec<_>>(),
+        Duration::from_secs(30),
+        |all| {
+            all.len() == 3
+                && all
+                    .iter()
+                    .all(|m| m.info.version == 11 && !m.version_probing)
+                && all.iter().all(|m| m.info.active_tasks.len() == 2)
+        },
+    )
+    .await;
+    println!(
+        "a v11 member joined: the group settled at v11 with 2 actives each after {:?} (generation {})",
+        started.elapsed(),
+        all[0].generation
+    );
+
+    let started = Instant::now();
+    let mut old = drivers.remove(2);
+    old.leave.take().unwrap().send(()).unwrap();
+    old.handle.await.unwrap();
+    wait_for(
+        &drivers.iter().collect::<Vec<_>>(),
+        Duration::from_secs(30),
+        |all| {
+            all.iter()
+                .all(|m| m.info.version == 12 && !m.version_probing)
+        },
+    )
+    .await;
+    println!(
+        "the v11 member left: back at v12 after {:?}",
+        started.elapsed()
+    );
+}

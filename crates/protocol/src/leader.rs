@@ -55,6 +55,11 @@ pub struct LeaderOutput {
 /// What a Baton member says of itself when it joins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberReport<'a> {
+    /// The subscription version to write (`used`): Baton's own, or lower after version
+    /// probing against an older leader.
+    pub version: i32,
+    /// The newest version this member reads (`latestSupportedVersion`).
+    pub latest_supported: i32,
     pub process_id: uuid::Uuid,
     /// `host:port` for interactive queries, or empty.
     pub user_endpoint: &'a str,
@@ -70,11 +75,11 @@ pub struct MemberReport<'a> {
 }
 
 /// A Baton member's JoinGroup metadata: the consumer protocol subscription to every source
-/// topic of `topology`, with Streams' `SubscriptionInfo` (Baton's version) inside.
+/// topic of `topology`, with Streams' `SubscriptionInfo` (at `r.version`) inside.
 pub fn encode_subscription(topology: &Topology, r: &MemberReport<'_>) -> Vec<u8> {
     let mut info = SubscriptionInfo::build(
-        BATON_VERSION,
-        BATON_VERSION,
+        r.version,
+        r.latest_supported,
         r.process_id,
         r.user_endpoint,
         r.offset_sums,

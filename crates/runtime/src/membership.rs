@@ -180,7 +180,10 @@ impl MembershipTask {
             self.epoch.elapsed() + Duration::from_millis((next - now_ms).max(0) as u64)
         });
         let confirmed_at = m.synced_at.saturating_duration_since(self.epoch);
-        Assigned::from_info(m.generation, &m.member_id, &m.info, probe_at, confirmed_at)
+        let mut a =
+            Assigned::from_info(m.generation, &m.member_id, &m.info, probe_at, confirmed_at);
+        a.version_probing |= m.version_probing;
+        a
     }
 }
 

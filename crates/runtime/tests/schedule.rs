@@ -663,6 +663,8 @@ impl World {
         let metadata = leader::encode_subscription(
             &self.topology,
             &MemberReport {
+                version: baton_protocol::BATON_VERSION,
+                latest_supported: baton_protocol::BATON_VERSION,
                 process_id: uuid::Uuid::from_u128(m.pid),
                 user_endpoint: "",
                 offset_sums: &sums,

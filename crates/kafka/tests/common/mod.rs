@@ -81,10 +81,16 @@ pub struct Driver {
 }
 
 pub fn drive(client: Arc<Client>, cfg: MemberConfig) -> Driver {
+    drive_at(client, cfg, baton_protocol::BATON_VERSION)
+}
+
+/// As [`drive`], for a member that speaks at most `version` (an older Kafka Streams).
+pub fn drive_at(client: Arc<Client>, cfg: MemberConfig, version: i32) -> Driver {
     let (tx, rx) = watch::channel(None);
     let (leave_tx, mut leave_rx) = tokio::sync::oneshot::channel();
     let handle = tokio::spawn(async move {
         let mut m = GroupMember::new(client, cfg);
+        m.limit_version(version);
         let mut owned: Vec<baton_protocol::TopicPartition> = Vec::new();
         loop {
             match m.join().await {
@@ -94,7 +100,7 @@ pub fn drive(client: Arc<Client>, cfg: MemberConfig) -> Driver {
                     // them (nothing runs here) and rejoins at once, so they can be handed over.
                     let revoked = owned.iter().any(|p| !ms.partitions.contains(p));
                     owned = ms.partitions.clone();
-                    if revoked {
+                    if revoked || ms.version_probing {
                         continue;
                     }
                 }
