@@ -65,9 +65,42 @@ impl FromStr for TaskId {
 
 /// An application instance (a process, possibly with several stream threads).
 ///
-/// Kafka identifies a process by a UUID; Baton accepts any non-empty string and orders clients by it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Kafka identifies a process by a UUID; Baton accepts any non-empty string. Clients are
+/// ordered as Kafka orders them where that matters (ties in its assignor): UUIDs as Java's
+/// `UUID.compareTo` does, by their two 64-bit halves as *signed* numbers (so `8...` to `f...`
+/// come before `0...`), before any id that is not a UUID; other ids by their text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ClientId(pub String);
+
+impl ClientId {
+    /// `(most, least)` significant halves, if the id is a UUID in its canonical text form.
+    fn uuid_halves(&self) -> Option<(i64, i64)> {
+        let s = self.0.as_bytes();
+        if s.len() != 36 || [8, 13, 18, 23].iter().any(|&i| s[i] != b'-') {
+            return None;
+        }
+        let hex: String = self.0.chars().filter(|&c| c != '-').collect();
+        let v = u128::from_str_radix(&hex, 16).ok()?;
+        Some(((v >> 64) as u64 as i64, v as u64 as i64))
+    }
+}
+
+impl Ord for ClientId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self.uuid_halves(), other.uuid_halves()) {
+            (Some(a), Some(b)) => a.cmp(&b).then_with(|| self.0.cmp(&other.0)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => self.0.cmp(&other.0),
+        }
+    }
+}
+
+impl PartialOrd for ClientId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl fmt::Display for ClientId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -197,6 +230,30 @@ mod tests {
         ] {
             assert!(bad.parse::<TaskId>().is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn uuids_order_as_java_compares_them_signed() {
+        let id = |s: &str| ClientId(s.into());
+        let high = id("f0000000-0000-0000-0000-000000000000");
+        let eight = id("80000000-0000-0000-0000-000000000000");
+        let low = id("00000000-0000-0000-0000-000000000001");
+        let low_neg_lsb = id("00000000-0000-0000-8000-000000000000");
+        let mut v = vec![
+            low.clone(),
+            high.clone(),
+            id("c1"),
+            low_neg_lsb.clone(),
+            eight.clone(),
+        ];
+        v.sort();
+        assert_eq!(v, vec![eight, high, low_neg_lsb, low, id("c1")]);
+        // Equal halves, different case: still a total order.
+        assert_ne!(
+            id("AB000000-0000-0000-0000-000000000000")
+                .cmp(&id("ab000000-0000-0000-0000-000000000000")),
+            std::cmp::Ordering::Equal
+        );
     }
 
     #[test]
