@@ -22,7 +22,7 @@
 //! Version 12 is Baton's: version 11 plus the list of the member's standbys that are warm-ups.
 //! A Baton leader writes it only when every member announced version 12.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::TaskId;
 use serde::{Deserialize, Serialize};
@@ -83,8 +83,9 @@ pub mod error_code {
     pub const SHUTDOWN_REQUESTED: i32 = 4;
 }
 
-/// One member's assignment metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One member's assignment metadata. Equality is of meaning: the topic dictionary's wire
+/// numbering is left out (two encodings of one assignment are equal).
+#[derive(Debug, Clone, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AssignmentInfo {
     pub version: i32,
@@ -108,6 +109,33 @@ pub struct AssignmentInfo {
     /// Baton (v12): which of `standby_tasks` are warm-ups.
     #[serde(default)]
     pub warmup_tasks: Vec<TaskId>,
+    /// Versions 5+: the topic dictionary as it was on the wire, in order, with its numbering.
+    /// Kafka writes it in hash-map order (and its indexes need not run in order), so bytes
+    /// re-encode exactly only with it. Empty: the encoder numbers topics in sorted order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topic_dictionary: Vec<TopicIndex>,
+}
+
+impl PartialEq for AssignmentInfo {
+    fn eq(&self, other: &Self) -> bool {
+        self.version == other.version
+            && self.commonly_supported_version == other.commonly_supported_version
+            && self.active_tasks == other.active_tasks
+            && self.standby_tasks == other.standby_tasks
+            && self.partitions_by_host == other.partitions_by_host
+            && self.standby_partitions_by_host == other.standby_partitions_by_host
+            && self.error_code == other.error_code
+            && self.next_rebalance_ms == other.next_rebalance_ms
+            && self.warmup_tasks == other.warmup_tasks
+    }
+}
+
+/// One entry of a host map's topic dictionary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicIndex {
+    pub index: i32,
+    pub topic: String,
 }
 
 fn unknown() -> i32 {
@@ -134,6 +162,7 @@ impl AssignmentInfo {
             error_code: 0,
             next_rebalance_ms: i64::MAX,
             warmup_tasks: Vec::new(),
+            topic_dictionary: Vec::new(),
         }
     }
 
@@ -185,13 +214,14 @@ impl AssignmentInfo {
                 let at = r.position();
                 let index = r.i32("topic dictionary")?;
                 let topic = r.java_utf("topic dictionary")?;
-                if dict.insert(index, topic).is_some() {
+                if dict.insert(index, topic.clone()).is_some() {
                     return Err(r.error(
                         "topic dictionary",
                         at,
                         format!("index {index} appears twice"),
                     ));
                 }
+                a.topic_dictionary.push(TopicIndex { index, topic });
             }
             a.partitions_by_host = read_host_map(&mut r, &dict, "partitions by host")?;
             if version >= 6 {
@@ -278,25 +308,14 @@ impl AssignmentInfo {
                 wr(write_named_partitions(&mut w, &hp.partitions))?;
             }
         } else if v >= 5 {
-            // The dictionary lists topics in sorted order, so the same assignment gives the same bytes.
-            let mut dict: BTreeMap<&str, i32> = BTreeMap::new();
-            for hp in self
-                .partitions_by_host
-                .iter()
-                .chain(&self.standby_partitions_by_host)
-            {
-                for p in &hp.partitions {
-                    dict.insert(&p.topic, 0);
-                }
-            }
-            for (i, index) in dict.values_mut().enumerate() {
-                *index = i as i32;
-            }
+            let dict = self.dictionary().map_err(fail)?;
             wr(w.len(dict.len()))?;
-            for (topic, &index) in &dict {
-                w.i32(index);
+            for (index, topic) in &dict {
+                w.i32(*index);
                 wr(w.java_utf(topic))?;
             }
+            let index_of: BTreeMap<&str, i32> =
+                dict.iter().map(|(i, t)| (t.as_str(), *i)).collect();
             let mut maps = vec![&self.partitions_by_host];
             if v >= 6 {
                 maps.push(&self.standby_partitions_by_host);
@@ -307,7 +326,7 @@ impl AssignmentInfo {
                     wr(write_host(&mut w, &hp.host))?;
                     wr(w.len(hp.partitions.len()))?;
                     for p in &hp.partitions {
-                        w.i32(dict[p.topic.as_str()]);
+                        w.i32(index_of[p.topic.as_str()]);
                         w.i32(p.partition);
                     }
                 }
@@ -326,6 +345,50 @@ impl AssignmentInfo {
             }
         }
         Ok(w.buf)
+    }
+}
+
+impl AssignmentInfo {
+    /// The topic dictionary to write, in order: the one decoded (checked to name every topic
+    /// of the host maps once), or every such topic in sorted order, numbered from 0, so the
+    /// same assignment always gives the same bytes.
+    fn dictionary(&self) -> Result<Vec<(i32, String)>, String> {
+        let used: BTreeSet<&str> = self
+            .partitions_by_host
+            .iter()
+            .chain(&self.standby_partitions_by_host)
+            .flat_map(|hp| hp.partitions.iter().map(|p| p.topic.as_str()))
+            .collect();
+        if self.topic_dictionary.is_empty() {
+            return Ok(used
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| (i as i32, t.to_owned()))
+                .collect());
+        }
+        let mut indexes = BTreeSet::new();
+        let mut topics = BTreeSet::new();
+        for e in &self.topic_dictionary {
+            if !indexes.insert(e.index) {
+                return Err(format!("topic_dictionary: index {} appears twice", e.index));
+            }
+            if !topics.insert(e.topic.as_str()) {
+                return Err(format!(
+                    "topic_dictionary: topic {:?} appears twice",
+                    e.topic
+                ));
+            }
+        }
+        if let Some(missing) = used.iter().find(|t| !topics.contains(*t)) {
+            return Err(format!(
+                "topic_dictionary: topic {missing:?} of a host map is not in it"
+            ));
+        }
+        Ok(self
+            .topic_dictionary
+            .iter()
+            .map(|e| (e.index, e.topic.clone()))
+            .collect())
     }
 }
 

@@ -15,7 +15,7 @@ pub mod sizing;
 pub mod subscription;
 
 pub use assignment::{
-    error_code, AssignmentInfo, HostInfo, HostPartitions, StandbyTask, TopicPartition,
+    error_code, AssignmentInfo, HostInfo, HostPartitions, StandbyTask, TopicIndex, TopicPartition,
 };
 pub use codec::{DecodeError, EncodeError};
 pub use subscription::{ClientTag, SubscriptionInfo, TaskOffsetSum};

@@ -207,3 +207,54 @@ fn a_tiny_blob_claiming_2_pow_31_tasks_is_an_error_not_an_allocation() {
         "assignment v7: active task list at byte 8: length 2147483647 exceeds the 8 bytes that remain"
     );
 }
+
+/// Kafka writes the host maps' topic dictionary in hash-map order, and its indexes need not
+/// run in order: here `b` is 1 and comes first, `a` is 0. The bytes must come back identical.
+#[test]
+fn a_dictionary_out_of_order_re_encodes_to_the_same_bytes() {
+    fn utf(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u16).to_be_bytes());
+        out.extend(s.as_bytes());
+    }
+    let mut b = Vec::new();
+    b.extend(6i32.to_be_bytes()); // version
+    b.extend(6i32.to_be_bytes()); // commonly supported
+    b.extend(0i32.to_be_bytes()); // actives
+    b.extend(0i32.to_be_bytes()); // standbys
+    b.extend(2i32.to_be_bytes()); // dictionary
+    b.extend(1i32.to_be_bytes());
+    utf(&mut b, "b-topic");
+    b.extend(0i32.to_be_bytes());
+    utf(&mut b, "a-topic");
+    b.extend(1i32.to_be_bytes()); // partitions by host: one host
+    utf(&mut b, "host");
+    b.extend(9092i32.to_be_bytes());
+    b.extend(2i32.to_be_bytes());
+    for (topic, partition) in [(1i32, 3i32), (0, 4)] {
+        b.extend(topic.to_be_bytes());
+        b.extend(partition.to_be_bytes());
+    }
+    b.extend(0i32.to_be_bytes()); // standby partitions by host
+    b.extend(0i32.to_be_bytes()); // error code
+    let a = AssignmentInfo::decode(&b).unwrap();
+    assert_eq!(
+        a.partitions_by_host[0].partitions,
+        vec![
+            TopicPartition::new("b-topic", 3),
+            TopicPartition::new("a-topic", 4)
+        ]
+    );
+    assert_eq!(a.encode().unwrap(), b, "identical bytes");
+    // Through JSON too, as `baton decode` then `baton encode` do.
+    let json = serde_json::to_string(&a).unwrap();
+    let again: AssignmentInfo = serde_json::from_str(&json).unwrap();
+    assert_eq!(again.encode().unwrap(), b);
+    // A dictionary that misses a topic of the host maps is refused, not guessed.
+    let mut bad = a.clone();
+    bad.topic_dictionary.pop();
+    assert!(bad
+        .encode()
+        .unwrap_err()
+        .to_string()
+        .contains("topic_dictionary"));
+}
