@@ -4,9 +4,9 @@
 //! skew-reducing loop); stickiness only comes from lags, through warm-ups and standby swaps.
 //! Every tie is broken by task order and client order, as in Kafka: client ids stand in for
 //! process UUIDs and order as Java's `UUID.compareTo` does ([`crate::ClientId`]). Rack
-//! awareness is not reproduced: Kafka's default is `none`. Known difference: Kafka's pending
-//! standby moves sit in a priority queue whose ties it breaks in its own heap order, which is
-//! not reproduced (2 of 264 compared clusters differ in standby placement).
+//! awareness is not reproduced: Kafka's default is `none`. Kafka visits its planned moves in
+//! the array order of a Java priority queue, not in sorted order; so does the port
+//! ([`java_heap_order`]).
 
 use std::collections::BTreeSet;
 
@@ -51,6 +51,28 @@ struct Run<'a> {
     states: Vec<ClientState>,
     warmups: BTreeSet<(ClientIx, TaskIx)>,
     pending: Vec<(TaskIx, ClientIx, ClientIx)>,
+}
+
+/// The order Kafka visits its planned moves in. It keeps them in a `java.util.PriorityQueue`
+/// ordered by (caught-up clients, task) but walks it with its iterator, which reads the heap's
+/// array: not sorted order. Adding each move as Java's `offer` does (sift up; an equal key
+/// stays below its parent) and reading the array gives the same order.
+fn java_heap_order(movements: Vec<Movement>) -> Vec<Movement> {
+    let key = |m: &Movement| (m.caught_up, m.task);
+    let mut heap: Vec<Movement> = Vec::with_capacity(movements.len());
+    for m in movements {
+        let mut k = heap.len();
+        heap.push(m);
+        while k > 0 {
+            let parent = (k - 1) / 2;
+            if key(&heap[k]) >= key(&heap[parent]) {
+                break;
+            }
+            heap.swap(k, parent);
+            k = parent;
+        }
+    }
+    heap
 }
 
 /// A planned move of `task` away from `destination`, which is not caught up.
@@ -174,7 +196,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        movements.sort_by_key(|m| (m.caught_up, m.task));
+        let movements = java_heap_order(movements);
         let mut set = self.load_set();
         for m in &movements {
             let (t, dest) = (m.task, m.destination);
@@ -221,7 +243,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        movements.sort_by_key(|m| (m.caught_up, m.task));
+        let movements = java_heap_order(movements);
         let mut set = self.load_set();
         let mut needed = 0;
         for m in &movements {
@@ -343,4 +365,33 @@ fn should_move_a_task(src: &ClientState, dst: &ClientState) -> bool {
     let at_src = (src.assigned_count() as f64 - 1.0) / src.capacity as f64;
     let proposed = at_src - at_dst;
     proposed >= 0.0 && proposed < skew
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mv(caught_up: usize, task: u32) -> Movement {
+        Movement {
+            caught_up,
+            task: task as TaskIx,
+            destination: 0,
+        }
+    }
+
+    /// Java: `PriorityQueue` with offers of keys 5, 4, 3, 2, 1 iterates 1, 2, 4, 5, 3.
+    #[test]
+    fn moves_come_in_java_priority_queue_iteration_order() {
+        let order: Vec<u32> = java_heap_order((1..=5).rev().map(|t| mv(1, t)).collect())
+            .iter()
+            .map(|m| m.task as u32)
+            .collect();
+        assert_eq!(order, vec![1, 2, 4, 5, 3]);
+        // Sorted input stays sorted; equal keys keep their insertion order.
+        let sorted: Vec<u32> = java_heap_order((0..6).map(|t| mv(t as usize / 2, t)).collect())
+            .iter()
+            .map(|m| m.task as u32)
+            .collect();
+        assert_eq!(sorted, (0..6).collect::<Vec<_>>());
+    }
 }
