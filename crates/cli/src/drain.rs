@@ -31,6 +31,7 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
     let offset = runtime.block_on(crate::within(limit, &args.bootstrap, async {
         let client = Client::new(&[&args.bootstrap], "baton-drain");
         client.set_request_timeout(limit);
+        check_member(&client, &args.group, &args.instance).await?;
         baton_runtime::control::request_drain(&client, &args.group, &args.instance)
             .await
             .map_err(|e| Failure {
@@ -42,4 +43,58 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
         "drain requested for instance {} of group {} (control record {offset}); it exits once its tasks have moved\n",
         args.instance, args.group
     ))
+}
+
+/// Refuses (exit 2) a drain that cannot reach anyone: a group without members, or an instance
+/// the group does not have. Nothing is written then (no control topic is created). A broker
+/// that does not report its members' client ids (nisshi) lets only the first check through.
+async fn check_member(client: &Client, group: &str, instance: &str) -> Result<(), Failure> {
+    let described = client.describe_group(group).await.map_err(|e| Failure {
+        message: format!("describing group {group}: {e}"),
+        status: 1,
+    })?;
+    if described.members.is_empty() {
+        return Err(Failure::bad_input(format!(
+            "group {group} has no members: nothing to drain (is the application running, and is \
+             --group its --app-id?)"
+        )));
+    }
+    let instances: std::collections::BTreeSet<&str> = described
+        .members
+        .iter()
+        .flat_map(|m| {
+            let static_id = m.group_instance_id.as_ref().map(|s| s.as_str());
+            [Some(m.client_id.as_str()), static_id]
+        })
+        .flatten()
+        .filter_map(instance_of)
+        .collect();
+    if !instances.is_empty() && !instances.contains(instance) {
+        return Err(Failure::bad_input(format!(
+            "instance {instance:?} is not a member of group {group}; its instances: {}",
+            instances.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The instance of a stream thread's client id or `group.instance.id`, `<instance>-<thread>`.
+fn instance_of(id: &str) -> Option<&str> {
+    let (instance, thread) = id.rsplit_once('-')?;
+    (!instance.is_empty() && !thread.is_empty() && thread.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(instance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::instance_of;
+
+    #[test]
+    fn thread_ids_name_their_instance() {
+        assert_eq!(instance_of("web-7-0"), Some("web-7"));
+        assert_eq!(instance_of("a-12"), Some("a"));
+        assert_eq!(instance_of("a-12-member"), None);
+        assert_eq!(instance_of("a"), None);
+        assert_eq!(instance_of("-1"), None);
+    }
 }

@@ -46,7 +46,8 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
     let view = runtime.block_on(crate::within(limit, &args.bootstrap, async {
         let client = Client::new(&[&args.bootstrap], "baton-inspect");
         client.set_request_timeout(limit);
-        inspect(&client, &args.group, &changelogs)
+        let reports = baton_runtime::control::control_topic(&args.group);
+        inspect(&client, &args.group, &changelogs, Some(&reports))
             .await
             .map_err(|e| Failure {
                 message: format!("inspecting group {}: {e}", args.group),

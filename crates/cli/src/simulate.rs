@@ -15,10 +15,12 @@ pub struct SimulateArgs {
     /// Scenario files (TOML or JSON).
     #[arg(required = true)]
     scenarios: Vec<PathBuf>,
-    /// Run with this assignor instead of the scenario's (`NAME` or `NAME@eager|cooperative`).
+    /// Run with this assignor instead of the scenario's: `NAME` or `NAME@eager|cooperative`,
+    /// NAME one of high-availability, kafka, sticky.
     #[arg(long, conflicts_with = "compare")]
     assignor: Option<String>,
-    /// Run each of these on the same scenario, one row each, e.g. `sticky@eager,kafka,high-availability`.
+    /// Run each of these on the same scenario, one row each (names as for --assignor), e.g.
+    /// `sticky@eager,kafka,high-availability`.
     #[arg(long, value_delimiter = ',')]
     compare: Vec<String>,
     /// Print the full reports as JSON.
@@ -33,6 +35,15 @@ pub struct SimulateArgs {
 }
 
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
+    if let Some(p) = &args.plot {
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !matches!(ext, "png" | "svg") {
+            return Err(Failure::bad_input(format!(
+                "--plot {}: draws .png or .svg files only",
+                p.display()
+            )));
+        }
+    }
     if args.plot.is_some() && args.scenarios.len() != 1 {
         return Err(Failure::bad_input(
             "--plot draws one scenario: give exactly one",

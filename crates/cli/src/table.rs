@@ -26,8 +26,8 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
     );
     let _ = writeln!(
         out,
-        "{:<16} {:>7} {:>6} {:>7} {:>6} {:>13}  STATUS",
-        "CLIENT", "THREADS", "ACTIVE", "STANDBY", "WARMUP", "COPIES/THREAD"
+        "{:<16} {:>7} {:>6} {:>7} {:>6} {:>11}  STATUS",
+        "CLIENT", "THREADS", "ACTIVE", "STANDBY", "WARMUP", "LOAD/THREAD"
     );
     for spec in &cluster.clients {
         let a = &assignment.clients[&spec.id];
@@ -41,7 +41,7 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
         };
         let _ = writeln!(
             out,
-            "{:<16} {:>7} {:>6} {:>7} {:>6} {:>13.2}  {status}",
+            "{:<16} {:>7} {:>6} {:>7} {:>6} {:>11.2}  {status}",
             spec.id.0,
             spec.capacity,
             a.active.len(),
@@ -50,6 +50,10 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
             copies as f64 / spec.capacity as f64,
         );
     }
+    let _ = writeln!(
+        out,
+        "(LOAD/THREAD: tasks of every kind the client holds, per stream thread; balanced clients are within one of each other)"
+    );
     out.push('\n');
     for spec in &cluster.clients {
         let a = &assignment.clients[&spec.id];
@@ -64,9 +68,9 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
     } else {
         let _ = writeln!(
             out,
-            "pending moves: {} (follow-up rebalance in {} ms)",
+            "pending moves: {} (follow-up rebalance {})",
             assignment.pending.len(),
-            assignment.probe_after_ms.unwrap_or_default()
+            delay(assignment.probe_after_ms.unwrap_or_default())
         );
         for m in &assignment.pending {
             let how = match assignment.clients.get(&m.to) {
@@ -87,4 +91,14 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
         let _ = writeln!(out, "warning: {w}");
     }
     out
+}
+
+/// A delay for people: "at once", "in 45 s", "in 10 min".
+fn delay(ms: u64) -> String {
+    match ms {
+        0 => "at once, when a warm-up catches up".into(),
+        ms if ms < 60_000 => format!("in {:.0} s", ms as f64 / 1000.0),
+        ms if ms % 60_000 == 0 => format!("in {} min", ms / 60_000),
+        ms => format!("in {:.1} min", ms as f64 / 60_000.0),
+    }
 }

@@ -211,6 +211,45 @@ fn a_member_with_invalid_metadata() {
     use baton_protocol::TaskOffsetSum;
 
     let cluster = Cluster::new("invalid");
+    // A missing input topic is an error, and asking about it creates nothing.
+    let out = std::process::Command::new(&cluster.bin)
+        .args([
+            "run",
+            "--bootstrap",
+            &cluster.broker.addr,
+            "--app-id",
+            "typo",
+        ])
+        .args([
+            "--input",
+            "no-such-input",
+            "--output",
+            "typo-out",
+            "--instance-id",
+            "t",
+        ])
+        .arg("--state-dir")
+        .arg(cluster.dir.join("typo"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("no-such-input"), "{err}");
+    let topics = cluster
+        .rt
+        .block_on(cluster.client.metadata(None))
+        .unwrap()
+        .topics;
+    let names: Vec<String> = topics
+        .iter()
+        .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n == "no-such-input" || n == "typo-out"),
+        "nothing auto-created: {names:?}"
+    );
     let mut a = cluster.spawn("a", &[]);
     let mut producer = Producer::start(&cluster.broker.addr, "k", 200, 30);
     cluster.await_all_processing(now_ms(), "invalid member: a");
@@ -349,6 +388,61 @@ fn drain_while_another_instance_is_down() {
     let mut c = cluster.spawn("c", &[]);
     let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
     cluster.await_all_processing(now_ms(), "drain, one down: a, b and c");
+    // `baton inspect` shows every member's tasks, even on a broker that hides member metadata.
+    let inspect = || {
+        let out = std::process::Command::new(&cluster.bin)
+            .args(["inspect", "--bootstrap", &cluster.broker.addr])
+            .args(["--group", &cluster.app, "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let shows_all = |view: &serde_json::Value| {
+        let members = view["members"].as_array().cloned().unwrap_or_default();
+        let actives: usize = members
+            .iter()
+            .map(|m| m["active"].as_array().map_or(0, Vec::len))
+            .sum();
+        members.len() == 3
+            && actives == harness::PARTITIONS as usize
+            && members.iter().all(|m| m["error"].is_null())
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut view = inspect();
+    while !shows_all(&view) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        view = inspect();
+    }
+    assert!(
+        shows_all(&view),
+        "inspect shows 3 members and every task once: {view:#}"
+    );
+    // A drain that reaches nobody is refused, and writes nothing.
+    let out = std::process::Command::new(&cluster.bin)
+        .args(["drain", "--bootstrap", &cluster.broker.addr])
+        .args(["--group", "no-such-group", "--instance", "b"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("has no members"), "{err}");
+    let topics = cluster
+        .rt
+        .block_on(cluster.client.metadata(None))
+        .unwrap()
+        .topics;
+    assert!(
+        !topics.iter().any(|t| t
+            .name
+            .as_ref()
+            .is_some_and(|n| n.0.contains("no-such-group"))),
+        "no control topic for a group that does not exist"
+    );
     c.kill9();
     cluster.drain("b");
     assert!(

@@ -188,15 +188,20 @@ impl Client {
     }
 
     /// Cluster metadata for `topics` (all topics when `None`); remembers broker addresses.
+    /// Never creates a topic: asking about a missing one must not bring it into being with
+    /// the broker's default partition count (topics are created on purpose, with
+    /// [`Client::create_topics`]).
     pub async fn metadata(&self, topics: Option<&[String]>) -> Result<MetadataResponse> {
-        let req = MetadataRequest::default().with_topics(topics.map(|ts| {
-            ts.iter()
-                .map(|t| {
-                    MetadataRequestTopic::default()
-                        .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
-                })
-                .collect()
-        }));
+        let req = MetadataRequest::default()
+            .with_allow_auto_topic_creation(false)
+            .with_topics(topics.map(|ts| {
+                ts.iter()
+                    .map(|t| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+                    })
+                    .collect()
+            }));
         let resp = self.retry(|| self.send_any(&req)).await?;
         let mut brokers = self.brokers.lock().await;
         for b in &resp.brokers {

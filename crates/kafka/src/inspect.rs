@@ -1,5 +1,11 @@
 //! What `baton inspect` shows: a live group's members, their decoded subscriptions and
 //! assignments, and lags computed from the changelogs' current end offsets.
+//!
+//! Some brokers (nisshi 0.8.1) answer DescribeGroups without member metadata or assignments.
+//! Baton members therefore also publish their own (the subscription bytes they sent and the
+//! assignment bytes they received) to a reports topic after every join ([`publish_member`]),
+//! and `inspect` reads those back for members whose metadata came back empty. Same bytes,
+//! same decoder: the view does not depend on which source it came from.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +16,13 @@ use baton_protocol::{AssignmentInfo, SubscriptionInfo, TopicPartition, TAG_LEAVI
 use serde::Serialize;
 
 use crate::client::Client;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::records::KeyValue;
+
+/// Reports are keyed `member:<member id>`; the latest per key wins.
+const REPORT_KEY_PREFIX: &str = "member:";
+/// How far back in the reports topic `inspect` reads.
+const REPORTS_READ: i64 = 5_000;
 
 /// One task a member reported state for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -29,6 +41,9 @@ pub struct MemberView {
     pub group_instance_id: Option<String>,
     /// Set when the metadata could not be decoded.
     pub error: Option<String>,
+    /// Where the metadata came from: `broker` (DescribeGroups) or `report` (the member's own,
+    /// from the reports topic, when the broker returned none).
+    pub source: String,
     pub process_id: Option<String>,
     pub subscription_version: Option<i32>,
     pub generation: Option<i32>,
@@ -53,13 +68,21 @@ pub struct GroupView {
     pub members: Vec<MemberView>,
 }
 
-/// Describes `group`. `changelogs` maps a subtopology to its changelog topics, for lags.
+/// Describes `group`. `changelogs` maps a subtopology to its changelog topics, for lags;
+/// `reports` names the topic members publish their own metadata to, read for members the
+/// broker returns none for.
 pub async fn inspect(
     client: &Arc<Client>,
     group: &str,
     changelogs: &BTreeMap<u32, Vec<String>>,
+    reports: Option<&str>,
 ) -> Result<GroupView> {
     let g = client.describe_group(group).await?;
+    let missing = g.members.iter().any(|m| m.member_metadata.is_empty());
+    let reported = match reports {
+        Some(topic) if missing => read_reports(client, topic).await?,
+        _ => BTreeMap::new(),
+    };
     let mut members = Vec::new();
     let mut wanted: Vec<TopicPartition> = Vec::new();
     for m in &g.members {
@@ -69,6 +92,7 @@ pub async fn inspect(
             client_host: m.client_host.to_string(),
             group_instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
             error: None,
+            source: "broker".into(),
             process_id: None,
             subscription_version: None,
             generation: None,
@@ -80,7 +104,14 @@ pub async fn inspect(
             warmup: Vec::new(),
             next_rebalance_ms: None,
         };
-        match decode_member(&m.member_metadata, &m.member_assignment) {
+        let (metadata, assignment) = match reported.get(m.member_id.as_str()) {
+            Some((md, asg)) if m.member_metadata.is_empty() => {
+                view.source = "report".into();
+                (md.clone(), asg.clone())
+            }
+            _ => (m.member_metadata.clone(), m.member_assignment.clone()),
+        };
+        match decode_member(&metadata, &assignment) {
             Ok((sub, generation, assignment)) => {
                 view.process_id = Some(sub.process_id.to_string());
                 view.subscription_version = Some(sub.version);
@@ -158,6 +189,99 @@ pub async fn inspect(
     })
 }
 
+/// Publishes a member's own view of its membership (the subscription it sent, the assignment
+/// it received) to `topic`, for [`inspect`] on brokers that do not return them.
+pub async fn publish_member(
+    client: &Client,
+    topic: &str,
+    member_id: &str,
+    metadata: &[u8],
+    assignment: &[u8],
+) -> Result<()> {
+    let leader = client.leader(topic, 0).await?;
+    client
+        .produce(
+            &leader,
+            topic,
+            0,
+            &[report(member_id, metadata, assignment)],
+        )
+        .await
+        .map(|_| ())
+}
+
+/// The record: key `member:<id>`, value `int32 n, n bytes of metadata, int32 m, m bytes of
+/// assignment`.
+fn report(member_id: &str, metadata: &[u8], assignment: &[u8]) -> KeyValue {
+    let mut v = Vec::with_capacity(8 + metadata.len() + assignment.len());
+    for part in [metadata, assignment] {
+        v.extend((part.len() as u32).to_be_bytes());
+        v.extend(part);
+    }
+    (
+        Some(bytes::Bytes::from(format!(
+            "{REPORT_KEY_PREFIX}{member_id}"
+        ))),
+        Some(bytes::Bytes::from(v)),
+    )
+}
+
+/// A report's two blobs; `None` for a value that is not one (each length is checked
+/// against the bytes that remain).
+fn parse_report(mut v: &[u8]) -> Option<(bytes::Bytes, bytes::Bytes)> {
+    let mut part = || {
+        let len = u32::from_be_bytes(v.get(..4)?.try_into().ok()?) as usize;
+        let body = v.get(4..4usize.checked_add(len)?)?;
+        let out = bytes::Bytes::copy_from_slice(body);
+        v = &v[4 + len..];
+        Some(out)
+    };
+    let metadata = part()?;
+    let assignment = part()?;
+    Some((metadata, assignment))
+}
+
+/// The latest report of each member among the last records of `topic`.
+async fn read_reports(
+    client: &Client,
+    topic: &str,
+) -> Result<BTreeMap<String, (bytes::Bytes, bytes::Bytes)>> {
+    let tp = TopicPartition::new(topic, 0);
+    let end = match client.end_offsets(std::slice::from_ref(&tp)).await {
+        Ok(ends) => ends.get(&tp).copied().unwrap_or(0),
+        // No reports topic: a group of another kind, nothing to add.
+        Err(e) if matches!(e, Error::Broker { .. }) => return Ok(BTreeMap::new()),
+        Err(e) => return Err(e),
+    };
+    let leader = client.leader(topic, 0).await?;
+    let mut out = BTreeMap::new();
+    let mut offset = (end - REPORTS_READ).max(0);
+    while offset < end {
+        let f = client
+            .fetch(&leader, topic, 0, offset, 1 << 20, 100)
+            .await?;
+        let Some(next) = f.next_offset.filter(|&n| n > offset) else {
+            break;
+        };
+        for r in &f.records {
+            let (Some(k), Some(v)) = (&r.key, &r.value) else {
+                continue;
+            };
+            let Some(member) = std::str::from_utf8(k)
+                .ok()
+                .and_then(|k| k.strip_prefix(REPORT_KEY_PREFIX))
+            else {
+                continue;
+            };
+            if let Some(blobs) = parse_report(v) {
+                out.insert(member.to_owned(), blobs);
+            }
+        }
+        offset = next;
+    }
+    Ok(out)
+}
+
 type Decoded = (SubscriptionInfo, i32, Option<AssignmentInfo>);
 
 fn decode_member(metadata: &[u8], assignment: &[u8]) -> std::result::Result<Decoded, String> {
@@ -177,4 +301,21 @@ fn decode_member(metadata: &[u8], assignment: &[u8]) -> std::result::Result<Deco
         }
     };
     Ok((info, sub.generation_id, assignment))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_round_trips_and_a_bad_one_is_refused() {
+        let (k, v) = report("m-1", b"meta", b"assign");
+        assert_eq!(k.as_deref(), Some(&b"member:m-1"[..]));
+        let (md, asg) = parse_report(v.as_deref().unwrap()).unwrap();
+        assert_eq!((&md[..], &asg[..]), (&b"meta"[..], &b"assign"[..]));
+        // A declared length past the end, a truncated header: not a report.
+        assert!(parse_report(&[0, 0, 0, 9, 1, 2]).is_none());
+        assert!(parse_report(&[0, 0]).is_none());
+        assert!(parse_report(&[0xff, 0xff, 0xff, 0xff]).is_none());
+    }
 }

@@ -65,6 +65,10 @@ pub struct Membership {
     /// The leader answered at another version than this member subscribed with: it has
     /// switched its subscription version and must rejoin (Kafka Streams' version probing).
     pub version_probing: bool,
+    /// The subscription this member sent and the assignment it received, as bytes: what
+    /// DescribeGroups would show (for [`crate::inspect::publish_member`]).
+    pub metadata: Bytes,
+    pub assignment: Bytes,
     /// When the SyncGroup that got this answer was sent: the coordinator's session for this
     /// member runs from no earlier than that.
     pub synced_at: std::time::Instant,
@@ -203,6 +207,7 @@ impl GroupMember {
                 }
                 Err(e) => return Err(e),
             };
+            let metadata = self.subscription();
             let req = JoinGroupRequest::default()
                 .with_group_id(group.clone())
                 .with_session_timeout_ms(self.cfg.session_timeout_ms)
@@ -212,7 +217,7 @@ impl GroupMember {
                 .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
                 .with_protocols(vec![JoinGroupRequestProtocol::default()
                     .with_name(StrBytes::from_static_str(PROTOCOL_NAME))
-                    .with_metadata(self.subscription())]);
+                    .with_metadata(metadata.clone())]);
             let resp = match self.send(&req).await {
                 Ok(r) => r,
                 Err(e) if e.is_retriable() => {
@@ -300,6 +305,8 @@ impl GroupMember {
                 partitions,
                 info,
                 version_probing,
+                metadata,
+                assignment: resp.assignment.clone(),
                 synced_at,
             });
             return Ok(self.current.as_ref().expect("just set"));

@@ -125,9 +125,10 @@ async fn a_member_with_garbage_metadata_does_not_stop_the_leader() {
     );
 }
 
+/// nisshi 0.8.1 answers DescribeGroups with empty member metadata and assignments (Apache
+/// Kafka returns both for a Stable group, docs/BROKERS.md): the member publishes its own, as
+/// the runtime does after every join, and `inspect` reads them back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "broker: nisshi 0.8.1 answers DescribeGroups with empty member metadata and assignment; \
-            Apache Kafka returns both for a Stable group (docs/BROKERS.md)"]
 async fn inspect_shows_members_tasks_and_lags() {
     use baton_assignor::TaskId;
     use baton_protocol::TaskOffsetSum;
@@ -149,12 +150,33 @@ async fn inspect_shows_members_tasks_and_lags() {
     ]);
     m.set_leaving(true);
     let joined = m.join().await.unwrap().clone();
+    client
+        .create_topics(&[baton_kafka::client::NewTopic {
+            name: "g4-reports".into(),
+            partitions: 1,
+            compacted: false,
+        }])
+        .await
+        .unwrap();
+    baton_kafka::inspect::publish_member(
+        &client,
+        "g4-reports",
+        &joined.member_id,
+        &joined.metadata,
+        &joined.assignment,
+    )
+    .await
+    .unwrap();
     let changelogs = [(0u32, vec!["app-counts-changelog".to_string()])]
         .into_iter()
         .collect();
-    let view = baton_kafka::inspect::inspect(&client, "g4", &changelogs)
+    let view = baton_kafka::inspect::inspect(&client, "g4", &changelogs, Some("g4-reports"))
         .await
         .unwrap();
+    println!(
+        "inspect: member metadata from the {}",
+        view.members[0].source
+    );
     assert_eq!(view.members.len(), 1);
     let v = &view.members[0];
     assert_eq!(v.member_id, joined.member_id);

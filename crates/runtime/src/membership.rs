@@ -155,6 +155,7 @@ impl MembershipTask {
                         "assigned"
                     );
                     self.latest = Some((m.generation, m.partitions.clone()));
+                    self.publish(&m);
                     let short = claimed.iter().any(|tp| !m.partitions.contains(tp));
                     return Some((self.assigned(&m), short));
                 }
@@ -168,6 +169,31 @@ impl MembershipTask {
                 }
             }
         }
+    }
+
+    /// Publishes what this member sent and received, for `baton inspect` on brokers whose
+    /// DescribeGroups leaves member metadata out. Best effort, off the round's path.
+    fn publish(&self, m: &Membership) {
+        let ctx = self.ctx.clone();
+        let (id, metadata, assignment) = (
+            m.member_id.clone(),
+            m.metadata.clone(),
+            m.assignment.clone(),
+        );
+        tokio::spawn(async move {
+            let topic = crate::control::control_topic(ctx.group());
+            let published = baton_kafka::inspect::publish_member(
+                &ctx.client,
+                &topic,
+                &id,
+                &metadata,
+                &assignment,
+            )
+            .await;
+            if let Err(e) = published {
+                tracing::debug!(error = %e, "publishing the member's report for inspect");
+            }
+        });
     }
 
     fn assigned(&self, m: &Membership) -> Assigned {
