@@ -374,7 +374,7 @@ mod tests {
     fn mv(caught_up: usize, task: u32) -> Movement {
         Movement {
             caught_up,
-            task: task as TaskIx,
+            task,
             destination: 0,
         }
     }
@@ -384,13 +384,13 @@ mod tests {
     fn moves_come_in_java_priority_queue_iteration_order() {
         let order: Vec<u32> = java_heap_order((1..=5).rev().map(|t| mv(1, t)).collect())
             .iter()
-            .map(|m| m.task as u32)
+            .map(|m| m.task)
             .collect();
         assert_eq!(order, vec![1, 2, 4, 5, 3]);
         // Sorted input stays sorted; equal keys keep their insertion order.
         let sorted: Vec<u32> = java_heap_order((0..6).map(|t| mv(t as usize / 2, t)).collect())
             .iter()
-            .map(|m| m.task as u32)
+            .map(|m| m.task)
             .collect();
         assert_eq!(sorted, (0..6).collect::<Vec<_>>());
     }

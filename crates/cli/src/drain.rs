@@ -49,15 +49,26 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
 /// the group does not have. Nothing is written then (no control topic is created). A broker
 /// that does not report its members' client ids (nisshi) lets only the first check through.
 async fn check_member(client: &Client, group: &str, instance: &str) -> Result<(), Failure> {
-    let described = client.describe_group(group).await.map_err(|e| Failure {
-        message: format!("describing group {group}: {e}"),
-        status: 1,
-    })?;
-    if described.members.is_empty() {
-        return Err(Failure::bad_input(format!(
+    let no_members = || {
+        Failure::bad_input(format!(
             "group {group} has no members: nothing to drain (is the application running, and is \
              --group its --app-id?)"
-        )));
+        ))
+    };
+    let described = match client.describe_group(group).await {
+        Ok(d) => d,
+        Err(e) if e.is_group_not_found() => {
+            return Err(no_members());
+        }
+        Err(e) => {
+            return Err(Failure {
+                message: format!("describing group {group}: {e}"),
+                status: 1,
+            })
+        }
+    };
+    if described.members.is_empty() {
+        return Err(no_members());
     }
     let instances: std::collections::BTreeSet<&str> = described
         .members

@@ -51,6 +51,11 @@ impl Error {
         }
     }
 
+    /// The coordinator knows no such group.
+    pub fn is_group_not_found(&self) -> bool {
+        self.broker_error() == Some(ResponseError::GroupIdNotFound)
+    }
+
     /// A fetch from an offset the partition does not have (past its end, or before its start).
     pub fn is_offset_out_of_range(&self) -> bool {
         self.broker_error() == Some(ResponseError::OffsetOutOfRange)

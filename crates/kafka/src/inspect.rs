@@ -16,7 +16,7 @@ use baton_protocol::{AssignmentInfo, SubscriptionInfo, TopicPartition, TAG_LEAVI
 use serde::Serialize;
 
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::records::KeyValue;
 
 /// Reports are keyed `member:<member id>`; the latest per key wins.
@@ -179,11 +179,21 @@ pub async fn inspect(
         }
     }
     let generation = members.iter().filter_map(|m| m.generation).max();
+    // Reports come from Baton members, which join with Kafka Streams' protocol: where the
+    // broker leaves the group's protocol out, it is that one.
+    let from_reports = members.iter().any(|m| m.source == "report");
+    let or_reported = |broker: String, reported: &str| {
+        if broker.is_empty() && from_reports {
+            reported.to_owned()
+        } else {
+            broker
+        }
+    };
     Ok(GroupView {
         group: group.to_owned(),
         state: g.group_state.to_string(),
-        protocol_type: g.protocol_type.to_string(),
-        protocol: g.protocol_data.to_string(),
+        protocol_type: or_reported(g.protocol_type.to_string(), crate::member::PROTOCOL_TYPE),
+        protocol: or_reported(g.protocol_data.to_string(), crate::member::PROTOCOL_NAME),
         generation,
         members,
     })
@@ -246,13 +256,23 @@ async fn read_reports(
     client: &Client,
     topic: &str,
 ) -> Result<BTreeMap<String, (bytes::Bytes, bytes::Bytes)>> {
+    // No reports topic (a group of another kind, or one that never ran Baton): nothing to add.
+    let meta = client.metadata(Some(&[topic.to_owned()])).await?;
+    let exists = meta.topics.iter().any(|t| {
+        t.error_code == 0
+            && !t.partitions.is_empty()
+            && t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)
+    });
+    if !exists {
+        return Ok(BTreeMap::new());
+    }
     let tp = TopicPartition::new(topic, 0);
-    let end = match client.end_offsets(std::slice::from_ref(&tp)).await {
-        Ok(ends) => ends.get(&tp).copied().unwrap_or(0),
-        // No reports topic: a group of another kind, nothing to add.
-        Err(e) if matches!(e, Error::Broker { .. }) => return Ok(BTreeMap::new()),
-        Err(e) => return Err(e),
-    };
+    let end = client
+        .end_offsets(std::slice::from_ref(&tp))
+        .await?
+        .get(&tp)
+        .copied()
+        .unwrap_or(0);
     let leader = client.leader(topic, 0).await?;
     let mut out = BTreeMap::new();
     let mut offset = (end - REPORTS_READ).max(0);
