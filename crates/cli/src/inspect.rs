@@ -106,6 +106,23 @@ fn table(v: &GroupView) -> String {
             m.endpoint.as_deref().unwrap_or("-"),
             if m.leaving { "  LEAVING" } else { "" }
         );
+        if m.rack.is_some() || !m.client_tags.is_empty() {
+            let tags: Vec<String> = m
+                .client_tags
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  rack {}  tags {}",
+                m.rack.as_deref().unwrap_or("-"),
+                if tags.is_empty() {
+                    "-".into()
+                } else {
+                    tags.join(",")
+                }
+            );
+        }
         let _ = writeln!(s, "  active:  {}", list(&m.active));
         let _ = writeln!(s, "  standby: {}", list(&m.standby));
         let _ = writeln!(s, "  warmup:  {}", list(&m.warmup));

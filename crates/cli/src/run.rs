@@ -80,6 +80,14 @@ pub struct RunArgs {
     /// creating the changelog and sink topics) within this long.
     #[arg(long, default_value_t = 60_000)]
     startup_timeout_ms: u64,
+    /// client.rack: the rack or zone this instance runs in. The assignor keeps a task's
+    /// standbys on racks other than its active's.
+    #[arg(long, value_name = "RACK")]
+    rack: Option<String>,
+    /// client.tag.KEY=VALUE (repeatable, at most 5): sent to the group and shown by
+    /// `baton inspect`.
+    #[arg(long = "client-tag", value_name = "KEY=VALUE")]
+    client_tags: Vec<String>,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -120,6 +128,18 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             .parse()
             .map_err(Failure::bad_input)?,
         startup_timeout: Duration::from_millis(args.startup_timeout_ms),
+        rack: args.rack.clone(),
+        client_tags: args
+            .client_tags
+            .iter()
+            .map(|t| {
+                t.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .ok_or_else(|| {
+                        Failure::bad_input(format!("--client-tag {t:?}: expected KEY=VALUE"))
+                    })
+            })
+            .collect::<Result<_, _>>()?,
         ..RuntimeConfig::default()
     };
     cfg.validate().map_err(Failure::bad_input)?;

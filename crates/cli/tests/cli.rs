@@ -202,6 +202,25 @@ fn simulate_compares_assignors_and_draws() {
 }
 
 #[test]
+fn bad_racks_and_client_tags_are_refused_before_connecting() {
+    for (tag, expected) in [
+        ("zone", "expected KEY=VALUE"),
+        ("baton.leaving=true", "reserved"),
+        ("a-key-longer-than-twenty=1", "1 to 20 characters"),
+    ] {
+        let (code, _, err) = baton(
+            &["run", "--bootstrap", "127.0.0.1:1", "--client-tag", tag],
+            None,
+        );
+        assert_eq!(code, 2, "{tag}: {err}");
+        assert!(err.contains(expected), "{tag}: {err}");
+    }
+    let (code, _, err) = baton(&["run", "--bootstrap", "127.0.0.1:1", "--rack", ""], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("client.rack"), "{err}");
+}
+
+#[test]
 fn runtime_commands_reject_bad_options_before_connecting() {
     // Nothing listens on port 1: these must fail on their options, with status 2.
     let (code, _, err) = baton(

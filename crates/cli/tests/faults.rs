@@ -277,6 +277,8 @@ fn a_member_with_invalid_metadata() {
             assignor: AssignorKind::HighAvailability,
             assignment_config: AssignmentConfig::default(),
             metadata_limit: 1 << 20,
+            rack: None,
+            client_tags: Vec::new(),
         },
     );
     bad.set_offset_sums(vec![TaskOffsetSum {

@@ -48,6 +48,10 @@ pub struct MemberView {
     pub subscription_version: Option<i32>,
     pub generation: Option<i32>,
     pub endpoint: Option<String>,
+    /// `client.rack` from the consumer subscription.
+    pub rack: Option<String>,
+    /// `client.tag.<key>` values, Baton's own flags left out.
+    pub client_tags: BTreeMap<String, String>,
     pub leaving: bool,
     pub reported: Vec<TaskState>,
     pub active: Vec<TaskId>,
@@ -97,6 +101,8 @@ pub async fn inspect(
             subscription_version: None,
             generation: None,
             endpoint: None,
+            rack: None,
+            client_tags: BTreeMap::new(),
             leaving: false,
             reported: Vec::new(),
             active: Vec::new(),
@@ -112,7 +118,14 @@ pub async fn inspect(
             _ => (m.member_metadata.clone(), m.member_assignment.clone()),
         };
         match decode_member(&metadata, &assignment) {
-            Ok((sub, generation, assignment)) => {
+            Ok((sub, generation, rack, assignment)) => {
+                view.rack = rack;
+                view.client_tags = sub
+                    .client_tags
+                    .iter()
+                    .filter(|t| !t.key.starts_with("baton."))
+                    .map(|t| (t.key.clone(), t.value.clone()))
+                    .collect();
                 view.process_id = Some(sub.process_id.to_string());
                 view.subscription_version = Some(sub.version);
                 view.generation = Some(generation);
@@ -302,7 +315,12 @@ async fn read_reports(
     Ok(out)
 }
 
-type Decoded = (SubscriptionInfo, i32, Option<AssignmentInfo>);
+type Decoded = (
+    SubscriptionInfo,
+    i32,
+    Option<String>,
+    Option<AssignmentInfo>,
+);
 
 fn decode_member(metadata: &[u8], assignment: &[u8]) -> std::result::Result<Decoded, String> {
     if metadata.is_empty() {
@@ -320,7 +338,7 @@ fn decode_member(metadata: &[u8], assignment: &[u8]) -> std::result::Result<Deco
             None => None,
         }
     };
-    Ok((info, sub.generation_id, assignment))
+    Ok((info, sub.generation_id, sub.rack_id, assignment))
 }
 
 #[cfg(test)]

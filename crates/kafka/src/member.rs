@@ -52,6 +52,10 @@ pub struct MemberConfig {
     /// The group's metadata (all subscriptions and assignments) must fit in this many bytes:
     /// the broker's `message.max.bytes` for `__consumer_offsets`.
     pub metadata_limit: usize,
+    /// `client.rack`, sent in the consumer subscription (v3+).
+    pub rack: Option<String>,
+    /// `client.tag.<key>` values, sent as subscription client tags (v11+).
+    pub client_tags: Vec<baton_protocol::ClientTag>,
 }
 
 /// What one rebalance gave this member.
@@ -190,6 +194,8 @@ impl GroupMember {
                 owned: &self.owned,
                 generation: self.generation,
                 unique: self.unique,
+                rack: self.cfg.rack.as_deref(),
+                client_tags: &self.cfg.client_tags,
             },
         ))
     }

@@ -136,8 +136,13 @@ async fn inspect_shows_members_tasks_and_lags() {
     let client = Client::new(&[&broker.addr], "test");
     create_topics(&client).await;
     // One member, reporting running actives and a stale copy: lag = end - sum, or end when corrupt.
-    let mut m =
-        baton_kafka::GroupMember::new(Client::new(&[&broker.addr], "m1"), config("g4", 1, 6000));
+    let mut cfg = config("g4", 1, 6000);
+    cfg.rack = Some("rack-1".into());
+    cfg.client_tags = vec![baton_protocol::ClientTag {
+        key: "zone".into(),
+        value: "z1".into(),
+    }];
+    let mut m = baton_kafka::GroupMember::new(Client::new(&[&broker.addr], "m1"), cfg);
     m.set_offset_sums(vec![
         TaskOffsetSum {
             task: TaskId::new(0, 0),
@@ -181,6 +186,14 @@ async fn inspect_shows_members_tasks_and_lags() {
     let v = &view.members[0];
     assert_eq!(v.member_id, joined.member_id);
     assert!(v.leaving, "{v:#?}");
+    assert_eq!(v.rack.as_deref(), Some("rack-1"));
+    assert_eq!(
+        v.client_tags.get("zone").map(String::as_str),
+        Some("z1"),
+        "user tags shown, Baton's own left out: {:?}",
+        v.client_tags
+    );
+    assert_eq!(v.client_tags.len(), 1);
     assert_eq!(
         v.active.len(),
         PARTITIONS as usize,

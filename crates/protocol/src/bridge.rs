@@ -79,6 +79,8 @@ pub struct Member {
     pub member_id: String,
     pub subscription: SubscriptionInfo,
     pub owned_partitions: Vec<TopicPartition>,
+    /// The consumer's `client.rack` (consumer subscription v3+): the client's rack or zone.
+    pub rack: Option<String>,
 }
 
 /// Why the leader cannot build the assignor's input.
@@ -170,6 +172,9 @@ pub fn cluster_state(
                 ..Default::default()
             });
         client.capacity += 1;
+        if client.rack.is_none() {
+            client.rack = m.rack.clone().filter(|r| !r.is_empty());
+        }
         if s.tag(TAG_LEAVING) == Some("true") {
             client.leaving = true;
         }

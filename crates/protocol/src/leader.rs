@@ -72,6 +72,10 @@ pub struct MemberReport<'a> {
     pub generation: i32,
     /// A field that changes on every rejoin, so each is a new generation (KAFKA-10455).
     pub unique: i8,
+    /// `client.rack`: the standby placement keeps copies of a task on different racks.
+    pub rack: Option<&'a str>,
+    /// `client.tag.<key>` values (KIP-708), sent as subscription client tags (v11+).
+    pub client_tags: &'a [crate::ClientTag],
 }
 
 /// A Baton member's JoinGroup metadata: the consumer protocol subscription to every source
@@ -86,18 +90,23 @@ pub fn encode_subscription(topology: &Topology, r: &MemberReport<'_>) -> Vec<u8>
         r.unique,
         0,
     );
-    if r.leaving {
-        info.client_tags.push(crate::ClientTag {
-            key: crate::TAG_LEAVING.into(),
-            value: "true".into(),
-        });
-    }
-    if !r.warmups.is_empty() {
-        let list: Vec<String> = r.warmups.iter().map(ToString::to_string).collect();
-        info.client_tags.push(crate::ClientTag {
-            key: crate::TAG_WARMUPS.into(),
-            value: list.join(","),
-        });
+    // Client tags exist from version 11; below it (after version probing against an older
+    // leader) the leaving flag and warm-up list cannot travel and are left out.
+    if r.version >= 11 {
+        info.client_tags.extend(r.client_tags.iter().cloned());
+        if r.leaving {
+            info.client_tags.push(crate::ClientTag {
+                key: crate::TAG_LEAVING.into(),
+                value: "true".into(),
+            });
+        }
+        if !r.warmups.is_empty() {
+            let list: Vec<String> = r.warmups.iter().map(ToString::to_string).collect();
+            info.client_tags.push(crate::ClientTag {
+                key: crate::TAG_WARMUPS.into(),
+                value: list.join(","),
+            });
+        }
     }
     let mut topics: Vec<String> = topology
         .subtopologies
@@ -113,7 +122,7 @@ pub fn encode_subscription(topology: &Topology, r: &MemberReport<'_>) -> Vec<u8>
         user_data: info.encode().ok(),
         owned_partitions: r.owned.to_vec(),
         generation_id: r.generation,
-        rack_id: None,
+        rack_id: r.rack.map(str::to_owned),
     }
     .encode()
     .unwrap_or_default()
@@ -172,6 +181,7 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
                     member_id: m.member_id.clone(),
                     subscription,
                     owned_partitions: sub.owned_partitions,
+                    rack: sub.rack_id,
                 });
             }
             Err(e) => out.rejected.push((m.member_id.clone(), e)),

@@ -85,6 +85,7 @@ fn member(
         member_id: id.into(),
         subscription: s,
         owned_partitions: vec![],
+        rack: None,
     }
 }
 

@@ -250,3 +250,82 @@ fn without_end_offsets_actives_stay_where_they_run() {
     assert_eq!(actives(&out.assignments["b"]), vec![TaskId::new(0, 1)]);
     assert!(out.warnings[0].contains("end offsets unavailable"));
 }
+
+/// `client.rack` travels in the consumer subscription and client tags in Streams' (v11): the
+/// leader gives the assignor each client's rack, so a task's standby lands on another rack.
+#[test]
+fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
+    use baton_protocol::leader::{encode_subscription, MemberReport};
+    use baton_protocol::ClientTag;
+    let topology = topology(4);
+    let tags = [ClientTag {
+        key: "zone".into(),
+        value: "z1".into(),
+    }];
+    let member = |id: &str, pid: u128, rack: &'static str| JoinedMember {
+        member_id: id.into(),
+        metadata: encode_subscription(
+            &topology,
+            &MemberReport {
+                version: BATON_VERSION,
+                latest_supported: BATON_VERSION,
+                process_id: Uuid::from_u128(pid),
+                user_endpoint: "",
+                offset_sums: &[],
+                leaving: false,
+                warmups: &[],
+                owned: &[],
+                generation: -1,
+                unique: 0,
+                rack: Some(rack),
+                client_tags: &tags,
+            },
+        ),
+    };
+    // Two clients on each rack, four tasks, one standby each: every task's standby must sit
+    // on the other rack than its active.
+    let members = vec![
+        member("m1", 1, "a"),
+        member("m2", 2, "a"),
+        member("m3", 3, "b"),
+        member("m4", 4, "b"),
+    ];
+    let (sub, info) = baton_protocol::leader::decode_subscription(&members[0].metadata).unwrap();
+    assert_eq!(sub.rack_id.as_deref(), Some("a"));
+    assert_eq!(info.tag("zone"), Some("z1"));
+    let ends = ends(4, 100);
+    let config = AssignmentConfig {
+        num_standby_replicas: 1,
+        ..AssignmentConfig::default()
+    };
+    let out = lead(&LeaderInput {
+        members: &members,
+        topology: &topology,
+        end_offsets: Some(&ends),
+        assignor: AssignorKind::HighAvailability,
+        config,
+        leader_member_id: "m1",
+        now_ms: 0,
+        metadata_limit: GROUP_METADATA_LIMIT,
+    });
+    assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+    let rack_of = |m: &str| if m == "m1" || m == "m2" { "a" } else { "b" };
+    let mut racks: BTreeMap<TaskId, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
+    for (member, bytes) in &out.assignments {
+        let (_, info) = decode_assignment(bytes).unwrap();
+        for t in &info.active_tasks {
+            racks.entry(*t).or_default().0.push(rack_of(member));
+        }
+        for s in &info.standby_tasks {
+            racks.entry(s.task).or_default().1.push(rack_of(member));
+        }
+    }
+    assert_eq!(racks.len(), 4);
+    for (task, (active, standby)) in &racks {
+        assert_eq!((active.len(), standby.len()), (1, 1), "{task}: {racks:?}");
+        assert_ne!(
+            active[0], standby[0],
+            "{task}: active and standby on one rack: {racks:?}"
+        );
+    }
+}

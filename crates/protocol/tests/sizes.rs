@@ -73,6 +73,7 @@ fn sizes_against_the_one_mib_limit() {
                 member_id: format!("member-{i:03}"),
                 subscription: s,
                 owned_partitions: vec![],
+                rack: None,
             }
         })
         .collect();

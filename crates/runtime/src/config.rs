@@ -45,6 +45,10 @@ pub struct RuntimeConfig {
     /// How long startup (topic metadata, creating changelog and sink topics) may wait for the
     /// broker before the instance gives up with an error.
     pub startup_timeout: Duration,
+    /// `client.rack`: where this instance runs (a rack, a zone). Standbys go to other racks.
+    pub rack: Option<String>,
+    /// `client.tag.<key>` = value (KIP-708), at most 5 keys; keys starting `baton.` are Baton's.
+    pub client_tags: Vec<(String, String)>,
 }
 
 /// What to do with an output record that no record batch can carry (larger than the
@@ -89,6 +93,8 @@ impl Default for RuntimeConfig {
             static_membership: false,
             on_oversized_record: OversizedRecord::Fail,
             startup_timeout: Duration::from_secs(60),
+            rack: None,
+            client_tags: Vec::new(),
             user_endpoint: String::new(),
         }
     }
@@ -123,6 +129,34 @@ impl RuntimeConfig {
         }
         if self.restore_fetch_bytes < 1024 {
             return Err("restore_fetch_bytes: at least 1024".into());
+        }
+        if self.rack.as_deref() == Some("") {
+            return Err("client.rack: must not be empty when given".into());
+        }
+        // Kafka Streams' limits (StreamsConfig): at most 5 tags, keys and values at most 20
+        // characters; `baton.` keys carry Baton's own flags.
+        if self.client_tags.len() > 5 {
+            return Err(format!(
+                "client.tag: {} tags, at most 5",
+                self.client_tags.len()
+            ));
+        }
+        let mut keys = std::collections::BTreeSet::new();
+        for (i, (k, v)) in self.client_tags.iter().enumerate() {
+            let at = format!("client.tag[{i}]");
+            if k.is_empty() || k.chars().count() > 20 || v.chars().count() > 20 {
+                return Err(format!(
+                    "{at}: key and value must be 1 to 20 characters ({k:?}={v:?})"
+                ));
+            }
+            if k.starts_with("baton.") {
+                return Err(format!(
+                    "{at}: key {k:?}: keys starting with \"baton.\" are reserved"
+                ));
+            }
+            if !keys.insert(k.as_str()) {
+                return Err(format!("{at}: key {k:?} given twice"));
+            }
         }
         self.assignment
             .validate()

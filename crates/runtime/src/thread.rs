@@ -109,6 +109,15 @@ impl StreamThread {
                 assignor: cfg.assignor,
                 assignment_config: cfg.assignment.clone(),
                 metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
+                rack: cfg.rack.clone(),
+                client_tags: cfg
+                    .client_tags
+                    .iter()
+                    .map(|(key, value)| baton_protocol::ClientTag {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
             },
         );
         StreamThread {

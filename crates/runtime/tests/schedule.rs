@@ -673,6 +673,8 @@ impl World {
                 owned: &owned,
                 generation: m.generation,
                 unique: m.unique,
+                rack: None,
+                client_tags: &[],
             },
         );
         let d = self.delay();

@@ -60,6 +60,8 @@ pub fn config(group: &str, n: u128, session_timeout_ms: i32) -> MemberConfig {
         assignor: baton_assignor::AssignorKind::HighAvailability,
         metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
         assignment_config: AssignmentConfig::default(),
+        rack: None,
+        client_tags: Vec::new(),
     }
 }
 
