@@ -338,19 +338,7 @@ fn broker_restart_with_persistent_storage() {
         "baton produce rode out the restart: {}",
         std::fs::read_to_string(cluster.dir.join("produce.log")).unwrap_or_default()
     );
-    let produced = cluster.input_counts();
-    let counts = cluster.await_counts(&produced, Duration::from_secs(120));
-    let mut duplicates = 0;
-    for (k, n) in &produced {
-        let c = counts.get(k).copied().unwrap_or(0);
-        assert!(
-            c >= *n,
-            "broker restart: key {k} counted {c} of {n}: events lost"
-        );
-        duplicates += c - n;
-    }
-    let total: i64 = produced.values().sum();
-    eprintln!("broker restart: {total} events, all counted; {duplicates} counted twice");
+    let duplicates = cluster.check_against(&cluster.input_counts(), "broker restart");
     // At most a commit interval's worth (300 events a second) per instance.
     assert!(duplicates <= 600, "{duplicates} counted twice");
     a.stop();

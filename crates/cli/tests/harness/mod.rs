@@ -251,34 +251,29 @@ impl Cluster {
         );
     }
 
-    /// Every output record: per partition, (timestamp ms, key, count).
-    pub fn read_output(&self) -> BTreeMap<i32, Vec<(i64, String, i64)>> {
+    /// Every record of `topic`, per partition, read from the start to the high watermark.
+    pub fn read_topic(&self, topic: &str) -> BTreeMap<i32, Vec<baton_kafka::records::Record>> {
         self.rt.block_on(async {
             let mut out = BTreeMap::new();
             for p in 0..PARTITIONS as i32 {
-                let leader = self.client.leader(OUTPUT, p).await.unwrap();
+                let leader = self.client.leader(topic, p).await.unwrap();
                 let mut rows = Vec::new();
                 let mut offset = 0;
                 let deadline = Instant::now() + Duration::from_secs(60);
                 loop {
                     assert!(
                         Instant::now() < deadline,
-                        "reading {OUTPUT}-{p} is stuck at {offset}"
+                        "reading {topic}-{p} is stuck at {offset}"
                     );
                     let f = self
                         .client
-                        .fetch(&leader, OUTPUT, p, offset, 4 << 20, 500)
+                        .fetch(&leader, topic, p, offset, 4 << 20, 500)
                         .await
                         .unwrap();
-                    for r in &f.records {
-                        let key = String::from_utf8(r.key.clone().unwrap().to_vec()).unwrap();
-                        let v = std::str::from_utf8(r.value.as_deref().unwrap())
-                            .unwrap()
-                            .parse()
-                            .unwrap();
-                        rows.push((r.timestamp, key, v));
-                        offset = r.offset + 1;
+                    if let Some(last) = f.records.last() {
+                        offset = last.offset + 1;
                     }
+                    rows.extend(f.records);
                     if f.high_watermark >= 0 && offset >= f.high_watermark {
                         break;
                     }
@@ -287,6 +282,27 @@ impl Cluster {
             }
             out
         })
+    }
+
+    /// Every output record: per partition, (timestamp ms, key, count).
+    pub fn read_output(&self) -> BTreeMap<i32, Vec<(i64, String, i64)>> {
+        self.read_topic(&self.output)
+            .into_iter()
+            .map(|(p, records)| {
+                let rows = records
+                    .iter()
+                    .map(|r| {
+                        let key = String::from_utf8(r.key.clone().unwrap().to_vec()).unwrap();
+                        let v = std::str::from_utf8(r.value.as_deref().unwrap())
+                            .unwrap()
+                            .parse()
+                            .unwrap();
+                        (r.timestamp, key, v)
+                    })
+                    .collect();
+                (p, rows)
+            })
+            .collect()
     }
 
     /// Per input partition: end offset and the group's committed offset.
@@ -304,29 +320,12 @@ impl Cluster {
     /// Every input event, counted per key: what the counts must reach, whatever a producer
     /// that retried may have written twice.
     pub fn input_counts(&self) -> BTreeMap<String, i64> {
-        self.rt.block_on(async {
-            let mut out = BTreeMap::new();
-            for p in 0..PARTITIONS as i32 {
-                let leader = self.client.leader(INPUT, p).await.unwrap();
-                let mut offset = 0;
-                loop {
-                    let f = self
-                        .client
-                        .fetch(&leader, INPUT, p, offset, 4 << 20, 500)
-                        .await
-                        .unwrap();
-                    for r in &f.records {
-                        let key = String::from_utf8(r.key.clone().unwrap().to_vec()).unwrap();
-                        *out.entry(key).or_insert(0) += 1;
-                        offset = r.offset + 1;
-                    }
-                    if f.high_watermark >= 0 && offset >= f.high_watermark {
-                        break;
-                    }
-                }
-            }
-            out
-        })
+        let mut out = BTreeMap::new();
+        for r in self.read_topic(INPUT).into_values().flatten() {
+            let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            *out.entry(key).or_insert(0) += 1;
+        }
+        out
     }
 
     /// `baton produce` as a child process: `count` events at `rate` over `keys` keys.
@@ -411,9 +410,15 @@ impl Cluster {
     /// duplicates (counted beyond what was produced); fails if any event was lost.
     pub fn check_counts(&self, producer: &mut Producer, what: &str) -> i64 {
         let produced = producer.stop();
-        let counts = self.await_counts(&produced, Duration::from_secs(120));
+        self.check_against(&produced, what)
+    }
+
+    /// Waits for the instances to count `produced` (events per key), and returns the
+    /// duplicates; fails if any event was lost.
+    pub fn check_against(&self, produced: &BTreeMap<String, i64>, what: &str) -> i64 {
+        let counts = self.await_counts(produced, Duration::from_secs(120));
         let mut duplicates = 0;
-        for (k, n) in &produced {
+        for (k, n) in produced {
             let c = counts.get(k).copied().unwrap_or(0);
             if c < *n {
                 eprintln!(
