@@ -320,6 +320,9 @@ pub struct ThreadMachine {
     group: Group,
     /// The last time the coordinator confirmed this membership.
     alive_at: Duration,
+    /// When the current assignment was taken in. A heartbeat sent before it carried the old
+    /// generation: its "fenced" answer is about a generation already left behind.
+    assigned_at: Duration,
     tasks: BTreeMap<TaskId, TaskState>,
     fetch: Option<RequestId>,
     commit: Option<(RequestId, Vec<Position>)>,
@@ -348,6 +351,7 @@ impl ThreadMachine {
             topology,
             group: Group::Joining,
             alive_at: now,
+            assigned_at: now,
             tasks: BTreeMap::new(),
             fetch: None,
             commit: None,
@@ -456,7 +460,12 @@ impl ThreadMachine {
         }
         self.check_lapse(now, &mut out);
         match event {
-            Event::Assigned(a) => self.assigned(a, &mut out),
+            Event::Assigned(a) => {
+                if a.generation > self.last_generation {
+                    self.assigned_at = now;
+                }
+                self.assigned(a, &mut out)
+            }
             Event::Heartbeat { answer, at } => match answer {
                 Heartbeat::Alive => self.alive_at = self.alive_at.max(at),
                 Heartbeat::Rebalancing => {
@@ -466,7 +475,7 @@ impl ThreadMachine {
                     }
                 }
                 // During a round this only says the round ended; its answer is on the way.
-                Heartbeat::Fenced if self.is_joining() => {}
+                Heartbeat::Fenced if self.is_joining() || at < self.assigned_at => {}
                 Heartbeat::Fenced => self.fenced("the coordinator fenced this member", &mut out),
                 Heartbeat::Failed => {}
             },

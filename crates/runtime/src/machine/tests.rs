@@ -748,3 +748,45 @@ fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
     );
     assert_eq!(fetch_of(&cmds).unwrap().1[0].offset, 0);
 }
+
+/// A heartbeat sent during a join round carries the old generation; the coordinator may
+/// answer it "fenced" (ILLEGAL_GENERATION). Arriving after the new assignment, that answer is
+/// about a generation already left: ignored. A fenced answer to a later heartbeat is not.
+#[test]
+fn a_fenced_answer_to_a_heartbeat_from_before_the_assignment_is_stale() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
+    bring_up(&mut m, cmds, Duration::ZERO);
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Rebalancing,
+            at: S,
+        },
+        S,
+    );
+    assert_eq!(joins(&cmds), ["the group is rebalancing"]);
+    // The round: a heartbeat at 2 s (old generation), the assignment taken in at 3 s, and
+    // that heartbeat's answer after it.
+    m.handle(assigned(2, &[0], &[], &[], 2 * S + ms(500)), 3 * S);
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Fenced,
+            at: 2 * S,
+        },
+        3 * S + ms(10),
+    );
+    assert!(joins(&cmds).is_empty(), "stale: {cmds:?}");
+    assert!(
+        !cmds.contains(&Command::Close { task: task(0) }),
+        "the active is kept"
+    );
+    // A heartbeat of the new generation answered "fenced": the membership is gone.
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Fenced,
+            at: 4 * S,
+        },
+        4 * S,
+    );
+    assert_eq!(joins(&cmds), ["the coordinator fenced this member"]);
+}
