@@ -212,26 +212,20 @@ fn a_member_with_invalid_metadata() {
 
     let cluster = Cluster::new("invalid");
     // A missing input topic is an error, and asking about it creates nothing.
-    let out = std::process::Command::new(&cluster.bin)
-        .args([
-            "run",
-            "--bootstrap",
-            &cluster.broker.addr,
-            "--app-id",
-            "typo",
-        ])
-        .args([
-            "--input",
-            "no-such-input",
-            "--output",
-            "typo-out",
-            "--instance-id",
-            "t",
-        ])
-        .arg("--state-dir")
-        .arg(cluster.dir.join("typo"))
-        .output()
-        .unwrap();
+    let typo_state = cluster.dir.join("typo");
+    let out = cluster.baton(&[
+        "run",
+        "--app-id",
+        "typo",
+        "--input",
+        "no-such-input",
+        "--output",
+        "typo-out",
+        "--instance-id",
+        "t",
+        "--state-dir",
+        typo_state.to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("no-such-input"), "{err}");
@@ -380,11 +374,7 @@ fn drain_while_another_instance_is_down() {
     cluster.await_all_processing(now_ms(), "drain, one down: a, b and c");
     // `baton inspect` shows every member's tasks, even on a broker that hides member metadata.
     let inspect = || {
-        let out = std::process::Command::new(&cluster.bin)
-            .args(["inspect", "--bootstrap", &cluster.broker.addr])
-            .args(["--group", &cluster.app, "--json"])
-            .output()
-            .unwrap();
+        let out = cluster.baton(&["inspect", "--group", &cluster.app, "--json"]);
         assert!(
             out.status.success(),
             "{}",
@@ -413,11 +403,7 @@ fn drain_while_another_instance_is_down() {
         "inspect shows 3 members and every task once: {view:#}"
     );
     // A drain that reaches nobody is refused, and writes nothing.
-    let out = std::process::Command::new(&cluster.bin)
-        .args(["drain", "--bootstrap", &cluster.broker.addr])
-        .args(["--group", "no-such-group", "--instance", "b"])
-        .output()
-        .unwrap();
+    let out = cluster.baton(&["drain", "--group", "no-such-group", "--instance", "b"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("has no members"), "{err}");

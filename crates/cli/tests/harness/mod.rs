@@ -231,19 +231,18 @@ impl Cluster {
         }
     }
 
+    /// Runs `baton <args> --bootstrap <this broker>` to its end.
+    pub fn baton(&self, args: &[&str]) -> std::process::Output {
+        Command::new(&self.bin)
+            .args(args)
+            .args(["--bootstrap", &self.broker.addr])
+            .output()
+            .unwrap()
+    }
+
     /// `baton drain` for an instance.
     pub fn drain(&self, name: &str) {
-        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-            .args([
-                "drain",
-                "--bootstrap",
-                &self.broker.addr,
-                "--group",
-                &self.app,
-            ])
-            .args(["--instance", name])
-            .output()
-            .unwrap();
+        let out = self.baton(&["drain", "--group", &self.app, "--instance", name]);
         assert!(
             out.status.success(),
             "{}",
