@@ -49,9 +49,18 @@ pub fn run(args: InspectArgs) -> Result<(), Failure> {
         let reports = baton_runtime::control::control_topic(&args.group);
         inspect(&client, &args.group, &changelogs, Some(&reports))
             .await
-            .map_err(|e| Failure {
-                message: format!("inspecting group {}: {e}", args.group),
-                status: 1,
+            .map_err(|e| {
+                if e.is_group_not_found() {
+                    Failure::bad_input(format!(
+                        "group {} does not exist (is --group the application's --app-id?)",
+                        args.group
+                    ))
+                } else {
+                    Failure {
+                        message: format!("inspecting group {}: {e}", args.group),
+                        status: 1,
+                    }
+                }
             })
     }))?;
     if args.json {

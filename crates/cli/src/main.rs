@@ -2,6 +2,8 @@
 
 mod assign;
 mod blob;
+mod columns;
+mod demo;
 mod drain;
 mod inspect;
 mod produce;
@@ -42,6 +44,8 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Mark an instance as leaving: its tasks move off, then it exits.
     Drain(drain::DrainArgs),
+    /// Show a real scale-out and drain on a local broker, live, against the pre-KIP baseline.
+    Demo(demo::DemoArgs),
 }
 
 /// Exit status for bad input, as documented in the README.
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(*args),
         Command::Produce(args) => produce::run(args),
         Command::Drain(args) => drain::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

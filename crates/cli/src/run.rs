@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_assignor::{AssignmentConfig, AssignorKind};
-use baton_runtime::{count_per_key, Exit, RuntimeConfig};
+use baton_runtime::{count_per_key, Exit, RuntimeConfig, RuntimeError};
 use clap::Args;
 
 use crate::{tokio_runtime, Failure};
@@ -22,7 +22,7 @@ pub struct RunArgs {
     /// The topic of events to count (it must exist).
     #[arg(long, default_value = "events")]
     input: String,
-    /// Where each key's new count goes (created like the input if missing).
+    /// Where each key's new count goes (if missing, created with the input's partition count).
     #[arg(long, default_value = "counts")]
     output: String,
     /// state.dir: task state lives here, one directory per task.
@@ -155,6 +155,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     });
     match exit {
         Ok(Exit::Shutdown | Exit::Drained) => Ok(()),
+        // The topics do not fit the application: the user's to fix, as with a bad option.
+        Err(e @ RuntimeError::Topology(_)) => Err(Failure::bad_input(e.to_string())),
         Err(e) => Err(Failure {
             message: e.to_string(),
             status: 1,

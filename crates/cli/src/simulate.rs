@@ -74,6 +74,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
                 message: e,
                 status: 1,
             })?;
+            eprintln!("plot written to {}", plot_path.display());
         }
         if args.markdown {
             out.push_str(&markdown(&scenario, &reports));
@@ -85,6 +86,8 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     if args.json {
         out = serde_json::to_string_pretty(&all).expect("reports serialize");
         out.push('\n');
+    } else if !args.markdown {
+        out.push_str(LEGEND);
     }
     crate::emit(&out)
 }
@@ -133,28 +136,34 @@ fn table(scenario: &Scenario, reports: &[Report]) -> String {
         scenario.name,
         reports.first().map(|r| r.tasks).unwrap_or(0)
     );
-    let _ = writeln!(
-        s,
-        "{:<32} {:>14} {:>10} {:>10} {:>10} {:>14} {:>16}",
-        "RUN",
-        "UNAVAILABLE s",
-        "P99 s",
-        "MAX s",
-        "REBALANCES",
-        "BALANCED AFTER",
-        "RECORDS RESTORED"
-    );
-    for r in reports {
-        let c = cells(r);
-        let _ = writeln!(
-            s,
-            "{:<32} {:>14} {:>10} {:>10} {:>10} {:>14} {:>16}",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6]
-        );
-    }
+    let rows: Vec<Vec<String>> = reports.iter().map(|r| cells(r).to_vec()).collect();
+    s.push_str(&crate::columns::render(
+        &[
+            "RUN",
+            "UNAVAILABLE s",
+            "P99 s",
+            "MAX s",
+            "REBALANCES",
+            "BALANCED AFTER s",
+            "RECORDS RESTORED",
+        ],
+        &rows,
+    ));
     s.push('\n');
     s
 }
+
+/// What the columns and run labels mean, printed once under the tables.
+const LEGEND: &str = "\
+RUN: assignor (rebalance protocol, follow-up trigger). eager: every member gives up all its
+  tasks at each rebalance; cooperative: only the tasks that move stop. caught-up: a member
+  rejoins as soon as one of its warm-ups has caught up; interval: only the probing timer
+  triggers the follow-up rebalance.
+UNAVAILABLE s: task-seconds without a running active, summed over tasks. P99 s, MAX s: the
+  99th percentile and the longest single gap of one task. BALANCED AFTER s: from the last
+  scenario event until the assignment is balanced with nothing pending (never: not within the
+  scenario). RECORDS RESTORED: changelog records replayed by new owners and warm-ups.
+";
 
 fn markdown(scenario: &Scenario, reports: &[Report]) -> String {
     let mut s = String::new();

@@ -24,32 +24,42 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
         cluster.tasks.len(),
         cluster.clients.len()
     );
-    let _ = writeln!(
-        out,
-        "{:<16} {:>7} {:>6} {:>7} {:>6} {:>11}  STATUS",
-        "CLIENT", "THREADS", "ACTIVE", "STANDBY", "WARMUP", "LOAD/THREAD"
-    );
-    for spec in &cluster.clients {
-        let a = &assignment.clients[&spec.id];
-        let copies = a.active.len() + a.standby.len() + a.warmup.len();
-        let status = if a.drained {
-            "drained"
-        } else if spec.leaving {
-            "leaving"
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            out,
-            "{:<16} {:>7} {:>6} {:>7} {:>6} {:>11.2}  {status}",
-            spec.id.0,
-            spec.capacity,
-            a.active.len(),
-            a.standby.len(),
-            a.warmup.len(),
-            copies as f64 / spec.capacity as f64,
-        );
-    }
+    let rows: Vec<Vec<String>> = cluster
+        .clients
+        .iter()
+        .map(|spec| {
+            let a = &assignment.clients[&spec.id];
+            let copies = a.active.len() + a.standby.len() + a.warmup.len();
+            let status = if a.drained {
+                "drained"
+            } else if spec.leaving {
+                "leaving"
+            } else {
+                ""
+            };
+            vec![
+                spec.id.0.clone(),
+                spec.capacity.to_string(),
+                a.active.len().to_string(),
+                a.standby.len().to_string(),
+                a.warmup.len().to_string(),
+                format!("{:.2}", copies as f64 / spec.capacity as f64),
+                status.to_owned(),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::columns::render(
+        &[
+            "CLIENT",
+            "THREADS",
+            "ACTIVE",
+            "STANDBY",
+            "WARMUP",
+            "LOAD/THREAD",
+            "STATUS",
+        ],
+        &rows,
+    ));
     let _ = writeln!(
         out,
         "(LOAD/THREAD: tasks of every kind the client holds, per stream thread; balanced clients are within one of each other)"

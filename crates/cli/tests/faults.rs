@@ -34,11 +34,108 @@ fn faults() {
     timed("broker restart", broker_restart_with_persistent_storage);
     timed("repeated kill -9", repeated_kills_of_one_instance);
     timed("drain, one down", drain_while_another_instance_is_down);
+    timed("topics", topics_fit_the_input);
     eprintln!(
         "fault suite: {} ({:.0} s in all)",
         times.join(", "),
         started.elapsed().as_secs_f64()
     );
+}
+
+fn topic_names(cluster: &Cluster) -> Vec<(String, usize)> {
+    let mut names: Vec<(String, usize)> = cluster
+        .rt
+        .block_on(cluster.client.metadata(None))
+        .unwrap()
+        .topics
+        .iter()
+        .filter_map(|t| Some((t.name.as_ref()?.0.to_string(), t.partitions.len())))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `baton run` against topics that do not fit: a missing input, and a changelog left with
+/// another partition count, are refused (exit 2) before anything is created; otherwise the
+/// output and the changelog are created with the input's partition count.
+fn topics_fit_the_input() {
+    let cluster = Cluster::new("topics");
+    let run = |app: &str, input: &str, output: &str| {
+        let state = cluster.dir.join(app);
+        vec![
+            "run".to_owned(),
+            "--app-id".into(),
+            app.into(),
+            "--input".into(),
+            input.into(),
+            "--output".into(),
+            output.into(),
+            "--state-dir".into(),
+            state.display().to_string(),
+            "--instance-id".into(),
+            "a".into(),
+        ]
+    };
+    let refused = |args: Vec<String>, says: &str| {
+        let before = topic_names(&cluster);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = cluster.baton(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{err}");
+        assert_eq!(
+            topic_names(&cluster),
+            before,
+            "a refused start creates no topic"
+        );
+    };
+    refused(
+        run("topics-a", "no-such-input", "out-a"),
+        "topic \"no-such-input\" does not exist",
+    );
+
+    let topic = |name: &str, partitions: i32, compacted: bool| baton_kafka::client::NewTopic {
+        name: name.into(),
+        partitions,
+        compacted,
+    };
+    cluster
+        .rt
+        .block_on(cluster.client.create_topics(&[
+            topic("five", 5, false),
+            topic("topics-c-counts-changelog", 3, true),
+        ]))
+        .unwrap();
+    refused(
+        run("topics-c", "five", "out-c"),
+        "\"topics-c-counts-changelog\" has 3 partitions where this application needs 5",
+    );
+
+    let args = run("topics-b", "five", "out-b");
+    let mut child = std::process::Command::new(&cluster.bin)
+        .args(&args)
+        .args(["--bootstrap", &cluster.broker.addr])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let wanted = [
+        ("out-b".to_owned(), 5),
+        ("topics-b-counts-changelog".to_owned(), 5),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut names = topic_names(&cluster);
+    while !wanted.iter().all(|w| names.iter().any(|n| n.0 == w.0)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        names = topic_names(&cluster);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    for w in &wanted {
+        assert!(
+            names.contains(w),
+            "{w:?} created with the input's 5 partitions: {names:?}"
+        );
+    }
 }
 
 /// Counts every key exactly: the latest output of each key equals the events produced for it.
@@ -401,6 +498,17 @@ fn drain_while_another_instance_is_down() {
     assert!(
         shows_all(&view),
         "inspect shows 3 members and every task once: {view:#}"
+    );
+    // A drain of an instance the group does not have is refused, and writes nothing.
+    let before = topic_names(&cluster);
+    let out = cluster.baton(&["drain", "--group", &cluster.app, "--instance", "zz"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("\"zz\" is not a member"), "{err}");
+    assert_eq!(
+        topic_names(&cluster),
+        before,
+        "a refused drain creates no topic"
     );
     // A drain that reaches nobody is refused, and writes nothing.
     let out = cluster.baton(&["drain", "--group", "no-such-group", "--instance", "b"]);

@@ -29,12 +29,16 @@ pub struct Broker {
 
 impl Broker {
     pub fn start() -> Broker {
+        Broker::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Broker::start`], with an error that says what to do instead of a panic.
+    pub fn try_start() -> Result<Broker, String> {
         let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free loopback port: {e}"))?
             .port();
-        Broker::start_on(port, "memory://baton/", &std::env::temp_dir())
+        Broker::try_start_on(port, "memory://baton/", &std::env::temp_dir())
     }
 
     /// A broker that keeps its data in an sqlite file at `path`: a restart loses nothing.
@@ -74,6 +78,10 @@ impl Broker {
     }
 
     fn start_on(port: u16, storage: &str, dir: &std::path::Path) -> Broker {
+        Broker::try_start_on(port, storage, dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_on(port: u16, storage: &str, dir: &std::path::Path) -> Result<Broker, String> {
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(broker_binary())
             .current_dir(dir)
@@ -98,12 +106,13 @@ impl Broker {
                 Stdio::null()
             })
             .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start the broker {:?} ({e}): run scripts/install-broker.sh",
+            .map_err(|e| {
+                format!(
+                    "cannot start the broker {:?} ({e}): run scripts/install-broker.sh, or set \
+                     BATON_NISSHI to its path",
                     broker_binary()
                 )
-            });
+            })?;
         let addr = format!("127.0.0.1:{port}");
         // Owned from here on, so Drop kills and reaps it even if it never listens.
         let broker = Broker {
@@ -114,11 +123,15 @@ impl Broker {
         };
         for _ in 0..100 {
             if std::net::TcpStream::connect(&broker.addr).is_ok() {
-                return broker;
+                return Ok(broker);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("the broker did not listen on {}", broker.addr);
+        Err(format!(
+            "the broker {:?} did not listen on {} within 5 s",
+            broker_binary(),
+            broker.addr
+        ))
     }
 }
 

@@ -141,12 +141,49 @@ async fn prepare(
             }
         }
     }
+    check_changelog_partitions(client, &topics).await?;
     client
         .create_topics(&topics)
         .await
         .map_err(kafka("creating changelog and sink topics"))?;
     control::ensure_control_topic(client, topology.app_id()).await?;
     Ok((wire, sink_partitions))
+}
+
+/// A changelog made earlier with another partition count (the input was re-created with
+/// more partitions, or another application used the name) would map a task's state to the
+/// wrong partition: refuse to start rather than restore the wrong data.
+async fn check_changelog_partitions(client: &Client, wanted: &[NewTopic]) -> Result<()> {
+    let changelogs: Vec<String> = wanted
+        .iter()
+        .filter(|t| t.compacted)
+        .map(|t| t.name.clone())
+        .collect();
+    if changelogs.is_empty() {
+        return Ok(());
+    }
+    let meta = client
+        .metadata(Some(&changelogs))
+        .await
+        .map_err(kafka("reading changelog metadata"))?;
+    for t in &meta.topics {
+        let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
+            continue;
+        };
+        let Some(want) = wanted.iter().find(|c| c.name == name) else {
+            continue;
+        };
+        let found = t.partitions.len() as u32;
+        if t.error_code == 0 && found != want.partitions as u32 {
+            return Err(TopologyError::PartitionMismatch {
+                topic: name,
+                expected: want.partitions as u32,
+                found,
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Partition counts of the source topics (which must exist) and of the sink topics that do.

@@ -150,8 +150,14 @@ pub enum TopologyError {
     },
     #[error("streams[{stream}]: sources are not co-partitioned: {detail}")]
     NotCoPartitioned { stream: usize, detail: String },
-    #[error("topic {0:?} does not exist")]
+    #[error("topic {0:?} does not exist: create the input topic before starting (Baton never creates it)")]
     MissingTopic(String),
+    #[error("topic {topic:?} has {found} partitions where this application needs {expected} (one per input partition); delete it or use another --app-id")]
+    PartitionMismatch {
+        topic: String,
+        expected: u32,
+        found: u32,
+    },
 }
 
 /// A validated application.

@@ -470,7 +470,11 @@ impl ThreadMachine {
                 Heartbeat::Alive => self.alive_at = self.alive_at.max(at),
                 Heartbeat::Rebalancing => {
                     self.alive_at = self.alive_at.max(at);
-                    if !self.is_joining() {
+                    // Sent before the current assignment was taken in, the answer may be about
+                    // the round that produced it: rejoining would start another round, whose
+                    // heartbeats would start another (a storm seen live, at one round per
+                    // heartbeat interval). If a new round did start, the next heartbeat says so.
+                    if !self.is_joining() && at >= self.assigned_at {
                         out.push(self.join("the group is rebalancing"));
                     }
                 }

@@ -790,3 +790,38 @@ fn a_fenced_answer_to_a_heartbeat_from_before_the_assignment_is_stale() {
     );
     assert_eq!(joins(&cmds), ["the coordinator fenced this member"]);
 }
+
+/// A heartbeat sent during a join round may be answered "rebalancing" about that very round,
+/// the answer arriving after the assignment: rejoining on it would start a new round, and
+/// the same again next round (seen live as a storm of rounds with nothing moving). Only a
+/// heartbeat sent after the assignment may start a round.
+#[test]
+fn a_rebalancing_answer_to_a_heartbeat_from_before_the_assignment_is_stale() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
+    bring_up(&mut m, cmds, Duration::ZERO);
+    m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Rebalancing,
+            at: S,
+        },
+        S,
+    );
+    m.handle(assigned(2, &[0], &[], &[], 2 * S + ms(500)), 3 * S);
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Rebalancing,
+            at: 2 * S,
+        },
+        3 * S + ms(10),
+    );
+    assert!(joins(&cmds).is_empty(), "stale: {cmds:?}");
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Rebalancing,
+            at: 3 * S + ms(300),
+        },
+        3 * S + ms(300),
+    );
+    assert_eq!(joins(&cmds), ["the group is rebalancing"]);
+}

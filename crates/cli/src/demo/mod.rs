@@ -1,0 +1,201 @@
+//! `baton demo`: a real scale-out and drain on a real broker, watched live; then the same
+//! script with the pre-KIP-441 `sticky` assignor, side by side.
+
+mod board;
+mod scrape;
+mod stage;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_assignor::AssignorKind;
+use clap::Args;
+
+use crate::Failure;
+use stage::{Outcome, Plan};
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Input partitions, and so tasks (1 to 64).
+    #[arg(long, default_value_t = 6)]
+    partitions: u32,
+    /// Changelog records of state written per task before the instances start, so that a
+    /// restore from scratch takes seconds (at most 20000000).
+    #[arg(long, default_value_t = 4_000_000)]
+    state_records: u64,
+    /// Events per second the producer writes throughout (1 to 100000).
+    #[arg(long, default_value_t = 500)]
+    rate: u64,
+    /// Keys the events spread over.
+    #[arg(long, default_value_t = 60)]
+    keys: u64,
+    /// How long to watch between the steps (a newcomer joins, a drain, the end).
+    #[arg(long, default_value_t = 3000)]
+    pause_ms: u64,
+    /// Give up (exit 1) when a step has not finished within this long.
+    #[arg(long, default_value_t = 180_000)]
+    step_timeout_ms: u64,
+    /// Only the high-availability run: skip the comparison with `sticky`.
+    #[arg(long)]
+    no_compare: bool,
+    /// Keep instance logs and state here (default: a temporary directory, removed at the end).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Use this broker (HOST:PORT) instead of starting nisshi on a free loopback port.
+    #[arg(long)]
+    bootstrap: Option<String>,
+}
+
+pub fn run(args: DemoArgs) -> Result<(), Failure> {
+    if !(1..=64).contains(&args.partitions) {
+        return Err(Failure::bad_input("--partitions must be 1 to 64"));
+    }
+    if !(1..=100_000).contains(&args.rate) || args.keys == 0 {
+        return Err(Failure::bad_input(
+            "--rate must be 1 to 100000 and --keys positive",
+        ));
+    }
+    if args.state_records > 20_000_000 {
+        return Err(Failure::bad_input(
+            "--state-records must be at most 20000000",
+        ));
+    }
+    let (dir, temporary) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("baton-demo-{}", std::process::id())),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::bad_input(format!("--dir {}: {e}", dir.display())))?;
+    // Kept alive to the end of the demo; dropping it stops the broker.
+    let (_broker, bootstrap) = match &args.bootstrap {
+        Some(b) => (None, b.clone()),
+        None => {
+            let broker = baton_kafka::testing::Broker::try_start()
+                .map_err(|message| Failure { message, status: 1 })?;
+            println!("broker: nisshi at {}", broker.addr);
+            let addr = broker.addr.clone();
+            (Some(broker), addr)
+        }
+    };
+    let runtime = crate::tokio_runtime()?;
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = runs(&args, &bootstrap, &dir) => r,
+            _ = tokio::signal::ctrl_c() => Err(Failure {
+                message: "interrupted: stopped the instances, the producer and the broker".into(),
+                status: 130,
+            }),
+        }
+    });
+    // Dropping the runs' futures killed their children; wait for nothing more.
+    drop(runtime);
+    if temporary && result.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else if result.is_err() {
+        eprintln!("logs and state kept in {}", dir.display());
+    }
+    let outcomes = result?;
+    crate::emit(&summary(&outcomes))?;
+    if outcomes.iter().any(|o| !o.wrong.is_empty()) {
+        return Err(Failure {
+            message: "some counts are wrong (see above)".into(),
+            status: 1,
+        });
+    }
+    Ok(())
+}
+
+async fn runs(
+    args: &DemoArgs,
+    bootstrap: &str,
+    dir: &std::path::Path,
+) -> Result<Vec<Outcome>, Failure> {
+    let mut kinds = vec![AssignorKind::HighAvailability];
+    if !args.no_compare {
+        kinds.push(AssignorKind::Sticky);
+    }
+    let mut outcomes = Vec::new();
+    for assignor in kinds {
+        println!(
+            "\n=== {}: scale out from 2 to 3 instances, then drain one ===",
+            assignor.name()
+        );
+        let plan = Plan {
+            bootstrap: bootstrap.to_owned(),
+            dir: dir.to_owned(),
+            assignor,
+            partitions: args.partitions,
+            state_records: args.state_records,
+            rate: args.rate,
+            keys: args.keys,
+            pause: Duration::from_millis(args.pause_ms),
+            step_timeout: Duration::from_millis(args.step_timeout_ms),
+            tty: std::io::stdout().is_terminal(),
+        };
+        outcomes.push(stage::run(&plan).await?);
+    }
+    Ok(outcomes)
+}
+
+fn summary(outcomes: &[Outcome]) -> String {
+    let rows: Vec<Vec<String>> = outcomes
+        .iter()
+        .map(|o| {
+            vec![
+                o.assignor.name().to_owned(),
+                format!("{:.2} ({})", o.longest_gap.0, o.longest_gap.1),
+                format!("{:.1}", o.balanced_after_s),
+                format!("{:.1}", o.drained_after_s),
+                o.warmups.to_string(),
+                o.handovers.to_string(),
+                o.events.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = String::from("\n");
+    out.push_str(&crate::columns::render(
+        &[
+            "ASSIGNOR",
+            "LONGEST GAP s (TASK)",
+            "BALANCED AFTER s",
+            "A GONE AFTER s",
+            "WARM-UPS",
+            "HAND-OVERS",
+            "EVENTS",
+        ],
+        &rows,
+    ));
+    out.push_str(
+        "(LONGEST GAP: the longest time one task wrote no output, from the newcomer's start to \
+         the end; BALANCED AFTER: from c's start until every instance processes its share with \
+         no warm-up left; A GONE AFTER: from the drain (sticky: the shutdown) until a has left and b and c process every task)\n",
+    );
+    for o in outcomes {
+        if o.wrong.is_empty() {
+            out.push_str(&format!(
+                "verdict ({}): every one of {} events was counted, {} keys checked\n",
+                o.assignor.name(),
+                o.events,
+                o.keys
+            ));
+        } else {
+            out.push_str(&format!(
+                "verdict ({}): WRONG counts for {} of {} keys, e.g. {}\n",
+                o.assignor.name(),
+                o.wrong.len(),
+                o.keys,
+                o.wrong
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,541 @@
+//! One run of the demo's script with one assignor: topics and preloaded state, a steady
+//! producer, instances `a` and `b`, then `c` joins, then `a` is drained; at the end every
+//! key's count is checked against the input.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_assignor::AssignorKind;
+use baton_kafka::client::NewTopic;
+use baton_kafka::records::{KeyValue, Record};
+use baton_kafka::Client;
+use baton_protocol::TopicPartition;
+use bytes::Bytes;
+use tokio::process::{Child, Command};
+
+use super::board::Board;
+use super::scrape::{scrape, InstanceView};
+use crate::Failure;
+
+/// How often the demo looks at the instances and the output.
+const TICK: Duration = Duration::from_millis(200);
+
+/// What one run does.
+pub struct Plan {
+    pub bootstrap: String,
+    pub dir: PathBuf,
+    pub assignor: AssignorKind,
+    pub partitions: u32,
+    pub state_records: u64,
+    pub rate: u64,
+    pub keys: u64,
+    pub pause: Duration,
+    pub step_timeout: Duration,
+    pub tty: bool,
+}
+
+/// What one run measured.
+pub struct Outcome {
+    pub assignor: AssignorKind,
+    /// The longest time any task's output stood still, from `c` joining to the producer's
+    /// stop, and the task.
+    pub longest_gap: (f64, String),
+    pub balanced_after_s: f64,
+    pub drained_after_s: f64,
+    pub events: u64,
+    pub keys: usize,
+    /// Keys whose final count differs from the events produced for them.
+    pub wrong: Vec<String>,
+    pub warmups: usize,
+    pub handovers: usize,
+}
+
+struct Instance {
+    name: &'static str,
+    child: Child,
+    metrics: SocketAddr,
+}
+
+fn failed(what: impl std::fmt::Display) -> Failure {
+    Failure {
+        message: what.to_string(),
+        status: 1,
+    }
+}
+
+fn free_port() -> Result<SocketAddr, Failure> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| failed(format!("finding a free port: {e}")))
+}
+
+pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
+    let app = format!("baton-demo-{}", plan.assignor.name());
+    let input = format!("{app}-events");
+    let output = format!("{app}-counts");
+    let changelog = format!("{app}-counts-changelog");
+    let dir = plan.dir.join(&app);
+    std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+    let client = Client::new(&[&plan.bootstrap], "baton-demo");
+    let mut board = Board::new(plan.assignor.name(), plan.partitions, plan.tty);
+
+    board.step(&format!(
+        "creating {input} and {output} ({} partitions), and {} records of state per task",
+        plan.partitions, plan.state_records
+    ));
+    let topic = |name: &str, compacted| NewTopic {
+        name: name.to_owned(),
+        partitions: plan.partitions as i32,
+        compacted,
+    };
+    client
+        .create_topics(&[
+            topic(&input, false),
+            topic(&output, false),
+            topic(&changelog, true),
+        ])
+        .await
+        .map_err(|e| failed(format!("creating topics: {e}")))?;
+    preload(&client, &changelog, plan).await?;
+
+    let exe = std::env::current_exe().map_err(|e| failed(format!("finding baton: {e}")))?;
+    let mut producer = Command::new(&exe)
+        .args(["produce", "--bootstrap", &plan.bootstrap, "--topic", &input])
+        .args([
+            "--rate",
+            &plan.rate.to_string(),
+            "--keys",
+            &plan.keys.to_string(),
+        ])
+        .args(["--count", "1000000000000", "--timeout-ms", "60000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| failed(format!("starting the producer: {e}")))?;
+
+    let spawn = |name: &'static str| -> Result<Instance, Failure> {
+        let metrics = free_port()?;
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(&exe)
+            .args(["run", "--bootstrap", &plan.bootstrap, "--app-id", &app])
+            .args([
+                "--input",
+                &input,
+                "--output",
+                &output,
+                "--instance-id",
+                name,
+            ])
+            .arg("--state-dir")
+            .arg(dir.join(name))
+            .args(["--metrics-addr", &metrics.to_string()])
+            .args(["--assignor", plan.assignor.name()])
+            .args([
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "6000",
+            ])
+            .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(&log)
+                    .map_err(|e| failed(format!("{}: {e}", log.display())))?,
+            )
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| failed(format!("starting instance {name}: {e}")))?;
+        Ok(Instance {
+            name,
+            child,
+            metrics,
+        })
+    };
+
+    let mut watch = Watch {
+        plan,
+        client: &client,
+        output: &output,
+        dir: &dir,
+    };
+    board.step("starting instances a and b; they restore the state from the changelog");
+    let mut instances = vec![spawn("a")?, spawn("b")?];
+    let took = watch
+        .until(
+            &mut board,
+            &mut instances,
+            &mut producer,
+            "a and b processing every task",
+            |v| processing(v, plan.partitions, &["a", "b"]),
+        )
+        .await?;
+    board.log(&format!("a and b process every task ({took:.1} s)"));
+    tokio::time::sleep(plan.pause).await;
+
+    board.start_measuring();
+    let measured_from = now_ms();
+    board.step("instance c joins (scale-out)");
+    instances.push(spawn("c")?);
+    let balanced_after_s = watch
+        .until(
+            &mut board,
+            &mut instances,
+            &mut producer,
+            "balance after c joined",
+            |v| processing(v, plan.partitions, &["a", "b", "c"]),
+        )
+        .await?;
+    board.log(&format!(
+        "balanced: a, b and c each process their share ({balanced_after_s:.1} s after c joined)"
+    ));
+    tokio::time::sleep(plan.pause).await;
+
+    if plan.assignor.drains() {
+        board.step("draining a: its tasks move off through warm-ups, then it exits");
+        let drain = Command::new(&exe)
+            .args([
+                "drain",
+                "--bootstrap",
+                &plan.bootstrap,
+                "--group",
+                &app,
+                "--instance",
+                "a",
+            ])
+            .output()
+            .await
+            .map_err(|e| failed(format!("running baton drain: {e}")))?;
+        if !drain.status.success() {
+            return Err(failed(format!(
+                "baton drain failed: {}",
+                String::from_utf8_lossy(&drain.stderr).trim()
+            )));
+        }
+    } else {
+        // Before KIP-441 there is no drain: an instance leaves by shutting down, and its
+        // tasks restart wherever the assignor puts them.
+        board.step(&format!(
+            "stopping a (SIGTERM): {} has no drain, its tasks move at once",
+            plan.assignor.name()
+        ));
+        if let Some(a) = instances.iter().find(|i| i.name == "a") {
+            terminate(&a.child);
+        }
+    }
+    let drained_after_s = watch
+        .until(
+            &mut board,
+            &mut instances,
+            &mut producer,
+            "a to leave",
+            |v| !v.contains_key("a") && processing(v, plan.partitions, &["b", "c"]),
+        )
+        .await?;
+    board.log(&format!(
+        "a has left; b and c process every task ({drained_after_s:.1} s after the drain)"
+    ));
+    tokio::time::sleep(plan.pause).await;
+
+    board.step("stopping the producer; checking every key's count");
+    let measured_to = now_ms();
+    let _ = producer.start_kill();
+    let _ = producer.wait().await;
+    board.stop_measuring();
+    let (events, keys, wrong) = settle(&client, &input, &output, plan).await?;
+    let gaps = longest_gaps(
+        &client,
+        &output,
+        plan.partitions,
+        measured_from,
+        measured_to,
+    )
+    .await?;
+    for i in &mut instances {
+        terminate(&i.child);
+        if tokio::time::timeout(Duration::from_secs(10), i.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = i.child.start_kill();
+            let _ = i.child.wait().await;
+        }
+    }
+    board.finish();
+    Ok(Outcome {
+        assignor: plan.assignor,
+        longest_gap: gaps,
+        balanced_after_s,
+        drained_after_s,
+        events,
+        keys,
+        wrong,
+        warmups: board.warmups_seen,
+        handovers: board.handovers,
+    })
+}
+
+fn terminate(child: &Child) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+}
+
+/// Every task has a running active on one of `on`, each of them holds at least its share,
+/// and no warm-up is left.
+fn processing(views: &BTreeMap<String, InstanceView>, partitions: u32, on: &[&str]) -> bool {
+    let share = partitions as usize / on.len();
+    let mut covered = 0;
+    for name in on {
+        let Some(v) = views.get(*name) else {
+            return false;
+        };
+        if v.held.values().any(|h| h.role == "warmup") {
+            return false;
+        }
+        let running = v
+            .held
+            .values()
+            .filter(|h| h.role == "active" && h.phase == "running")
+            .count();
+        if running < share {
+            return false;
+        }
+        covered += running;
+    }
+    covered == partitions as usize
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Watching the instances and the output until a condition holds.
+struct Watch<'a> {
+    plan: &'a Plan,
+    client: &'a Arc<Client>,
+    output: &'a str,
+    dir: &'a std::path::Path,
+}
+
+impl Watch<'_> {
+    /// Seconds until `done` holds for the live instances' views. An instance or the producer
+    /// exiting on its own, or the step's timeout, ends the demo with the logs' place.
+    async fn until(
+        &mut self,
+        board: &mut Board,
+        instances: &mut Vec<Instance>,
+        producer: &mut Child,
+        what: &str,
+        done: impl Fn(&BTreeMap<String, InstanceView>) -> bool,
+    ) -> Result<f64, Failure> {
+        let started = Instant::now();
+        let parts: Vec<TopicPartition> = (0..self.plan.partitions as i32)
+            .map(|p| TopicPartition::new(self.output, p))
+            .collect();
+        loop {
+            if let Ok(Some(status)) = producer.try_wait() {
+                return Err(failed(format!("the producer stopped ({status})")));
+            }
+            let mut views = BTreeMap::new();
+            let mut gone = Vec::new();
+            for (i, instance) in instances.iter_mut().enumerate() {
+                match instance.child.try_wait() {
+                    Ok(Some(status)) if status.success() => gone.push(i),
+                    Ok(Some(status)) => {
+                        return Err(failed(format!(
+                            "instance {} stopped ({status}); its log: {}",
+                            instance.name,
+                            self.dir.join(format!("{}.log", instance.name)).display()
+                        )))
+                    }
+                    _ => {
+                        if let Some(v) = scrape(instance.metrics).await {
+                            views.insert(instance.name.to_owned(), v);
+                        }
+                    }
+                }
+            }
+            for i in gone.into_iter().rev() {
+                let left = instances.remove(i);
+                board.log(&format!("instance {} exited", left.name));
+            }
+            let ends: BTreeMap<i32, i64> = self
+                .client
+                .end_offsets(&parts)
+                .await
+                .map(|m| m.into_iter().map(|(tp, o)| (tp.partition, o)).collect())
+                .unwrap_or_default();
+            board.update(&views, &ends);
+            if done(&views) {
+                return Ok(started.elapsed().as_secs_f64());
+            }
+            if started.elapsed() > self.plan.step_timeout {
+                return Err(failed(format!(
+                    "waited {:.0} s for {what} (--step-timeout-ms); logs in {}",
+                    self.plan.step_timeout.as_secs_f64(),
+                    self.dir.display()
+                )));
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+}
+
+/// Writes `state_records` changelog records per task, as if the application had built up
+/// that much state: a new owner restoring from scratch replays all of it.
+async fn preload(client: &Client, changelog: &str, plan: &Plan) -> Result<(), Failure> {
+    const BATCH: u64 = 20_000;
+    let total = plan.state_records * plan.partitions as u64;
+    let bar = if plan.tty {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("  state {bar:40} {pos}/{len} records")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    for p in 0..plan.partitions as i32 {
+        let leader = client
+            .leader(changelog, p)
+            .await
+            .map_err(|e| failed(format!("finding {changelog}-{p}: {e}")))?;
+        let mut i = 0;
+        while i < plan.state_records {
+            let n = (plan.state_records - i).min(BATCH);
+            let batch: Vec<KeyValue> = (i..i + n)
+                .map(|k| {
+                    (
+                        Some(Bytes::from(format!("state-{p}-{k:010}"))),
+                        Some(Bytes::copy_from_slice(&(k as i64).to_be_bytes())),
+                    )
+                })
+                .collect();
+            client
+                .produce(&leader, changelog, p, &batch)
+                .await
+                .map_err(|e| failed(format!("writing state to {changelog}-{p}: {e}")))?;
+            i += n;
+            bar.inc(n);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+async fn read_topic(
+    client: &Client,
+    topic: &str,
+    partitions: u32,
+) -> Result<BTreeMap<i32, Vec<Record>>, Failure> {
+    let mut out = BTreeMap::new();
+    for p in 0..partitions as i32 {
+        let leader = client
+            .leader(topic, p)
+            .await
+            .map_err(|e| failed(format!("finding {topic}-{p}: {e}")))?;
+        let mut rows = Vec::new();
+        let mut offset = 0;
+        loop {
+            let f = client
+                .fetch(&leader, topic, p, offset, 4 << 20, 500)
+                .await
+                .map_err(|e| failed(format!("reading {topic}-{p}: {e}")))?;
+            if let Some(last) = f.records.last() {
+                offset = last.offset + 1;
+            }
+            rows.extend(f.records);
+            if f.high_watermark >= 0 && offset >= f.high_watermark {
+                break;
+            }
+        }
+        out.insert(p, rows);
+    }
+    Ok(out)
+}
+
+fn text(b: &Option<Bytes>) -> String {
+    b.as_deref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Waits until every key's latest count equals the events the input holds for it; returns
+/// (events, keys, keys still wrong at the deadline).
+async fn settle(
+    client: &Client,
+    input: &str,
+    output: &str,
+    plan: &Plan,
+) -> Result<(u64, usize, Vec<String>), Failure> {
+    let deadline = Instant::now() + plan.step_timeout;
+    let mut events = 0;
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    for r in read_topic(client, input, plan.partitions)
+        .await?
+        .into_values()
+        .flatten()
+    {
+        *expected.entry(text(&r.key)).or_insert(0) += 1;
+        events += 1;
+    }
+    loop {
+        let mut latest: BTreeMap<String, i64> = BTreeMap::new();
+        for r in read_topic(client, output, plan.partitions)
+            .await?
+            .into_values()
+            .flatten()
+        {
+            latest.insert(text(&r.key), text(&r.value).parse().unwrap_or(-1));
+        }
+        let wrong: Vec<String> = expected
+            .iter()
+            .filter(|(k, n)| latest.get(*k) != Some(n))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if wrong.is_empty() || Instant::now() > deadline {
+            return Ok((events, expected.len(), wrong));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The longest stretch in `[from_ms, to_ms]` during which a task wrote no output (the
+/// window's edges count as output), and the task.
+async fn longest_gaps(
+    client: &Client,
+    output: &str,
+    partitions: u32,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<(f64, String), Failure> {
+    let mut worst = (0i64, String::from("-"));
+    for (p, rows) in read_topic(client, output, partitions).await? {
+        let mut last = from_ms;
+        let mut gap = 0;
+        for r in rows
+            .iter()
+            .filter(|r| r.timestamp >= from_ms && r.timestamp <= to_ms)
+        {
+            gap = gap.max(r.timestamp - last);
+            last = r.timestamp;
+        }
+        gap = gap.max(to_ms - last);
+        if gap > worst.0 {
+            worst = (gap, format!("0_{p}"));
+        }
+    }
+    Ok((worst.0 as f64 / 1000.0, worst.1))
+}
