@@ -129,10 +129,16 @@ impl Board {
                             }
                             None => {
                                 self.warmups_seen += 1;
-                                events.push(format!(
-                                    "{task}: warm-up on {instance} starts, {} records behind",
-                                    held.lag
-                                ));
+                                // A lag of 0 is "not measured yet": the store has not
+                                // read its changelog's end.
+                                events.push(if held.lag > 0 {
+                                    format!(
+                                        "{task}: warm-up on {instance} starts, {} records behind",
+                                        held.lag
+                                    )
+                                } else {
+                                    format!("{task}: warm-up on {instance} starts")
+                                });
                                 self.warmups.insert(
                                     key,
                                     Warmup {
