@@ -60,6 +60,19 @@ impl Catchup {
         self.position
     }
 
+    /// Whether a chunk of up to `chunk_bytes` more would make [`Catchup::absorb`] wait for the
+    /// bulk load in progress. The thread then leaves this changelog out of its next fetch, so
+    /// that the actives it also runs are not held up behind a warm-up's load.
+    pub fn busy(&self, chunk_bytes: usize) -> bool {
+        let Some((handle, _)) = &self.loading else {
+            return false;
+        };
+        // Records are at least a few bytes; 16 per record over-counts a chunk's records.
+        !handle.is_finished()
+            && (self.buffered_bytes + chunk_bytes >= INGEST_BYTES
+                || self.buffer.len() + chunk_bytes / 16 >= INGEST_RECORDS)
+    }
+
     /// Where the next fetch starts.
     pub fn fetch_from(&self) -> i64 {
         self.fetched_to
@@ -173,6 +186,32 @@ mod tests {
     use baton_kafka::records::Record;
 
     use super::*;
+
+    #[test]
+    fn busy_while_a_load_runs_and_another_chunk_would_wait_for_it() {
+        let mut c = Catchup::new(0);
+        assert!(!c.busy(4 << 20), "no load: never busy");
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            let _ = wait.recv();
+            Ok(())
+        });
+        c.loading = Some((handle, 10));
+        assert!(!c.busy(1 << 20), "room for a chunk beside the load");
+        c.buffered_bytes = INGEST_BYTES - (1 << 20);
+        assert!(
+            c.busy(1 << 20),
+            "the chunk would fill the buffer: absorb would wait"
+        );
+        c.buffered_bytes = 0;
+        c.buffer = vec![(Bytes::from_static(b"k"), None); INGEST_RECORDS - 100];
+        assert!(c.busy(1 << 20), "too many records to take another chunk");
+        release.send(()).unwrap();
+        while !c.loading.as_ref().unwrap().0.is_finished() {
+            std::thread::yield_now();
+        }
+        assert!(!c.busy(1 << 20), "the load is done: absorb would not wait");
+    }
 
     fn fetched(offsets: &[i64], next_offset: Option<i64>) -> Fetched {
         Fetched {

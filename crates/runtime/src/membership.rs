@@ -243,9 +243,36 @@ async fn beat_during_round(
         due = tokio::time::Instant::now() + ctx.cfg.heartbeat_interval;
         let at = epoch.elapsed();
         ctx.status.heartbeat_sent(&name, at);
-        let answer = answer(pulse.beat().await, &name);
+        let answer = during_round(answer(pulse.beat().await, &name));
         if events.send(Event::Heartbeat { answer, at }).is_err() {
             return;
         }
+    }
+}
+
+/// A heartbeat's answer while this member's join is under way. "Rebalancing" is about the
+/// round already being joined: it confirms the session and must start no other round. (Taken
+/// as a reason to join, it queued a join the round did not serve; served after it, that join
+/// began a new round whose heartbeats queued the next: a storm of one round per heartbeat
+/// interval, seen live whenever the round was one the machine had not asked for.) "Fenced"
+/// is about the generation being left; the join itself says whether the member is gone.
+fn during_round(answer: Heartbeat) -> Heartbeat {
+    match answer {
+        Heartbeat::Rebalancing => Heartbeat::Alive,
+        Heartbeat::Fenced => Heartbeat::Failed,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_during_a_round_start_no_round() {
+        assert_eq!(during_round(Heartbeat::Rebalancing), Heartbeat::Alive);
+        assert_eq!(during_round(Heartbeat::Fenced), Heartbeat::Failed);
+        assert_eq!(during_round(Heartbeat::Alive), Heartbeat::Alive);
+        assert_eq!(during_round(Heartbeat::Failed), Heartbeat::Failed);
     }
 }

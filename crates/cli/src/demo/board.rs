@@ -267,6 +267,11 @@ impl Board {
         lines
     }
 
+    /// Join rounds seen, by the instance that saw most of each reason.
+    pub fn rebalances(&self) -> u64 {
+        self.rebalances.values().sum()
+    }
+
     /// Clears the panel for good (before the summary).
     pub fn finish(&mut self) {
         self.erase();

@@ -147,11 +147,15 @@ fn summary(outcomes: &[Outcome]) -> String {
         .map(|o| {
             vec![
                 o.assignor.name().to_owned(),
-                format!("{:.2} ({})", o.longest_gap.0, o.longest_gap.1),
+                format!(
+                    "{:.2} ({} at {:.1} s)",
+                    o.longest_gap.seconds, o.longest_gap.task, o.longest_gap.at_s
+                ),
                 format!("{:.1}", o.balanced_after_s),
                 format!("{:.1}", o.drained_after_s),
                 o.warmups.to_string(),
                 o.handovers.to_string(),
+                o.rebalances.to_string(),
                 o.events.to_string(),
             ]
         })
@@ -160,18 +164,19 @@ fn summary(outcomes: &[Outcome]) -> String {
     out.push_str(&crate::columns::render(
         &[
             "ASSIGNOR",
-            "LONGEST GAP s (TASK)",
+            "LONGEST GAP s (TASK AT)",
             "BALANCED AFTER s",
             "A GONE AFTER s",
             "WARM-UPS",
             "HAND-OVERS",
+            "REBALANCES",
             "EVENTS",
         ],
         &rows,
     ));
     out.push_str(
         "(LONGEST GAP: the longest time one task wrote no output, from the newcomer's start to \
-         the end; BALANCED AFTER: from c's start until every instance processes its share with \
+         the producer's stop, and when it began; BALANCED AFTER: from c's start until every instance processes its share with \
          no warm-up left; A GONE AFTER: from the drain (sticky: the shutdown) until a has left and b and c process every task)\n",
     );
     for o in outcomes {

@@ -43,7 +43,7 @@ pub struct Outcome {
     pub assignor: AssignorKind,
     /// The longest time any task's output stood still, from `c` joining to the producer's
     /// stop, and the task.
-    pub longest_gap: (f64, String),
+    pub longest_gap: Gap,
     pub balanced_after_s: f64,
     pub drained_after_s: f64,
     pub events: u64,
@@ -52,6 +52,7 @@ pub struct Outcome {
     pub wrong: Vec<String>,
     pub warmups: usize,
     pub handovers: usize,
+    pub rebalances: u64,
 }
 
 struct Instance {
@@ -276,6 +277,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         wrong,
         warmups: board.warmups_seen,
         handovers: board.handovers,
+        rebalances: board.rebalances(),
     })
 }
 
@@ -513,29 +515,46 @@ async fn settle(
 }
 
 /// The longest stretch in `[from_ms, to_ms]` during which a task wrote no output (the
-/// window's edges count as output), and the task.
+/// window's edges count as output): its length, the task, and when it began (seconds after
+/// `from_ms`).
 async fn longest_gaps(
     client: &Client,
     output: &str,
     partitions: u32,
     from_ms: i64,
     to_ms: i64,
-) -> Result<(f64, String), Failure> {
-    let mut worst = (0i64, String::from("-"));
+) -> Result<Gap, Failure> {
+    let mut worst = Gap {
+        seconds: 0.0,
+        task: "-".into(),
+        at_s: 0.0,
+    };
     for (p, rows) in read_topic(client, output, partitions).await? {
         let mut last = from_ms;
-        let mut gap = 0;
-        for r in rows
+        let stamps = rows
             .iter()
-            .filter(|r| r.timestamp >= from_ms && r.timestamp <= to_ms)
-        {
-            gap = gap.max(r.timestamp - last);
-            last = r.timestamp;
-        }
-        gap = gap.max(to_ms - last);
-        if gap > worst.0 {
-            worst = (gap, format!("0_{p}"));
+            .map(|r| r.timestamp)
+            .filter(|&t| t >= from_ms && t <= to_ms)
+            .chain(std::iter::once(to_ms));
+        for t in stamps {
+            let gap = (t - last) as f64 / 1000.0;
+            if gap > worst.seconds {
+                worst = Gap {
+                    seconds: gap,
+                    task: format!("0_{p}"),
+                    at_s: (last - from_ms) as f64 / 1000.0,
+                };
+            }
+            last = last.max(t);
         }
     }
-    Ok((worst.0 as f64 / 1000.0, worst.1))
+    Ok(worst)
+}
+
+/// A task's longest stretch without output.
+pub struct Gap {
+    pub seconds: f64,
+    pub task: String,
+    /// When it began, in seconds after the newcomer started.
+    pub at_s: f64,
 }
