@@ -174,3 +174,107 @@ fn identical_input_gives_byte_identical_output() {
         assert_eq!(outputs.len(), 1, "{name} is not deterministic");
     }
 }
+
+/// The fewest tasks that must leave their client for every client to hold `floor` or `ceil`
+/// of each subtopology's tasks and of all tasks, found by trying every way to hand out each
+/// subtopology's extra tasks. `have[s][c]`: tasks of subtopology `s` that client `c` runs.
+fn fewest_spreading_moves(have: &[Vec<usize>], sizes: &[usize], clients: usize) -> usize {
+    let total: usize = sizes.iter().sum();
+    let (lo, hi) = (total / clients, total.div_ceil(clients));
+    let mut best = usize::MAX;
+    // Odometer over one subset of clients per subtopology (bit masks of size `extras`).
+    let choices: Vec<Vec<u32>> = sizes
+        .iter()
+        .map(|&n| {
+            let extras = n % clients;
+            (0u32..1 << clients)
+                .filter(|m| m.count_ones() as usize == extras)
+                .collect()
+        })
+        .collect();
+    let mut pick = vec![0usize; sizes.len()];
+    loop {
+        let mut totals = vec![0usize; clients];
+        let mut moves = 0;
+        for (s, &n) in sizes.iter().enumerate() {
+            for (c, t) in totals.iter_mut().enumerate() {
+                let q = n / clients + ((choices[s][pick[s]] >> c) & 1) as usize;
+                *t += q;
+                moves += have[s][c].saturating_sub(q);
+            }
+        }
+        if totals.iter().all(|&t| t >= lo && t <= hi) {
+            best = best.min(moves);
+        }
+        let mut i = 0;
+        loop {
+            if i == sizes.len() {
+                return best;
+            }
+            pick[i] += 1;
+            if pick[i] < choices[i].len() {
+                break;
+            }
+            pick[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Scale-outs without standbys, equal threads: the group converges with every client
+    /// holding `floor` or `ceil` of each subtopology's tasks, and no more tasks move than the
+    /// fewest any such spread needs.
+    #[test]
+    fn scale_outs_spread_each_subtopology_with_the_fewest_moves(
+        sizes in proptest::collection::vec(1usize..6, 1..4),
+        old in 1usize..4,
+        new in 1usize..3,
+        warmups in 1u32..4,
+    ) {
+        let mut tasks = Vec::new();
+        for (s, &n) in sizes.iter().enumerate() {
+            for p in 0..n {
+                tasks.push(baton_assignor::TaskSpec {
+                    id: baton_assignor::TaskId::new(s as u32, p as u32),
+                    stateful: true,
+                    end_offset_sum: 1_000,
+                });
+            }
+        }
+        let config = baton_assignor::AssignmentConfig {
+            acceptable_recovery_lag: 100,
+            max_warmup_replicas: warmups,
+            ..Default::default()
+        };
+        let assignor = AssignorKind::HighAvailability.assignor();
+        let first = ClusterState {
+            config: config.clone(),
+            tasks: tasks.clone(),
+            clients: (0..old).map(|i| fresh(&format!("old{i}"), 1)).collect(),
+        };
+        let run = converge(assignor.as_ref(), first, 50);
+        prop_assert!(run.converged);
+        let mut state = run.state.unwrap();
+        let have: Vec<Vec<usize>> = (0..sizes.len())
+            .map(|s| {
+                let mut v: Vec<usize> = state
+                    .clients
+                    .iter()
+                    .map(|c| c.owned_active.iter().filter(|t| t.subtopology == s as u32).count())
+                    .collect();
+                v.extend(std::iter::repeat_n(0, new));
+                v
+            })
+            .collect();
+        state.clients.extend((0..new).map(|i| fresh(&format!("new{i}"), 1)));
+        let run = converge(assignor.as_ref(), state.clone(), 100);
+        prop_assert!(run.converged, "no convergence");
+        let last = run.last.as_ref().unwrap();
+        check_stateful_spread(&state, last).map_err(TestCaseError::fail)?;
+        let fewest = fewest_spreading_moves(&have, &sizes, old + new);
+        prop_assert_eq!(run.active_moves, fewest, "moves vs the fewest that spread");
+    }
+}

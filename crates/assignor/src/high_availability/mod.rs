@@ -11,11 +11,13 @@
 //! out moves only the tasks that must move, and a configured standby doubles as the warm-up of
 //! the task it will take over (it costs no warm-up budget).
 
+mod flow;
 mod handover;
 mod holders;
 mod placement;
 mod roles;
 mod spread;
+mod spread_placement;
 
 use crate::assignment::{Assignment, Plan};
 use crate::cluster::Cluster;

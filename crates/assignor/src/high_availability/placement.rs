@@ -20,7 +20,7 @@ use crate::model::{Lag, Role};
 
 /// How strongly a client's existing state argues for keeping a copy there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Claim {
+pub(super) enum Claim {
     /// Runs the task now and is caught up.
     RunningActive = 0,
     /// Holds the task in some role, or is caught up.
@@ -43,6 +43,11 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
         capacities,
         stateful.len() as u32,
     );
+    if r == 1 {
+        if let Some(holders) = super::spread_placement::place(cluster, capacities, &quotas) {
+            return holders;
+        }
+    }
     let mut holders = Holders::new(tasks, r);
     let mut copies = vec![0u32; cluster.client_count()];
 
@@ -59,16 +64,13 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
     holders
 }
 
-fn keep_existing(
-    cluster: &Cluster,
-    capacities: &[u32],
-    quotas: &Quotas,
-    holders: &mut Holders,
-    copies: &mut [u32],
-) -> u32 {
-    // (claim, a, b, task, client): for Running/Held, client-major in interleaved order;
-    // for Stale, globally by lag so the freshest stale state wins.
-    let mut claims: Vec<(Claim, u64, u64, ClientIx, TaskIx)> = Vec::new();
+/// Every client's claim on keeping a copy of a stateful task, sorted strongest first:
+/// `(claim, a, b, client, task)`. Running and Held claims are client-major in interleaved
+/// order; Stale claims are global by lag, so the freshest stale state wins.
+pub(super) type ClaimRow = (Claim, u64, u64, ClientIx, TaskIx);
+
+pub(super) fn claims(cluster: &Cluster, capacities: &[u32]) -> Vec<ClaimRow> {
+    let mut claims: Vec<ClaimRow> = Vec::new();
     let acceptable = cluster.config.acceptable_recovery_lag;
     for c in cluster.client_ixs() {
         if capacities[c as usize] == 0 {
@@ -111,7 +113,17 @@ fn keep_existing(
         }
     }
     claims.sort_unstable();
+    claims
+}
 
+fn keep_existing(
+    cluster: &Cluster,
+    capacities: &[u32],
+    quotas: &Quotas,
+    holders: &mut Holders,
+    copies: &mut [u32],
+) -> u32 {
+    let claims = claims(cluster, capacities);
     let mut extras = quotas.extras;
     let mut took_extra = vec![false; copies.len()];
     for within_base in [true, false] {

@@ -376,6 +376,41 @@ pub fn check_balance(
     Ok(())
 }
 
+/// Each client holds `floor` or `ceil` of every subtopology's stateful tasks (as actives).
+pub fn check_stateful_spread(state: &ClusterState, a: &Assignment) -> Result<(), String> {
+    let eligible: Vec<&ClientId> = state
+        .clients
+        .iter()
+        .filter(|c| !c.leaving)
+        .map(|c| &c.id)
+        .collect();
+    let mut per: BTreeMap<u32, BTreeMap<&ClientId, usize>> = BTreeMap::new();
+    for task in state.tasks.iter().filter(|t| t.stateful) {
+        let m = per.entry(task.id.subtopology).or_default();
+        for c in &eligible {
+            m.entry(c).or_default();
+        }
+    }
+    for c in &eligible {
+        for t in &a.clients[*c].active {
+            if let Some(n) = per.get_mut(&t.subtopology).and_then(|m| m.get_mut(c)) {
+                *n += 1;
+            }
+        }
+    }
+    for (sub, m) in per {
+        let max = m.values().max().copied().unwrap_or(0);
+        let min = m.values().min().copied().unwrap_or(0);
+        if max - min > 1 {
+            return Err(format!(
+                "subtopology {sub}: actives per client differ by {}: {m:?}",
+                max - min
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `n` stateful tasks named like Kafka's convergence test: subtopologies of `per_sub` partitions.
 pub fn stateful_tasks(n: usize, per_sub: usize, end: u64) -> Vec<TaskSpec> {
     (0..n)
