@@ -39,6 +39,9 @@ pub struct MemberView {
     pub client_id: String,
     pub client_host: String,
     pub group_instance_id: Option<String>,
+    /// The Baton instance (`--instance-id`) this member is a thread of, when known: from its
+    /// client id or `group.instance.id` (`<instance>-<thread>`), or its own report.
+    pub instance: Option<String>,
     /// Set when the metadata could not be decoded.
     pub error: Option<String>,
     /// Where the metadata came from: `broker` (DescribeGroups) or `report` (the member's own,
@@ -95,6 +98,11 @@ pub async fn inspect(
             client_id: m.client_id.to_string(),
             client_host: m.client_host.to_string(),
             group_instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
+            instance: [Some(m.client_id.as_str()), m.group_instance_id.as_deref()]
+                .into_iter()
+                .flatten()
+                .find_map(instance_of)
+                .map(str::to_owned),
             error: None,
             source: "broker".into(),
             process_id: None,
@@ -111,9 +119,10 @@ pub async fn inspect(
             next_rebalance_ms: None,
         };
         let (metadata, assignment) = match reported.get(m.member_id.as_str()) {
-            Some((md, asg)) if m.member_metadata.is_empty() => {
+            Some(r) if m.member_metadata.is_empty() => {
                 view.source = "report".into();
-                (md.clone(), asg.clone())
+                view.instance = r.instance.clone();
+                (r.metadata.clone(), r.assignment.clone())
             }
             _ => (m.member_metadata.clone(), m.member_assignment.clone()),
         };
@@ -218,6 +227,7 @@ pub async fn publish_member(
     client: &Client,
     topic: &str,
     member_id: &str,
+    instance: &str,
     metadata: &[u8],
     assignment: &[u8],
 ) -> Result<()> {
@@ -227,17 +237,26 @@ pub async fn publish_member(
             &leader,
             topic,
             0,
-            &[report(member_id, metadata, assignment)],
+            &[report(member_id, instance, metadata, assignment)],
         )
         .await
         .map(|_| ())
 }
 
+/// A member's own report: what it sent and received in its last join, and its instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Report {
+    metadata: bytes::Bytes,
+    assignment: bytes::Bytes,
+    /// Absent from reports written before instances named themselves.
+    instance: Option<String>,
+}
+
 /// The record: key `member:<id>`, value `int32 n, n bytes of metadata, int32 m, m bytes of
-/// assignment`.
-fn report(member_id: &str, metadata: &[u8], assignment: &[u8]) -> KeyValue {
-    let mut v = Vec::with_capacity(8 + metadata.len() + assignment.len());
-    for part in [metadata, assignment] {
+/// assignment, int32 k, k bytes of the instance id (UTF-8)`.
+fn report(member_id: &str, instance: &str, metadata: &[u8], assignment: &[u8]) -> KeyValue {
+    let mut v = Vec::with_capacity(12 + metadata.len() + assignment.len() + instance.len());
+    for part in [metadata, assignment, instance.as_bytes()] {
         v.extend((part.len() as u32).to_be_bytes());
         v.extend(part);
     }
@@ -251,7 +270,7 @@ fn report(member_id: &str, metadata: &[u8], assignment: &[u8]) -> KeyValue {
 
 /// A report's two blobs; `None` for a value that is not one (each length is checked
 /// against the bytes that remain).
-fn parse_report(mut v: &[u8]) -> Option<(bytes::Bytes, bytes::Bytes)> {
+fn parse_report(mut v: &[u8]) -> Option<Report> {
     let mut part = || {
         let len = u32::from_be_bytes(v.get(..4)?.try_into().ok()?) as usize;
         let body = v.get(4..4usize.checked_add(len)?)?;
@@ -261,14 +280,26 @@ fn parse_report(mut v: &[u8]) -> Option<(bytes::Bytes, bytes::Bytes)> {
     };
     let metadata = part()?;
     let assignment = part()?;
-    Some((metadata, assignment))
+    let instance = match part() {
+        Some(name) => Some(String::from_utf8(name.to_vec()).ok()?),
+        None => None,
+    };
+    Some(Report {
+        metadata,
+        assignment,
+        instance,
+    })
+}
+
+/// The instance of a stream thread's client id or `group.instance.id`, `<instance>-<thread>`.
+pub fn instance_of(id: &str) -> Option<&str> {
+    let (instance, thread) = id.rsplit_once('-')?;
+    (!instance.is_empty() && !thread.is_empty() && thread.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(instance)
 }
 
 /// The latest report of each member among the last records of `topic`.
-async fn read_reports(
-    client: &Client,
-    topic: &str,
-) -> Result<BTreeMap<String, (bytes::Bytes, bytes::Bytes)>> {
+async fn read_reports(client: &Client, topic: &str) -> Result<BTreeMap<String, Report>> {
     // No reports topic (a group of another kind, or one that never ran Baton): nothing to add.
     let meta = client.metadata(Some(&[topic.to_owned()])).await?;
     let exists = meta.topics.iter().any(|t| {
@@ -306,8 +337,8 @@ async fn read_reports(
             else {
                 continue;
             };
-            if let Some(blobs) = parse_report(v) {
-                out.insert(member.to_owned(), blobs);
+            if let Some(report) = parse_report(v) {
+                out.insert(member.to_owned(), report);
             }
         }
         offset = next;
@@ -346,11 +377,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn thread_ids_name_their_instance() {
+        assert_eq!(instance_of("web-7-0"), Some("web-7"));
+        assert_eq!(instance_of("a-12"), Some("a"));
+        assert_eq!(instance_of("a-12-member"), None);
+        assert_eq!(instance_of("a"), None);
+        assert_eq!(instance_of("-1"), None);
+    }
+
+    #[test]
     fn a_report_round_trips_and_a_bad_one_is_refused() {
-        let (k, v) = report("m-1", b"meta", b"assign");
+        let (k, v) = report("m-1", "web-3", b"meta", b"assign");
         assert_eq!(k.as_deref(), Some(&b"member:m-1"[..]));
-        let (md, asg) = parse_report(v.as_deref().unwrap()).unwrap();
-        assert_eq!((&md[..], &asg[..]), (&b"meta"[..], &b"assign"[..]));
+        let r = parse_report(v.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            (&r.metadata[..], &r.assignment[..]),
+            (&b"meta"[..], &b"assign"[..])
+        );
+        assert_eq!(r.instance.as_deref(), Some("web-3"));
+        // A report from before instances named themselves: two parts.
+        let old = [&[0, 0, 0, 1][..], b"m", &[0, 0, 0, 0]].concat();
+        assert_eq!(parse_report(&old).unwrap().instance, None);
         // A declared length past the end, a truncated header: not a report.
         assert!(parse_report(&[0, 0, 0, 9, 1, 2]).is_none());
         assert!(parse_report(&[0, 0]).is_none());

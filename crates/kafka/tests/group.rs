@@ -167,6 +167,7 @@ async fn inspect_shows_members_tasks_and_lags() {
         &client,
         "g4-reports",
         &joined.member_id,
+        "app-instance",
         &joined.metadata,
         &joined.assignment,
     )

@@ -116,6 +116,11 @@ impl Context {
         self.leaving.store(true, Ordering::SeqCst);
     }
 
+    /// Takes a drain back: threads that have not drained yet rejoin as staying.
+    pub fn clear_leaving(&self) {
+        self.leaving.store(false, Ordering::SeqCst);
+    }
+
     /// The leader of a partition, from a cache that [`Context::forget_leader`] invalidates.
     pub async fn leader(&self, topic: &str, partition: i32) -> baton_kafka::Result<String> {
         let key = TopicPartition::new(topic, partition);

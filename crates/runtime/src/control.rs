@@ -1,6 +1,7 @@
 //! Drain requests travel through a control topic on the broker, `<application id>-baton-control`:
-//! `baton drain` appends `(instance id, "drain")`, and each instance follows the topic from
-//! where it stood at startup, so an old request never drains a restarted instance.
+//! `baton drain` appends `(instance id, "drain")` (or `"cancel"` to take one back), and each
+//! instance follows the topic from where it stood at startup, so an old request never drains a
+//! restarted instance.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,23 @@ use crate::context::Context;
 use crate::error::{kafka, Result};
 
 pub const DRAIN: &[u8] = b"drain";
+pub const CANCEL: &[u8] = b"cancel";
+
+/// What an operator asks of an instance through the control topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    Drain,
+    Cancel,
+}
+
+impl Request {
+    fn bytes(self) -> &'static [u8] {
+        match self {
+            Request::Drain => DRAIN,
+            Request::Cancel => CANCEL,
+        }
+    }
+}
 
 /// The control topic of an application.
 pub fn control_topic(app_id: &str) -> String {
@@ -33,6 +51,11 @@ pub async fn ensure_control_topic(client: &Client, app_id: &str) -> Result<()> {
 
 /// Asks instance `instance` of application `app_id` to drain.
 pub async fn request_drain(client: &Client, app_id: &str, instance: &str) -> Result<i64> {
+    send(client, app_id, instance, Request::Drain).await
+}
+
+/// Writes `request` for `instance` to the control topic; returns the record's offset.
+pub async fn send(client: &Client, app_id: &str, instance: &str, request: Request) -> Result<i64> {
     ensure_control_topic(client, app_id).await?;
     let topic = control_topic(app_id);
     let leader = client
@@ -46,14 +69,15 @@ pub async fn request_drain(client: &Client, app_id: &str, instance: &str) -> Res
             0,
             &[(
                 Some(bytes::Bytes::from(instance.to_owned())),
-                Some(bytes::Bytes::from_static(DRAIN)),
+                Some(bytes::Bytes::from_static(request.bytes())),
             )],
         )
         .await
         .map_err(kafka(format!("control topic {topic}")))
 }
 
-/// Follows the control topic from its current end until a drain for this instance arrives.
+/// Follows the control topic from its current end: a drain for this instance marks it leaving,
+/// a cancel takes that back.
 pub async fn watch(ctx: Arc<Context>) {
     let topic = control_topic(ctx.group());
     // Its own connection: a long-polling fetch must not hold up anyone else's requests.
@@ -80,10 +104,19 @@ pub async fn watch(ctx: Arc<Context>) {
                 for r in records {
                     position = Some(r.offset + 1);
                     let me = r.key.as_deref() == Some(ctx.cfg.instance_id.as_bytes());
-                    if me && r.value.as_deref() == Some(DRAIN) {
-                        tracing::info!(instance = %ctx.cfg.instance_id, "drain requested: handing every task over, then exiting");
-                        ctx.set_leaving();
-                        return;
+                    if !me {
+                        continue;
+                    }
+                    match r.value.as_deref() {
+                        Some(DRAIN) if !ctx.is_leaving() => {
+                            tracing::info!(instance = %ctx.cfg.instance_id, "drain requested: handing every task over, then exiting");
+                            ctx.set_leaving();
+                        }
+                        Some(CANCEL) if ctx.is_leaving() => {
+                            tracing::info!(instance = %ctx.cfg.instance_id, "drain cancelled: staying in the group");
+                            ctx.clear_leaving();
+                        }
+                        _ => {}
                     }
                 }
             }

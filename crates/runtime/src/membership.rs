@@ -186,6 +186,7 @@ impl MembershipTask {
                 &ctx.client,
                 &topic,
                 &id,
+                &ctx.cfg.instance_id,
                 &metadata,
                 &assignment,
             )

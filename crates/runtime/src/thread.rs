@@ -241,9 +241,14 @@ impl Driver {
                 shutting_down = true;
                 commands.extend(m.handle(Event::Shutdown, self.now()));
             }
-            if !drain_told && self.ctx.is_leaving() {
-                drain_told = true;
-                commands.extend(m.handle(Event::DrainRequested, self.now()));
+            if drain_told != self.ctx.is_leaving() {
+                drain_told = !drain_told;
+                let event = if drain_told {
+                    Event::DrainRequested
+                } else {
+                    Event::DrainCancelled
+                };
+                commands.extend(m.handle(event, self.now()));
             }
             if !commands.is_empty() {
                 continue;

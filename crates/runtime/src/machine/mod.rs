@@ -144,6 +144,8 @@ pub enum Event {
     },
     Tick,
     DrainRequested,
+    /// The operator took the drain back (`baton drain --cancel`): the instance stays.
+    DrainCancelled,
     Shutdown,
     Opened {
         task: TaskId,
@@ -489,6 +491,15 @@ impl ThreadMachine {
                     self.leaving = true;
                     self.commit_now(&mut out);
                     out.push(self.join("drain requested"));
+                }
+            }
+            Event::DrainCancelled => {
+                // Once drained the thread has left; nothing is taken back then.
+                if self.leaving && !self.stopped {
+                    self.leaving = false;
+                    if !self.is_joining() {
+                        out.push(self.join("drain cancelled"));
+                    }
                 }
             }
             Event::Shutdown => {

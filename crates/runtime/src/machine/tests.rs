@@ -825,3 +825,26 @@ fn a_rebalancing_answer_to_a_heartbeat_from_before_the_assignment_is_stale() {
     );
     assert_eq!(joins(&cmds), ["the group is rebalancing"]);
 }
+
+/// A cancelled drain: the thread rejoins as staying and keeps what it holds; an assignment
+/// that leaves it nothing later does not make it exit.
+#[test]
+fn a_cancelled_drain_rejoins_as_staying() {
+    let mut m = machine();
+    let cmds = m.handle(
+        assigned(1, &[0, 1], &[], &[], Duration::ZERO),
+        Duration::ZERO,
+    );
+    bring_up(&mut m, cmds, Duration::ZERO);
+    m.handle(Event::DrainRequested, S);
+    m.handle(assigned(2, &[0, 1], &[], &[], 2 * S), 2 * S);
+    assert!(m.report().leaving);
+    let cmds = m.handle(Event::DrainCancelled, 3 * S);
+    assert_eq!(joins(&cmds), ["drain cancelled"]);
+    assert!(!m.report().leaving, "the next subscription says it stays");
+    let cmds = m.handle(assigned(3, &[], &[], &[], 4 * S), 4 * S);
+    assert!(!cmds.contains(&Command::Exit(Exit::Drained)), "{cmds:?}");
+    assert!(!cmds.contains(&Command::Leave));
+    // A second cancel, with nothing to take back, does nothing.
+    assert!(joins(&m.handle(Event::DrainCancelled, 5 * S)).is_empty());
+}
