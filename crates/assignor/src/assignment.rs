@@ -37,6 +37,9 @@ pub struct Assignment {
     pub probe_after_ms: Option<u64>,
     pub warnings: Vec<String>,
     pub pending: Vec<PendingMove>,
+    /// Tasks taken from a leaving client past `scale.down.timeout.ms` by a client that is not
+    /// caught up: they restore before they run again.
+    pub forced: Vec<PendingMove>,
 }
 
 impl Assignment {
@@ -67,6 +70,8 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// `(task, from, to)`.
     pub pending: Vec<(TaskIx, ClientIx, ClientIx)>,
+    /// `(task, from, to)`: handed over past the scale-down timeout, not caught up.
+    pub forced: Vec<(TaskIx, ClientIx, ClientIx)>,
 }
 
 impl Plan {
@@ -77,6 +82,7 @@ impl Plan {
             warmup: vec![Vec::new(); clients],
             warnings: Vec::new(),
             pending: Vec::new(),
+            forced: Vec::new(),
         }
     }
 
@@ -123,12 +129,34 @@ impl Plan {
             })
             .collect();
         pending.sort_by_key(|m| m.task);
+        let mut forced: Vec<PendingMove> = self
+            .forced
+            .iter()
+            .map(|&(t, from, to)| PendingMove {
+                task: cluster.tasks[t as usize].id,
+                from: cluster.clients[from as usize].id.clone(),
+                to: cluster.clients[to as usize].id.clone(),
+            })
+            .collect();
+        forced.sort_by_key(|m| m.task);
+        // A leaving client that still runs something is forced at its timeout: probe then at
+        // the latest, so the hand-over happens without anyone's help (static members too).
+        let deadline = self
+            .pending
+            .iter()
+            .filter_map(|&(_, from, _)| cluster.time_left_ms(from))
+            .min();
+        let probe = followup.then(|| {
+            let interval = cluster.config.probing_rebalance_interval_ms;
+            deadline.map_or(interval, |d| d.min(interval))
+        });
         Assignment {
             clients,
             followup_rebalance: followup,
-            probe_after_ms: followup.then_some(cluster.config.probing_rebalance_interval_ms),
+            probe_after_ms: probe,
             warnings: self.warnings,
             pending,
+            forced,
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct ClientSpec {
     pub rack: Option<String>,
     /// Being drained: gets no new tasks, hands its tasks over through warm-ups.
     pub leaving: bool,
+    /// How long it has been leaving, when known: past `scale.down.timeout.ms` its tasks are
+    /// handed over without waiting for warm-ups.
+    pub leaving_for_ms: Option<u64>,
     pub owned_active: BTreeSet<TaskId>,
     pub owned_standby: BTreeSet<TaskId>,
     pub owned_warmup: BTreeSet<TaskId>,
@@ -136,6 +139,12 @@ impl Cluster {
                 return Err(InputError::new(
                     format!("clients[{i}].capacity"),
                     "must be at least 1 (it is the number of stream threads)",
+                ));
+            }
+            if c.leaving_for_ms.is_some() && !c.leaving {
+                return Err(InputError::new(
+                    format!("clients[{i}].leaving_since_ms"),
+                    "given for a client that is not leaving",
                 ));
             }
         }
@@ -265,6 +274,21 @@ impl Cluster {
 
     pub fn is_leaving(&self, client: ClientIx) -> bool {
         self.clients[client as usize].leaving
+    }
+
+    /// A leaving client past the scale-down timeout: it runs nothing more.
+    pub fn timed_out(&self, client: ClientIx) -> bool {
+        let c = &self.clients[client as usize];
+        c.leaving
+            && c.leaving_for_ms
+                .is_some_and(|t| t >= self.config.scale_down_timeout_ms)
+    }
+
+    /// How long until a leaving client times out, if it is leaving and has not yet.
+    pub fn time_left_ms(&self, client: ClientIx) -> Option<u64> {
+        let c = &self.clients[client as usize];
+        let t = c.leaving_for_ms.filter(|_| c.leaving)?;
+        (t < self.config.scale_down_timeout_ms).then(|| self.config.scale_down_timeout_ms - t)
     }
 
     pub fn is_stateful(&self, task: TaskIx) -> bool {

@@ -18,7 +18,14 @@ pub struct AssignmentConfig {
     /// How long to wait before the next probing rebalance while moves are pending.
     #[serde(rename = "probing.rebalance.interval.ms")]
     pub probing_rebalance_interval_ms: u64,
+    /// How long a leaving client's tasks wait for warm-ups before they are handed to the most
+    /// caught-up staying clients anyway (forced moves, which may restore before running).
+    #[serde(rename = "scale.down.timeout.ms")]
+    pub scale_down_timeout_ms: u64,
 }
+
+/// Thirty minutes: long enough for warm-ups of large state, short enough for a host swap.
+pub const DEFAULT_SCALE_DOWN_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 
 impl Default for AssignmentConfig {
     fn default() -> Self {
@@ -27,6 +34,7 @@ impl Default for AssignmentConfig {
             max_warmup_replicas: 2,
             num_standby_replicas: 0,
             probing_rebalance_interval_ms: 600_000,
+            scale_down_timeout_ms: DEFAULT_SCALE_DOWN_TIMEOUT_MS,
         }
     }
 }

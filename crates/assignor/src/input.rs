@@ -13,6 +13,9 @@ use crate::model::{ClientId, Lag, TaskId};
 struct RawInput {
     #[serde(default)]
     config: AssignmentConfig,
+    /// Epoch milliseconds of this assignment, for `clients[].leaving_since_ms`.
+    #[serde(default)]
+    now_ms: Option<u64>,
     tasks: Vec<RawTask>,
     clients: Vec<RawClient>,
 }
@@ -44,6 +47,9 @@ struct RawClient {
     rack: Option<String>,
     #[serde(default)]
     leaving: bool,
+    /// Epoch milliseconds when the client started leaving.
+    #[serde(default)]
+    leaving_since_ms: Option<u64>,
     #[serde(default)]
     owned_active: Vec<String>,
     #[serde(default)]
@@ -161,11 +167,28 @@ fn convert(raw: RawInput) -> Result<ClusterState, InputError> {
             }
         }
 
+        let leaving_for_ms = match (c.leaving_since_ms, raw.now_ms) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(InputError::new(
+                    format!("clients[{i}].leaving_since_ms"),
+                    "needs now_ms (the time of this assignment) at the top level",
+                ))
+            }
+            (Some(since), Some(now)) if since > now => {
+                return Err(InputError::new(
+                    format!("clients[{i}].leaving_since_ms"),
+                    format!("{since} is after now_ms {now}"),
+                ))
+            }
+            (Some(since), Some(now)) => Some(now - since),
+        };
         clients.push(ClientSpec {
             id: ClientId(c.id),
             capacity: c.capacity,
             rack: c.rack,
             leaving: c.leaving,
+            leaving_for_ms,
             owned_active,
             owned_standby,
             owned_warmup,
@@ -185,6 +208,40 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse_cluster_json(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn leaving_since_needs_now_and_a_leaving_client() {
+        let doc = |now: &str, client: &str| {
+            format!(r#"{{{now}"tasks": [{{"id": "0_0"}}], "clients": [{client}]}}"#)
+        };
+        let e = err(&doc(
+            "",
+            r#"{"id": "a", "leaving": true, "leaving_since_ms": 5}"#,
+        ));
+        assert!(
+            e.starts_with("clients[0].leaving_since_ms: needs now_ms"),
+            "{e}"
+        );
+        let e = err(&doc(
+            r#""now_ms": 4, "#,
+            r#"{"id": "a", "leaving": true, "leaving_since_ms": 5}"#,
+        ));
+        assert_eq!(e, "clients[0].leaving_since_ms: 5 is after now_ms 4");
+        let e = err(&doc(
+            r#""now_ms": 9, "#,
+            r#"{"id": "a", "leaving_since_ms": 5}"#,
+        ));
+        assert_eq!(
+            e,
+            "clients[0].leaving_since_ms: given for a client that is not leaving"
+        );
+        let ok = doc(
+            r#""now_ms": 9, "#,
+            r#"{"id": "a", "leaving": true, "leaving_since_ms": 5}, {"id": "b"}"#,
+        );
+        let c = parse_cluster_json(&ok).unwrap();
+        assert_eq!(c.clients[0].leaving_for_ms, Some(4));
     }
 
     #[test]

@@ -228,3 +228,46 @@ fn scale_out_with_standbys_needs_no_warm_up_budget() {
     )
     .unwrap();
 }
+
+/// A drain whose warm-up cannot catch up: before the scale-down timeout the leaving client
+/// keeps running its task and the follow-up is due when the timeout is; at the timeout the task
+/// is forced onto its target (reported), and the leaving client is drained.
+#[test]
+fn a_drain_past_the_scale_down_timeout_is_forced() {
+    let mut cfg = config(100, 2, 0);
+    cfg.scale_down_timeout_ms = 300_000;
+    let leaving = |for_ms: u64| {
+        let mut c1 = client("c1", 1, &["0_0"], &[], &[("0_0", -2)]);
+        c1.leaving = true;
+        c1.leaving_for_ms = Some(for_ms);
+        c1
+    };
+    let c2 = client("c2", 1, &[], &[], &[("0_0", 50_000)]);
+    let tasks = || stateful_tasks(1, 4, 100_000);
+
+    let before = cluster(cfg.clone(), tasks(), vec![leaving(280_000), c2.clone()]);
+    let a = HighAvailabilityAssignor.assign(&before);
+    assert_eq!(ids(&get(&a, "c1").active), ["0_0"], "still waiting");
+    assert_eq!(ids(&get(&a, "c2").warmup), ["0_0"]);
+    assert_eq!(
+        a.probe_after_ms,
+        Some(20_000),
+        "the rebalance comes at the timeout"
+    );
+    assert!(a.forced.is_empty());
+
+    let after = cluster(cfg, tasks(), vec![leaving(300_000), c2]);
+    let a = HighAvailabilityAssignor.assign(&after);
+    assert!(get(&a, "c1").drained, "{a:?}");
+    assert_eq!(ids(&get(&a, "c2").active), ["0_0"]);
+    assert_eq!(a.forced.len(), 1);
+    assert_eq!(
+        (a.forced[0].from.0.as_str(), a.forced[0].to.0.as_str()),
+        ("c1", "c2")
+    );
+    let json = baton_assignor::output::to_json(&a, false);
+    assert!(
+        json.contains(r#""forced":[{"task":"0_0","from":"c1","to":"c2"}]"#),
+        "{json}"
+    );
+}

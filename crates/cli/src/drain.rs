@@ -121,6 +121,19 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
         describe(&client, &args.group),
     ))?;
     let known = instances(&view);
+    // A drain just requested shows in the instance's subscription only after it rejoins.
+    let requested = if args.cancel {
+        runtime.block_on(crate::within(limit, &args.bootstrap, async {
+            control::latest_requests(&client, &args.group)
+                .await
+                .map_err(|e| Failure {
+                    message: format!("reading group {}'s control topic: {e}", args.group),
+                    status: 1,
+                })
+        }))?
+    } else {
+        BTreeMap::new()
+    };
     if args.status {
         return crate::emit(&status_table(&args.group, &known));
     }
@@ -147,7 +160,8 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
                     known.keys().cloned().collect::<Vec<_>>().join(", ")
                 )));
             };
-            if args.cancel && !state.leaving {
+            let asked = requested.get(t) == Some(&Request::Drain);
+            if args.cancel && !state.leaving && !asked {
                 return Err(Failure::bad_input(format!(
                     "instance {t:?} is not draining: nothing to cancel"
                 )));

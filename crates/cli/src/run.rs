@@ -52,6 +52,11 @@ pub struct RunArgs {
     /// session.timeout.ms.
     #[arg(long, default_value_t = 10_000)]
     session_timeout_ms: u64,
+    /// scale.down.timeout.ms: a drained instance whose tasks have not moved within this long
+    /// has them handed to the most caught-up staying instances anyway (they restore there),
+    /// and then exits.
+    #[arg(long, default_value_t = baton_assignor::config::DEFAULT_SCALE_DOWN_TIMEOUT_MS)]
+    scale_down_timeout_ms: u64,
     /// heartbeat.interval.ms.
     #[arg(long, default_value_t = 500)]
     heartbeat_interval_ms: u64,
@@ -115,6 +120,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             max_warmup_replicas: args.max_warmup_replicas,
             num_standby_replicas: args.num_standby_replicas,
             probing_rebalance_interval_ms: args.probing_rebalance_interval_ms,
+            scale_down_timeout_ms: args.scale_down_timeout_ms,
         },
         session_timeout: Duration::from_millis(args.session_timeout_ms),
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),

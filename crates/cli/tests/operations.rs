@@ -164,3 +164,36 @@ fn drain_by_percent_wait_status_and_cancel() {
     cluster.await_all_processing(now_ms(), "ops: after the cancel");
     cluster.check_counts(&mut producer, "ops");
 }
+
+/// A drain that cannot finish in time: the warm-up of a large store takes longer than the
+/// scale-down timeout, so at the timeout the leader hands the task over anyway (the new owner
+/// restores it) and the drained instance exits; no event is lost.
+#[test]
+fn a_drain_past_the_scale_down_timeout_is_forced_and_ends() {
+    let cluster = Cluster::new("timeout");
+    cluster.preload_state(3_000_000);
+    let timeout = ["--scale-down-timeout-ms", "1000"];
+    let mut a = cluster.spawn("a", &timeout);
+    let b = cluster.spawn("b", &timeout);
+    let mut producer = Producer::start(&cluster.broker.addr, "t-", 200, 30);
+    cluster.await_all_processing(now_ms(), "timeout: a and b");
+    let started = Instant::now();
+    cluster.drain("a");
+    assert!(
+        a.await_exit(Duration::from_secs(1 + 10)),
+        "a exits within the timeout plus 10 s\n{}",
+        a.log_text()
+    );
+    eprintln!("drain ended after {:.1} s", started.elapsed().as_secs_f64());
+    let forced = [&a, &b]
+        .iter()
+        .any(|i| i.count_log("scale-down timeout (1000 ms)") > 0);
+    assert!(
+        forced,
+        "the forced hand-over is reported\n{}\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    cluster.await_all_processing(now_ms(), "timeout: b alone");
+    cluster.check_counts(&mut producer, "timeout");
+}

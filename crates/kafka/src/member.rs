@@ -87,6 +87,8 @@ pub struct GroupMember {
     unique: i8,
     offset_sums: Vec<TaskOffsetSum>,
     leaving: bool,
+    /// When this member started leaving (epoch ms); sent with the flag.
+    leaving_since_ms: Option<i64>,
     warmups: Vec<TaskId>,
     /// The subscription version written (`used`), and the newest this member reads.
     used_version: i32,
@@ -108,6 +110,7 @@ impl GroupMember {
             unique: 0,
             offset_sums: Vec::new(),
             leaving: false,
+            leaving_since_ms: None,
             warmups: Vec::new(),
             used_version: BATON_VERSION,
             latest_version: BATON_VERSION,
@@ -165,6 +168,11 @@ impl GroupMember {
 
     /// Marks this member as leaving (drain); reported in the next subscription.
     pub fn set_leaving(&mut self, leaving: bool) {
+        if leaving && !self.leaving {
+            self.leaving_since_ms = Some(crate::member::epoch_ms());
+        } else if !leaving {
+            self.leaving_since_ms = None;
+        }
         self.leaving = leaving;
     }
 
@@ -190,6 +198,7 @@ impl GroupMember {
                 user_endpoint: &self.cfg.user_endpoint,
                 offset_sums: &self.offset_sums,
                 leaving: self.leaving,
+                leaving_since_ms: self.leaving_since_ms,
                 warmups: &self.warmups,
                 owned: &self.owned,
                 generation: self.generation,
@@ -574,4 +583,11 @@ mod tests {
         );
         assert!(leader::decode_subscription(b"\x00\x03garbage!!").is_err());
     }
+}
+
+/// Milliseconds since the Unix epoch, by this host's clock.
+pub fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::{
     AssignmentInfo, HostInfo, HostPartitions, StandbyTask, SubscriptionInfo, TopicPartition,
-    BATON_VERSION, TAG_LEAVING, TAG_WARMUPS,
+    BATON_VERSION, TAG_LEAVING, TAG_LEAVING_SINCE, TAG_WARMUPS,
 };
 
 /// The topics of one subtopology. Its tasks are its partitions `0..partitions`.
@@ -135,6 +135,18 @@ pub fn cluster_state(
     end_offsets: &BTreeMap<TopicPartition, i64>,
     config: AssignmentConfig,
 ) -> Result<ClusterState, BridgeError> {
+    cluster_state_at(members, topology, end_offsets, config, None)
+}
+
+/// As [`cluster_state`], at `now_ms` (epoch): a leaving member's `baton.leaving.since` tag then
+/// says how long it has been leaving, for the scale-down timeout.
+pub fn cluster_state_at(
+    members: &[Member],
+    topology: &Topology,
+    end_offsets: &BTreeMap<TopicPartition, i64>,
+    config: AssignmentConfig,
+    now_ms: Option<i64>,
+) -> Result<ClusterState, BridgeError> {
     let mut tasks = Vec::new();
     for (&sub, s) in &topology.subtopologies {
         for p in 0..s.partitions {
@@ -177,6 +189,13 @@ pub fn cluster_state(
         }
         if s.tag(TAG_LEAVING) == Some("true") {
             client.leaving = true;
+            let since = s.tag(TAG_LEAVING_SINCE).and_then(|v| v.parse::<i64>().ok());
+            if let (Some(since), Some(now)) = (since, now_ms) {
+                // Another host's clock: a start "in the future" counts as now.
+                let for_ms = now.saturating_sub(since).max(0) as u64;
+                client.leaving_for_ms =
+                    Some(client.leaving_for_ms.map_or(for_ms, |f| f.max(for_ms)));
+            }
         }
         if let Some(list) = s.tag(TAG_WARMUPS) {
             for item in list.split(',').filter(|x| !x.is_empty()) {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::{AssignmentConfig, AssignorKind, Cluster, TaskId};
 
-use crate::bridge::{cluster_state, member_assignments, BridgeError, Member, Topology};
+use crate::bridge::{cluster_state_at, member_assignments, BridgeError, Member, Topology};
 use crate::consumer::{ConsumerAssignment, ConsumerSubscription};
 use crate::sizing::fit_to_limit;
 use crate::{AssignmentInfo, StandbyTask, SubscriptionInfo, TopicPartition, BATON_VERSION};
@@ -65,6 +65,8 @@ pub struct MemberReport<'a> {
     pub user_endpoint: &'a str,
     pub offset_sums: &'a [crate::TaskOffsetSum],
     pub leaving: bool,
+    /// When the drain began (epoch ms), sent with the leaving flag.
+    pub leaving_since_ms: Option<i64>,
     pub warmups: &'a [TaskId],
     /// The source partitions of the actives it still holds.
     pub owned: &'a [TopicPartition],
@@ -99,6 +101,12 @@ pub fn encode_subscription(topology: &Topology, r: &MemberReport<'_>) -> Vec<u8>
                 key: crate::TAG_LEAVING.into(),
                 value: "true".into(),
             });
+            if let Some(since) = r.leaving_since_ms {
+                info.client_tags.push(crate::ClientTag {
+                    key: crate::TAG_LEAVING_SINCE.into(),
+                    value: since.to_string(),
+                });
+            }
         }
         if !r.warmups.is_empty() {
             let list: Vec<String> = r.warmups.iter().map(ToString::to_string).collect();
@@ -221,7 +229,13 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
 
     // One bad member must not stall the group: drop it and build the input again.
     let state = loop {
-        match cluster_state(&members, input.topology, ends, input.config.clone()) {
+        match cluster_state_at(
+            &members,
+            input.topology,
+            ends,
+            input.config.clone(),
+            Some(input.now_ms),
+        ) {
             Ok(s) => break s,
             Err(BridgeError::BadMember(id, problem)) => {
                 members.retain(|m| m.member_id != id);

@@ -32,5 +32,8 @@ pub const UNKNOWN_VERSION: i32 = -1;
 /// Client tag marking a member that is leaving (being drained). Kafka Streams ignores tags
 /// that `rack.aware.assignment.tags` does not name.
 pub const TAG_LEAVING: &str = "baton.leaving";
+/// When the member started leaving, in epoch milliseconds: the leader's clock for the
+/// scale-down timeout (it survives a change of leader).
+pub const TAG_LEAVING_SINCE: &str = "baton.leaving.since";
 /// Client tag listing the tasks a member is warming up, comma-separated (`0_1,2_3`).
 pub const TAG_WARMUPS: &str = "baton.warmups";

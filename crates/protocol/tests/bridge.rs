@@ -260,3 +260,33 @@ fn version_negotiation_follows_kafka() {
         "a future member waits for the next round"
     );
 }
+
+/// A leaving member's `baton.leaving.since` tag becomes how long it has been leaving, by the
+/// leader's clock; a start ahead of that clock counts as now.
+#[test]
+fn the_leaving_since_tag_becomes_time_spent_leaving() {
+    let members = vec![
+        member("m1", 1, 12, &[], &[]),
+        member(
+            "m2",
+            2,
+            12,
+            &[],
+            &[(TAG_LEAVING, "true"), (TAG_LEAVING_SINCE, "1000")],
+        ),
+        member(
+            "m3",
+            3,
+            12,
+            &[],
+            &[(TAG_LEAVING, "true"), (TAG_LEAVING_SINCE, "9000")],
+        ),
+    ];
+    let cfg = AssignmentConfig::default();
+    let state = cluster_state_at(&members, &topology(), &ends(), cfg.clone(), Some(5000)).unwrap();
+    assert_eq!(state.clients[0].leaving_for_ms, None);
+    assert_eq!(state.clients[1].leaving_for_ms, Some(4000));
+    assert_eq!(state.clients[2].leaving_for_ms, Some(0));
+    let without_clock = cluster_state(&members, &topology(), &ends(), cfg).unwrap();
+    assert_eq!(without_clock.clients[1].leaving_for_ms, None);
+}

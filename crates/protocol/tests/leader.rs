@@ -273,6 +273,7 @@ fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
                 user_endpoint: "",
                 offset_sums: &[],
                 leaving: false,
+                leaving_since_ms: None,
                 warmups: &[],
                 owned: &[],
                 generation: -1,

@@ -669,6 +669,7 @@ impl World {
                 user_endpoint: "",
                 offset_sums: &sums,
                 leaving: report.leaving,
+                leaving_since_ms: None,
                 warmups: &report.warmups,
                 owned: &owned,
                 generation: m.generation,
@@ -981,6 +982,7 @@ impl World {
                 max_warmup_replicas: 2,
                 num_standby_replicas: 1,
                 probing_rebalance_interval_ms: 60_000,
+                ..AssignmentConfig::default()
             },
             assignor: AssignorKind::HighAvailability,
             leader_member_id: &leader_id,

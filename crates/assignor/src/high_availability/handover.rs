@@ -40,6 +40,16 @@ pub fn hand_over(
             choose_runner(cluster, capacities, holders, t, a)
         };
         plan.push(runner, t, Role::Active);
+        if !cluster.is_caught_up(runner, t) {
+            // Taken from a leaving client past its timeout: the hand-over the drain waited for
+            // is forced, and the task restores before it runs again.
+            if let Some(from) = cluster
+                .client_ixs()
+                .find(|&c| cluster.timed_out(c) && cluster.owned_role(c, t) == Some(Role::Active))
+            {
+                plan.forced.push((t, from, runner));
+            }
+        }
         let runner_holds = holders.contains(t, runner);
         for &h in holders.of(t) {
             if h == runner || (h == a && !runner_holds) {
@@ -59,6 +69,27 @@ pub fn hand_over(
             }
         }
     }
+    if !plan.forced.is_empty() {
+        let moves: Vec<String> = plan
+            .forced
+            .iter()
+            .map(|&(t, from, to)| {
+                format!(
+                    "{} {} -> {}",
+                    cluster.tasks[t as usize].id,
+                    cluster.clients[from as usize].id,
+                    cluster.clients[to as usize].id
+                )
+            })
+            .collect();
+        plan.warnings.push(format!(
+            "scale-down timeout ({} ms): {} task(s) taken from leaving clients before their new \
+             owners caught up; they restore first: {}",
+            cluster.config.scale_down_timeout_ms,
+            moves.len(),
+            moves.join(", ")
+        ));
+    }
     wanted.sort_by_key(|w| (!w.already_warming, w.caught_up_clients, w.task));
     let budget = cluster.config.max_warmup_replicas as usize;
     for w in wanted.into_iter().take(budget) {
@@ -75,7 +106,9 @@ fn choose_runner(
     a: ClientIx,
 ) -> ClientIx {
     let leaving = |c: ClientIx| capacities[c as usize] == 0;
-    let runs_now = |c: ClientIx| cluster.owned_role(c, task) == Some(Role::Active);
+    // Past the scale-down timeout a leaving client runs nothing, caught up or not.
+    let runs_now =
+        |c: ClientIx| cluster.owned_role(c, task) == Some(Role::Active) && !cluster.timed_out(c);
     // A caught-up holder: no extra copy needed. Prefer the one running it now.
     if let Some(h) = holders
         .of(task)
@@ -89,7 +122,9 @@ fn choose_runner(
     // Any caught-up client, e.g. one over its quota, or a leaving one that runs the task now.
     // When the changelog is within the acceptable lag, a client that reported nothing is caught up too.
     let reporters = &cluster.reporters[task as usize];
-    let may_run = |c: ClientIx| (runs_now(c) || !leaving(c)) && cluster.is_caught_up(c, task);
+    let may_run = |c: ClientIx| {
+        (runs_now(c) || !leaving(c)) && !cluster.timed_out(c) && cluster.is_caught_up(c, task)
+    };
     let rank = |c: ClientIx| (!runs_now(c), cluster.lag(c, task), c);
     let caught_up = if cluster.unreported_is_caught_up(task) {
         cluster
@@ -111,7 +146,9 @@ fn choose_runner(
     let target_lag = cluster.lag(a, task);
     match reporters
         .iter()
-        .filter(|&&(c, lag)| lag != Lag::Unknown && (runs_now(c) || !leaving(c)))
+        .filter(|&&(c, lag)| {
+            lag != Lag::Unknown && !cluster.timed_out(c) && (runs_now(c) || !leaving(c))
+        })
         .min_by_key(|&&(c, lag)| (lag, !runs_now(c), c))
     {
         Some(&(c, lag)) if lag < target_lag => c,

@@ -70,6 +70,7 @@ pub fn config(acceptable: u64, warmups: u32, standbys: u32) -> AssignmentConfig 
         max_warmup_replicas: warmups,
         num_standby_replicas: standbys,
         probing_rebalance_interval_ms: 60_000,
+        ..AssignmentConfig::default()
     }
 }
 
