@@ -558,6 +558,13 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, Assignmen
     leader::decode_assignment(bytes).map_err(Error::Protocol)
 }
 
+/// Milliseconds since the Unix epoch, by this host's clock.
+pub fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,11 +590,4 @@ mod tests {
         );
         assert!(leader::decode_subscription(b"\x00\x03garbage!!").is_err());
     }
-}
-
-/// Milliseconds since the Unix epoch, by this host's clock.
-pub fn epoch_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
