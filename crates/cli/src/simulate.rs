@@ -116,7 +116,7 @@ fn balanced(r: &Report) -> String {
 }
 
 /// One run's summary cells, in column order, for both the table and Markdown.
-fn cells(r: &Report) -> [String; 7] {
+fn cells(r: &Report) -> [String; 8] {
     [
         format!("{} ({}, {})", r.assignor, r.protocol, r.probing),
         format!("{:.1}", r.unavailable_total_s),
@@ -125,6 +125,7 @@ fn cells(r: &Report) -> [String; 7] {
         r.rebalances.to_string(),
         balanced(r),
         format!("{:.0}", r.records_restored),
+        r.forced_moves.to_string(),
     ]
 }
 
@@ -146,10 +147,27 @@ fn table(scenario: &Scenario, reports: &[Report]) -> String {
             "REBALANCES",
             "BALANCED AFTER s",
             "RECORDS RESTORED",
+            "FORCED",
         ],
         &rows,
     ));
+    s.push_str(&unfinished(reports));
     s.push('\n');
+    s
+}
+
+/// A line per run whose drain never finished: it holds tasks no warm-up could take.
+fn unfinished(reports: &[Report]) -> String {
+    let mut s = String::new();
+    for r in reports.iter().filter(|r| !r.unfinished_drains.is_empty()) {
+        let _ = writeln!(
+            s,
+            "{} ({}): the drain of {} did not finish (no warm-up kept pace; set scale.down.timeout.ms)",
+            r.assignor,
+            r.protocol,
+            r.unfinished_drains.join(", ")
+        );
+    }
     s
 }
 
@@ -162,7 +180,9 @@ RUN: assignor (rebalance protocol, follow-up trigger). eager: every member gives
 UNAVAILABLE s: task-seconds without a running active, summed over tasks. P99 s, MAX s: the
   99th percentile and the longest single gap of one task. BALANCED AFTER s: from the last
   scenario event until the assignment is balanced with nothing pending (never: not within the
-  scenario). RECORDS RESTORED: changelog records replayed by new owners and warm-ups.
+  scenario, or a drain never finished). RECORDS RESTORED: changelog records replayed by new owners
+  and warm-ups. FORCED: tasks the scale-down timeout took from a draining instance before their
+  new owner caught up.
 ";
 
 fn markdown(scenario: &Scenario, reports: &[Report]) -> String {
@@ -173,11 +193,15 @@ fn markdown(scenario: &Scenario, reports: &[Report]) -> String {
     }
     let _ = writeln!(
         s,
-        "| run | task-seconds unavailable | p99 s | max s | rebalances | balanced after s | records restored |"
+        "| run | task-seconds unavailable | p99 s | max s | rebalances | balanced after s | records restored | forced moves |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
     for r in reports {
         let _ = writeln!(s, "| {} |", cells(r).join(" | "));
+    }
+    let notes = unfinished(reports);
+    if !notes.is_empty() {
+        let _ = writeln!(s, "\n{}", notes.trim_end());
     }
     s.push('\n');
     s

@@ -42,6 +42,8 @@ struct Instance {
     alive: bool,
     member: bool,
     leaving: bool,
+    /// When the drain began (simulated seconds), for the scale-down timeout.
+    leaving_since: Option<f64>,
     /// Records restored locally per task; state stays on disk when a task leaves.
     state: BTreeMap<usize, f64>,
     roles: BTreeMap<usize, Role>,
@@ -76,6 +78,8 @@ pub struct Engine<'a> {
     settled_at: Option<f64>,
     last_event_t: f64,
     restored: f64,
+    /// Moves the scale-down timeout forced.
+    forced: u32,
     unavailable_series: Vec<(f64, u32)>,
     load: Vec<LoadSample>,
     rng: u64,
@@ -132,6 +136,7 @@ impl<'a> Engine<'a> {
             settled_at: None,
             last_event_t: 0.0,
             restored: 0.0,
+            forced: 0,
             unavailable_series: Vec::new(),
             load: Vec::new(),
             rng: sc.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
@@ -149,6 +154,7 @@ impl<'a> Engine<'a> {
             alive: true,
             member: true,
             leaving: false,
+            leaving_since: None,
             state: BTreeMap::new(),
             roles: BTreeMap::new(),
             status: BTreeMap::new(),
@@ -339,6 +345,7 @@ impl<'a> Engine<'a> {
             return;
         }
         let shares = self.shares();
+        let catching: BTreeSet<(usize, usize)> = shares.iter().map(|&(i, t, _)| (i, t)).collect();
         let available = self.availability();
         for (t, task) in self.tasks.iter_mut().enumerate() {
             if !available[t] {
@@ -357,14 +364,16 @@ impl<'a> Engine<'a> {
             *have += gained;
             self.restored += gained;
         }
-        // Running actives, and standbys already caught up, keep pace with the log.
-        for inst in self.insts.iter_mut().filter(|i| i.alive) {
+        // Running actives, and copies that were caught up when the step began, keep pace with
+        // the log. A copy still catching up gets only what it restored: one slower than the
+        // changelog grows falls further behind, however long the step.
+        for (ii, inst) in self.insts.iter_mut().enumerate().filter(|(_, i)| i.alive) {
             for (&t, &role) in &inst.roles {
                 let end = self.tasks[t].end;
                 let have = inst.state.entry(t).or_insert(0.0);
                 let keeps_pace = match role {
                     Role::Active => inst.status.get(&t) == Some(&Status::Running),
-                    _ => end - *have <= self.tasks[t].rate * dt + dust(end),
+                    _ => !catching.contains(&(ii, t)),
                 };
                 if keeps_pace && available[t] {
                     *have = end;
@@ -483,6 +492,26 @@ impl<'a> Engine<'a> {
                 changed = true;
             }
         }
+        if let Some(pct) = e.drain_percent {
+            let mut running: Vec<usize> = (0..self.insts.len())
+                .filter(|&i| self.insts[i].member && self.insts[i].alive && !self.insts[i].leaving)
+                .collect();
+            let n = running.len() * pct as usize / 100;
+            let actives = |i: usize| {
+                self.insts[i]
+                    .roles
+                    .values()
+                    .filter(|&&r| r == Role::Active)
+                    .count()
+            };
+            running.sort_by(|&a, &b| {
+                (actives(a), &self.insts[a].spec.id).cmp(&(actives(b), &self.insts[b].spec.id))
+            });
+            for ii in running.into_iter().take(n) {
+                self.drain(ii, drain_supported);
+                changed = true;
+            }
+        }
         let mut crashed: Vec<usize> = e.crash.iter().filter_map(|id| self.inst_ix(id)).collect();
         if e.crash_leader {
             crashed.extend(self.leader());
@@ -504,6 +533,7 @@ impl<'a> Engine<'a> {
     fn drain(&mut self, ii: usize, supported: bool) {
         if supported {
             self.insts[ii].leaving = true;
+            self.insts[ii].leaving_since.get_or_insert(self.t);
         } else {
             self.stop(ii);
         }
@@ -554,6 +584,7 @@ impl<'a> Engine<'a> {
             return;
         }
         let a = self.assign();
+        self.forced += a.forced.len() as u32;
         self.apply(&a, false);
         self.load_sample();
         let settled = !a.followup_rebalance && a.clients.values().all(|c| c.warmup.is_empty());
@@ -616,6 +647,9 @@ impl<'a> Engine<'a> {
                     capacity: inst.spec.threads,
                     rack: inst.spec.rack.clone(),
                     leaving: inst.leaving,
+                    leaving_for_ms: inst
+                        .leaving_since
+                        .map(|since| ((self.t - since).max(0.0) * 1000.0).round() as u64),
                     ..Default::default()
                 };
                 for (&t, &role) in &inst.roles {
@@ -756,6 +790,12 @@ impl<'a> Engine<'a> {
 
     fn report(self) -> Report {
         let per_task: Vec<f64> = self.tasks.iter().map(|t| t.unavailable).collect();
+        let unfinished_drains: Vec<String> = self
+            .insts
+            .iter()
+            .filter(|i| i.member && i.leaving)
+            .map(|i| i.spec.id.clone())
+            .collect();
         Report {
             scenario: self.sc.name.clone(),
             assignor: self.assignor.name().to_owned(),
@@ -769,7 +809,13 @@ impl<'a> Engine<'a> {
             unavailable_p99_s: ms(quantile(&per_task, 0.99)),
             unavailable_max_s: ms(per_task.iter().cloned().fold(0.0, f64::max)),
             rebalances: self.rebalances,
-            time_to_balance_s: self.settled_at.map(|s| ms(s - self.last_event_t)),
+            // A drain still under way is not balance, whatever the assignment says.
+            time_to_balance_s: self
+                .settled_at
+                .filter(|_| unfinished_drains.is_empty())
+                .map(|s| ms(s - self.last_event_t)),
+            forced_moves: self.forced,
+            unfinished_drains,
             records_restored: self.restored.round(),
             simulated_s: ms(self.t),
             unavailable_series: self.unavailable_series,

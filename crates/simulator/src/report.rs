@@ -28,6 +28,10 @@ pub struct Report {
     pub rebalances: u32,
     /// From the last event until the assignment asked for no follow-up and had no warm-ups.
     pub time_to_balance_s: Option<f64>,
+    /// Moves the scale-down timeout forced (the new owner restored before running).
+    pub forced_moves: u32,
+    /// Instances still draining when the simulation ended: their drain could not finish.
+    pub unfinished_drains: Vec<String>,
     /// Changelog records restored (actives restoring, standbys and warm-ups catching up).
     pub records_restored: f64,
     pub simulated_s: f64,

@@ -164,6 +164,10 @@ pub struct Event {
     /// Host swap: a copy of every running instance joins, then the old ones drain.
     #[serde(default)]
     pub swap: bool,
+    /// Drains this percentage (1 to 99, rounded down) of the running instances, those running
+    /// the fewest actives first (then by id), as `baton drain --percent` picks them.
+    #[serde(default)]
+    pub drain_percent: Option<u32>,
 }
 
 /// Bad scenario, with where it is.
@@ -339,6 +343,14 @@ impl Scenario {
             last = e.at_s;
             for (j, spec) in e.add.iter().enumerate() {
                 check_instance(format!("{p}.add[{j}]"), spec, &mut ids)?;
+            }
+            if let Some(pct) = e.drain_percent {
+                if !(1..=99).contains(&pct) {
+                    return Err(err(
+                        format!("{p}.drain_percent"),
+                        format!("{pct} is not 1 to 99"),
+                    ));
+                }
             }
             for (field, list) in [
                 ("remove", &e.remove),

@@ -205,3 +205,54 @@ fn every_instance_crashing_leaves_every_task_unavailable_without_a_panic() {
     let after = r.simulated_s - 10.0;
     assert!(r.unavailable_total_s >= 2.0 * after - 1e-6, "{r:?}");
 }
+
+/// A drain whose changelog grows faster than a warm-up restores: with a timeout it ends at the
+/// timeout plus one rebalance, the moves reported as forced; without one it never ends, and
+/// the report says so instead of claiming balance.
+#[test]
+fn a_drain_no_warm_up_can_finish_ends_only_at_the_timeout() {
+    let timed = Scenario::parse(include_str!(
+        "../../../examples/scenarios/drain-timeout.toml"
+    ))
+    .unwrap();
+    let r = run(&timed, "high-availability");
+    let balanced = r.time_to_balance_s.expect("the drain ends");
+    assert!(
+        (120.0..=120.0 + 2.0 + 1e-6).contains(&balanced),
+        "timeout 120 s plus one 2 s rebalance: {balanced}"
+    );
+    assert_eq!(r.forced_moves, 2, "i3's two tasks");
+    assert!(r.unfinished_drains.is_empty());
+
+    let endless = Scenario::parse(include_str!(
+        "../../../examples/scenarios/drain-no-timeout.toml"
+    ))
+    .unwrap();
+    let r = run(&endless, "high-availability");
+    assert_eq!(r.time_to_balance_s, None, "no balance is claimed");
+    assert_eq!(r.unfinished_drains, ["i3"]);
+    assert_eq!(r.forced_moves, 0);
+    assert_eq!(
+        r.unavailable_total_s, 0.0,
+        "i3 keeps running its tasks meanwhile"
+    );
+}
+
+/// `drain_percent = 20` of forty instances drains eight, and they all leave.
+#[test]
+fn a_percentage_scale_down_drains_that_many() {
+    let sc = Scenario::parse(include_str!(
+        "../../../examples/scenarios/scale-down-percent.toml"
+    ))
+    .unwrap();
+    let r = run(&sc, "high-availability");
+    assert!(r.unfinished_drains.is_empty());
+    let last = r.load.last().unwrap();
+    assert_eq!(
+        last.actives.len(),
+        32,
+        "80% of 40 stay: {:?}",
+        last.actives.keys()
+    );
+    assert!(r.time_to_balance_s.is_some());
+}
