@@ -22,6 +22,35 @@ pub struct AssignmentConfig {
     /// caught-up staying clients anyway (forced moves, which may restore before running).
     #[serde(rename = "scale.down.timeout.ms")]
     pub scale_down_timeout_ms: u64,
+    /// Balance tolerance in percent: while every client's tasks are within this much of its
+    /// capacity share (and nothing else needs doing), nothing moves. 0 is strict balance.
+    #[serde(rename = "stream.imbalance.percentage")]
+    pub imbalance_percentage: u32,
+    /// When a member with warm-ups rejoins for the hand-over: `eager` as soon as one of them
+    /// has caught up, `stable` once all of a thread's have. Used by members and the simulator;
+    /// the assignment itself does not depend on it.
+    #[serde(rename = "warmup.rejoin.mode")]
+    pub rejoin_mode: RejoinMode,
+}
+
+/// See [`AssignmentConfig::rejoin_mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RejoinMode {
+    #[default]
+    Eager,
+    Stable,
+}
+
+impl std::str::FromStr for RejoinMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "eager" => Ok(RejoinMode::Eager),
+            "stable" => Ok(RejoinMode::Stable),
+            other => Err(format!("{other:?} is not a rejoin mode (eager or stable)")),
+        }
+    }
 }
 
 /// Thirty minutes: long enough for warm-ups of large state, short enough for a host swap.
@@ -35,6 +64,8 @@ impl Default for AssignmentConfig {
             num_standby_replicas: 0,
             probing_rebalance_interval_ms: 600_000,
             scale_down_timeout_ms: DEFAULT_SCALE_DOWN_TIMEOUT_MS,
+            imbalance_percentage: 0,
+            rejoin_mode: RejoinMode::Eager,
         }
     }
 }
@@ -44,6 +75,12 @@ impl AssignmentConfig {
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if self.max_warmup_replicas < 1 {
             return Err(("max.warmup.replicas", "must be at least 1".into()));
+        }
+        if self.imbalance_percentage > 100 {
+            return Err((
+                "stream.imbalance.percentage",
+                format!("{} is not 0 to 100", self.imbalance_percentage),
+            ));
         }
         if self.probing_rebalance_interval_ms < 60_000 {
             return Err((

@@ -26,7 +26,7 @@ pub mod sticky;
 
 pub use assignment::{Assignment, ClientAssignment, PendingMove};
 pub use cluster::{ClientSpec, Cluster, ClusterState, InputError, TaskSpec};
-pub use config::AssignmentConfig;
+pub use config::{AssignmentConfig, RejoinMode};
 pub use high_availability::HighAvailabilityAssignor;
 pub use kafka::KafkaAssignor;
 pub use kind::{AssignorKind, UnknownAssignor};

@@ -278,3 +278,67 @@ proptest! {
         prop_assert_eq!(run.active_moves, fewest, "moves vs the fewest that spread");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A balance tolerance never moves more than strict balance, and when it stops early every
+    /// client is within the tolerance of its capacity share.
+    #[test]
+    fn a_tolerance_moves_no_more_than_strict_balance_and_stays_within_it(
+        tasks in 4usize..40,
+        old in 1usize..5,
+        new in 1usize..3,
+        caps in proptest::collection::vec(1u32..3, 7),
+        tolerance in 5u32..60,
+        standbys in 0u32..2,
+    ) {
+        let specs: Vec<baton_assignor::TaskSpec> = (0..tasks)
+            .map(|i| baton_assignor::TaskSpec {
+                id: baton_assignor::TaskId::new((i % 3) as u32, (i / 3) as u32),
+                stateful: true,
+                end_offset_sum: 1_000,
+            })
+            .collect();
+        let config = baton_assignor::AssignmentConfig {
+            acceptable_recovery_lag: 100,
+            num_standby_replicas: standbys,
+            ..Default::default()
+        };
+        let assignor = AssignorKind::HighAvailability.assignor();
+        let first = ClusterState {
+            config: config.clone(),
+            tasks: specs,
+            clients: (0..old).map(|i| fresh(&format!("old{i}"), caps[i])).collect(),
+        };
+        let run = converge(assignor.as_ref(), first, 100);
+        prop_assert!(run.converged);
+        let mut state = run.state.unwrap();
+        state
+            .clients
+            .extend((0..new).map(|i| fresh(&format!("new{i}"), caps[old + i])));
+        let strict = converge(assignor.as_ref(), state.clone(), 200);
+        state.config.imbalance_percentage = tolerance;
+        let tolerant = converge(assignor.as_ref(), state.clone(), 200);
+        prop_assert!(strict.converged && tolerant.converged);
+        prop_assert!(
+            tolerant.active_moves <= strict.active_moves,
+            "tolerant {} > strict {}",
+            tolerant.active_moves,
+            strict.active_moves
+        );
+        let (t_last, s_last) = (tolerant.last.unwrap(), strict.last.unwrap());
+        if t_last != s_last {
+            let capacity: u32 = state.clients.iter().map(|c| c.capacity).sum();
+            for c in &state.clients {
+                let n = t_last.clients[&c.id].active.len() as f64;
+                let share = tasks as f64 * f64::from(c.capacity) / f64::from(capacity);
+                prop_assert!(
+                    (n - share).abs() <= share * f64::from(tolerance) / 100.0 + 1e-9,
+                    "{}: {} actives, share {:.2}, tolerance {}%",
+                    c.id, n, share, tolerance
+                );
+            }
+        }
+    }
+}

@@ -57,6 +57,14 @@ pub struct RunArgs {
     /// and then exits.
     #[arg(long, default_value_t = baton_assignor::config::DEFAULT_SCALE_DOWN_TIMEOUT_MS)]
     scale_down_timeout_ms: u64,
+    /// stream.imbalance.percentage: while every instance is within this many percent of its
+    /// capacity share, nothing moves (0 to 100; 0 is strict balance).
+    #[arg(long, default_value_t = 0)]
+    imbalance_percentage: u32,
+    /// When an instance with warm-ups rejoins for the hand-over: `eager` as soon as one has
+    /// caught up, `stable` once all of a thread's have (fewer rebalances). One of: eager, stable.
+    #[arg(long, default_value = "eager")]
+    rejoin_mode: baton_assignor::RejoinMode,
     /// heartbeat.interval.ms.
     #[arg(long, default_value_t = 500)]
     heartbeat_interval_ms: u64,
@@ -121,6 +129,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             num_standby_replicas: args.num_standby_replicas,
             probing_rebalance_interval_ms: args.probing_rebalance_interval_ms,
             scale_down_timeout_ms: args.scale_down_timeout_ms,
+            imbalance_percentage: args.imbalance_percentage,
+            rejoin_mode: args.rejoin_mode,
         },
         session_timeout: Duration::from_millis(args.session_timeout_ms),
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),

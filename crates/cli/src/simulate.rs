@@ -116,13 +116,14 @@ fn balanced(r: &Report) -> String {
 }
 
 /// One run's summary cells, in column order, for both the table and Markdown.
-fn cells(r: &Report) -> [String; 8] {
+fn cells(r: &Report) -> [String; 9] {
     [
         format!("{} ({}, {})", r.assignor, r.protocol, r.probing),
         format!("{:.1}", r.unavailable_total_s),
         format!("{:.1}", r.unavailable_p99_s),
         format!("{:.1}", r.unavailable_max_s),
         r.rebalances.to_string(),
+        r.active_moves.to_string(),
         balanced(r),
         format!("{:.0}", r.records_restored),
         r.forced_moves.to_string(),
@@ -145,6 +146,7 @@ fn table(scenario: &Scenario, reports: &[Report]) -> String {
             "P99 s",
             "MAX s",
             "REBALANCES",
+            "MOVES",
             "BALANCED AFTER s",
             "RECORDS RESTORED",
             "FORCED",
@@ -178,7 +180,8 @@ RUN: assignor (rebalance protocol, follow-up trigger). eager: every member gives
   rejoins as soon as one of its warm-ups has caught up; interval: only the probing timer
   triggers the follow-up rebalance.
 UNAVAILABLE s: task-seconds without a running active, summed over tasks. P99 s, MAX s: the
-  99th percentile and the longest single gap of one task. BALANCED AFTER s: from the last
+  99th percentile and the longest single gap of one task. MOVES: times a task's active went to
+  another instance. BALANCED AFTER s: from the last
   scenario event until the assignment is balanced with nothing pending (never: not within the
   scenario, or a drain never finished). RECORDS RESTORED: changelog records replayed by new owners
   and warm-ups. FORCED: tasks the scale-down timeout took from a draining instance before their
@@ -193,9 +196,9 @@ fn markdown(scenario: &Scenario, reports: &[Report]) -> String {
     }
     let _ = writeln!(
         s,
-        "| run | task-seconds unavailable | p99 s | max s | rebalances | balanced after s | records restored | forced moves |"
+        "| run | task-seconds unavailable | p99 s | max s | rebalances | moves | balanced after s | records restored | forced moves |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for r in reports {
         let _ = writeln!(s, "| {} |", cells(r).join(" | "));
     }

@@ -148,6 +148,7 @@ impl StreamThread {
                     max: Duration::from_secs(10),
                     attempts: u32::MAX,
                 },
+                rejoin_mode: cfg.assignment.rejoin_mode,
             },
             self.ctx.wire.clone(),
             epoch.elapsed(),

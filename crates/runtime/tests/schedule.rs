@@ -256,6 +256,7 @@ impl World {
                 max: ms(3_200),
                 attempts: u32::MAX,
             },
+            rejoin_mode: baton_assignor::RejoinMode::Eager,
         }
     }
 

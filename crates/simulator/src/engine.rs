@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::{
-    Assignment, AssignorKind, ClientId, ClientSpec, Cluster, ClusterState, Lag, Role, TaskAssignor,
-    TaskId, TaskSpec,
+    Assignment, AssignorKind, ClientId, ClientSpec, Cluster, ClusterState, Lag, RejoinMode, Role,
+    TaskAssignor, TaskId, TaskSpec,
 };
 
 use crate::report::{ms, quantile, LoadSample, Report};
@@ -80,6 +80,8 @@ pub struct Engine<'a> {
     restored: f64,
     /// Moves the scale-down timeout forced.
     forced: u32,
+    /// Times a task's active went to another instance.
+    moves: u32,
     unavailable_series: Vec<(f64, u32)>,
     load: Vec<LoadSample>,
     rng: u64,
@@ -137,6 +139,7 @@ impl<'a> Engine<'a> {
             last_event_t: 0.0,
             restored: 0.0,
             forced: 0,
+            moves: 0,
             unavailable_series: Vec::new(),
             load: Vec::new(),
             rng: sc.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
@@ -420,8 +423,18 @@ impl<'a> Engine<'a> {
             for w in &caught_up {
                 self.watch.remove(w);
             }
-            // The KIP's event-driven probing: a warm-up that catches up asks for the hand-over now.
-            if self.probing == Probing::CaughtUp {
+            // The KIP's event-driven probing: a warm-up that catches up asks for the hand-over
+            // now (`eager`), or once its instance has no other warm-up left (`stable`).
+            let due = match self.sc.assignor.config.rejoin_mode {
+                RejoinMode::Eager => true,
+                // Its warm-ups, not moves still waiting for a warm-up slot.
+                RejoinMode::Stable => caught_up.iter().any(|&(ii, _)| {
+                    !self.watch.iter().any(|&(w, t)| {
+                        w == ii && self.insts[ii].roles.get(&t) == Some(&Role::Warmup)
+                    })
+                }),
+            };
+            if self.probing == Probing::CaughtUp && due {
                 self.request_rebalance();
             }
         }
@@ -725,6 +738,9 @@ impl<'a> Engine<'a> {
                 if role != Role::Active {
                     continue;
                 }
+                if !instant && before.get(&t).is_some_and(|&o| o != ii) {
+                    self.moves += 1;
+                }
                 let kept = before.get(&t) == Some(&ii)
                     && self.insts[ii].status.get(&t) == Some(&Status::Running);
                 let s = if instant || (kept && self.protocol == Protocol::Cooperative) {
@@ -815,6 +831,7 @@ impl<'a> Engine<'a> {
                 .filter(|_| unfinished_drains.is_empty())
                 .map(|s| ms(s - self.last_event_t)),
             forced_moves: self.forced,
+            active_moves: self.moves,
             unfinished_drains,
             records_restored: self.restored.round(),
             simulated_s: ms(self.t),

@@ -30,6 +30,8 @@ pub struct Report {
     pub time_to_balance_s: Option<f64>,
     /// Moves the scale-down timeout forced (the new owner restored before running).
     pub forced_moves: u32,
+    /// Times a task's active went to another instance (a crashed owner's tasks included).
+    pub active_moves: u32,
     /// Instances still draining when the simulation ended: their drain could not finish.
     pub unfinished_drains: Vec<String>,
     /// Changelog records restored (actives restoring, standbys and warm-ups catching up).

@@ -256,3 +256,44 @@ fn a_percentage_scale_down_drains_that_many() {
     );
     assert!(r.time_to_balance_s.is_some());
 }
+
+/// The KIP's two knobs on one scale-out: `stable` rejoins take fewer rebalances than `eager`
+/// for the same moves; a 20% tolerance stops moving once every instance is within 20% of its
+/// share, so fewer tasks move.
+#[test]
+fn stable_rejoins_and_a_tolerance_trade_rebalances_and_moves() {
+    let parse = |text: &str| Scenario::parse(text).unwrap();
+    let strict = run(
+        &parse(include_str!(
+            "../../../examples/scenarios/scale-out-wide.toml"
+        )),
+        "high-availability",
+    );
+    let stable = run(
+        &parse(include_str!(
+            "../../../examples/scenarios/scale-out-wide-stable.toml"
+        )),
+        "high-availability",
+    );
+    let tolerant = run(
+        &parse(include_str!(
+            "../../../examples/scenarios/scale-out-wide-tolerance.toml"
+        )),
+        "high-availability",
+    );
+    assert_eq!(strict.active_moves, 15);
+    assert_eq!(stable.active_moves, strict.active_moves);
+    assert!(
+        stable.rebalances < strict.rebalances,
+        "{} vs {}",
+        stable.rebalances,
+        strict.rebalances
+    );
+    assert!(tolerant.active_moves < strict.active_moves);
+    let last = tolerant.load.last().unwrap();
+    assert!(
+        last.actives.values().all(|&n| (12..=18).contains(&n)),
+        "within 20% of 15: {:?}",
+        last.actives
+    );
+}

@@ -18,6 +18,7 @@ mod placement;
 mod roles;
 mod spread;
 mod spread_placement;
+mod tolerance;
 
 use crate::assignment::{Assignment, Plan};
 use crate::cluster::Cluster;
@@ -33,6 +34,9 @@ impl TaskAssignor for HighAvailabilityAssignor {
     }
 
     fn assign(&self, cluster: &Cluster) -> Assignment {
+        if let Some(kept) = tolerance::keep_current(cluster) {
+            return kept.finish(cluster, false);
+        }
         let mut plan = Plan::new(cluster.client_count());
         let mut capacities: Vec<u32> = cluster
             .clients

@@ -17,6 +17,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use baton_assignor::RejoinMode;
 use baton_assignor::TaskId;
 use baton_kafka::Backoff;
 use baton_protocol::bridge::Topology as WireTopology;
@@ -56,6 +57,9 @@ pub struct MachineConfig {
     pub static_membership: bool,
     /// The pause before retrying a failed open or batch.
     pub retry_backoff: Backoff,
+    /// Rejoin for the hand-over when one warm-up has caught up (`Eager`) or all of this
+    /// thread's have (`Stable`: fewer rebalances, later hand-overs).
+    pub rejoin_mode: RejoinMode,
 }
 
 /// What one join round gave this member.
@@ -831,8 +835,22 @@ impl ThreadMachine {
             && t.restored_end_known()
         {
             t.reported_caught_up = true;
-            if !self.is_joining() {
-                out.push(self.join("a warm-up caught up"));
+            let all = self
+                .tasks
+                .values()
+                .all(|w| w.role != Role::Warmup || w.reported_caught_up);
+            let due = match self.cfg.rejoin_mode {
+                RejoinMode::Eager => true,
+                RejoinMode::Stable => all,
+            };
+            if due && !self.is_joining() {
+                out.push(
+                    self.join(if all && self.cfg.rejoin_mode == RejoinMode::Stable {
+                        "every warm-up caught up"
+                    } else {
+                        "a warm-up caught up"
+                    }),
+                );
             }
         }
     }

@@ -35,6 +35,10 @@ fn task(p: u32) -> TaskId {
 }
 
 fn machine() -> ThreadMachine {
+    machine_with(baton_assignor::RejoinMode::Eager)
+}
+
+fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
     ThreadMachine::new(
         MachineConfig {
             session_timeout: 10 * S,
@@ -49,6 +53,7 @@ fn machine() -> ThreadMachine {
                 max: 10 * S,
                 attempts: u32::MAX,
             },
+            rejoin_mode,
         },
         topology(),
         Duration::ZERO,
@@ -847,4 +852,65 @@ fn a_cancelled_drain_rejoins_as_staying() {
     assert!(!cmds.contains(&Command::Leave));
     // A second cancel, with nothing to take back, does nothing.
     assert!(joins(&m.handle(Event::DrainCancelled, 5 * S)).is_empty());
+}
+
+/// `stable` rejoin: a thread with two warm-ups rejoins once both have caught up, not at the
+/// first; `eager` at the first.
+#[test]
+fn a_stable_rejoin_waits_for_every_warm_up() {
+    for (mode, after_first) in [
+        (baton_assignor::RejoinMode::Stable, 0),
+        (baton_assignor::RejoinMode::Eager, 1),
+    ] {
+        let mut m = machine_with(mode);
+        m.handle(assigned(1, &[], &[], &[2, 3], S), S);
+        let mut fetches = Vec::new();
+        for p in [2, 3] {
+            let cmds = m.handle(
+                Event::Opened {
+                    task: task(p),
+                    checkpoints: vec![0],
+                },
+                S,
+            );
+            fetches.extend(fetch_of(&cmds));
+        }
+        // Both changelogs end at 1000: the machine learns it from fetch answers.
+        let mut answered = 0;
+        while answered < 2 {
+            let (f, wants) = fetches.pop().expect("a fetch for the warm-ups");
+            let results: Vec<FetchResult> = wants
+                .iter()
+                .map(|w| FetchResult {
+                    tp: w.tp.clone(),
+                    from: 0,
+                    next: 1000,
+                    high_watermark: Some(1000),
+                })
+                .collect();
+            answered += results.len();
+            let cmds = m.handle(Event::Fetched { fetch: f, results }, S);
+            fetches.extend(fetch_of(&cmds));
+        }
+        let caught_up = |m: &mut ThreadMachine, p: u32| {
+            m.handle(
+                Event::Absorbed {
+                    task: task(p),
+                    changelog: 0,
+                    stored: 1000,
+                },
+                S,
+            )
+        };
+        let first = caught_up(&mut m, 2);
+        assert_eq!(
+            joins(&first).len(),
+            after_first,
+            "{mode:?} after one: {first:?}"
+        );
+        let second = caught_up(&mut m, 3);
+        if after_first == 0 {
+            assert_eq!(joins(&second), ["every warm-up caught up"]);
+        }
+    }
 }
