@@ -24,12 +24,22 @@ pub fn keep_current(cluster: &Cluster) -> Option<Plan> {
     let mut plan = Plan::new(clients);
     let mut actives = vec![0u64; clients];
     let mut copies = vec![0u64; clients];
+    // Who owns what, in one pass over the clients (not clients x tasks).
+    let mut owners: Vec<Vec<ClientIx>> = vec![Vec::new(); cluster.task_count()];
+    let mut standby_of: Vec<Vec<ClientIx>> = vec![Vec::new(); cluster.task_count()];
+    for c in cluster.client_ixs() {
+        for &(t, role) in &cluster.views[c as usize].owned {
+            match role {
+                Role::Active => owners[t as usize].push(c),
+                Role::Standby => standby_of[t as usize].push(c),
+                Role::Warmup => {}
+            }
+        }
+    }
     for t in cluster.task_ixs() {
-        let owners: Vec<ClientIx> = cluster
-            .client_ixs()
-            .filter(|&c| cluster.owned_role(c, t) == Some(Role::Active))
-            .collect();
-        let [owner] = owners[..] else { return None };
+        let [owner] = owners[t as usize][..] else {
+            return None;
+        };
         if cluster.is_stateful(t) && !cluster.is_caught_up(owner, t) {
             return None;
         }
@@ -37,14 +47,11 @@ pub fn keep_current(cluster: &Cluster) -> Option<Plan> {
         actives[owner as usize] += 1;
         copies[owner as usize] += 1;
         if cluster.is_stateful(t) {
-            let held: Vec<ClientIx> = cluster
-                .client_ixs()
-                .filter(|&c| cluster.owned_role(c, t) == Some(Role::Standby))
-                .collect();
+            let held = &standby_of[t as usize];
             if held.len() != want_standbys {
                 return None;
             }
-            for c in held {
+            for &c in held {
                 plan.push(c, t, Role::Standby);
                 copies[c as usize] += 1;
             }
