@@ -62,9 +62,28 @@ pub struct TaskStatus {
     pub restored: u64,
 }
 
+/// Upper bounds (seconds) of the rebalance-duration histogram's buckets; `+Inf` follows.
+const REBALANCE_BUCKETS: [f64; 8] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// How fast a copy that is catching up closes its lag, net of the changelog's growth.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    lag: u64,
+    at: std::time::Instant,
+    /// Records per second, smoothed; negative when the lag grows.
+    rate: Option<f64>,
+}
+
+/// Lag samples closer than this are merged: a rate over a few milliseconds is noise.
+const RATE_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
+
 #[derive(Debug, Default)]
 struct Inner {
     held: BTreeMap<TaskId, TaskStatus>,
+    /// Catch-up progress of held tasks that are behind.
+    progress: BTreeMap<TaskId, Progress>,
+    /// By reason: join rounds per histogram bucket (the last is `+Inf`).
+    rebalance_buckets: BTreeMap<String, [u64; REBALANCE_BUCKETS.len() + 1]>,
     /// Next changelog offset absorbed, summed over stores, for every task with state on disk.
     checkpoints: BTreeMap<TaskId, i64>,
     rebalances: u64,
@@ -92,13 +111,44 @@ impl Status {
     }
 
     pub fn update(&self, task: TaskId, f: impl FnOnce(&mut TaskStatus)) {
-        if let Some(s) = self.inner().held.get_mut(&task) {
-            f(s);
+        let mut i = self.inner();
+        let Some(s) = i.held.get_mut(&task) else {
+            return;
+        };
+        f(s);
+        let lag = s.lag;
+        let catching = s.role != Role::Active || s.phase == Phase::Restoring;
+        let now = std::time::Instant::now();
+        if !catching || lag == 0 {
+            i.progress.remove(&task);
+            return;
+        }
+        match i.progress.get_mut(&task) {
+            Some(p) if now.duration_since(p.at) >= RATE_WINDOW => {
+                let dt = now.duration_since(p.at).as_secs_f64();
+                let r = (p.lag as f64 - lag as f64) / dt;
+                p.rate = Some(p.rate.map_or(r, |old| 0.5 * old + 0.5 * r));
+                p.lag = lag;
+                p.at = now;
+            }
+            Some(_) => {}
+            None => {
+                i.progress.insert(
+                    task,
+                    Progress {
+                        lag,
+                        at: now,
+                        rate: None,
+                    },
+                );
+            }
         }
     }
 
     pub fn release(&self, task: TaskId) {
-        self.inner().held.remove(&task);
+        let mut i = self.inner();
+        i.held.remove(&task);
+        i.progress.remove(&task);
     }
 
     pub fn get(&self, task: TaskId) -> Option<TaskStatus> {
@@ -143,6 +193,11 @@ impl Status {
         let e = i.rebalance_seconds.entry(reason.to_owned()).or_default();
         e.0 += 1;
         e.1 += seconds;
+        let bucket = REBALANCE_BUCKETS
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(REBALANCE_BUCKETS.len());
+        i.rebalance_buckets.entry(reason.to_owned()).or_default()[bucket] += 1;
     }
 
     pub fn set_checkpoint(&self, task: TaskId, offset_sum: i64) {
@@ -263,6 +318,67 @@ impl Status {
             let _ = writeln!(out, "baton_rebalance_seconds_sum{{{labels}}} {secs:.3}");
             let _ = writeln!(out, "baton_rebalance_seconds_count{{{labels}}} {n}");
         }
+        let _ = writeln!(
+            out,
+            "# HELP baton_rebalance_duration_seconds How long this instance's join rounds took, by reason.\n# TYPE baton_rebalance_duration_seconds histogram"
+        );
+        for (reason, buckets) in &i.rebalance_buckets {
+            let labels = format!("{inst},reason=\"{}\"", escape(reason));
+            let mut cumulative = 0;
+            for (b, n) in buckets.iter().enumerate() {
+                cumulative += n;
+                let le = REBALANCE_BUCKETS
+                    .get(b)
+                    .map_or("+Inf".to_owned(), |le| le.to_string());
+                let _ = writeln!(
+                    out,
+                    "baton_rebalance_duration_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
+                );
+            }
+            let (n, secs) = i.rebalance_seconds.get(reason).copied().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "baton_rebalance_duration_seconds_sum{{{labels}}} {secs:.3}"
+            );
+            let _ = writeln!(
+                out,
+                "baton_rebalance_duration_seconds_count{{{labels}}} {n}"
+            );
+        }
+        family(
+            &mut out,
+            "baton_pending_moves",
+            "gauge",
+            "Tasks warming up on this instance: moves waiting for it to catch up.",
+            std::iter::once((
+                inst.clone(),
+                i.held.values().filter(|s| s.role == Role::Warmup).count() as u64,
+            )),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP baton_task_catchup_rate_records_per_second How fast a copy closes its changelog lag, net of the changelog's growth (negative: it falls behind).\n# TYPE baton_task_catchup_rate_records_per_second gauge"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP baton_task_eta_seconds Time until a copy catches up at its current rate (+Inf: it does not catch up).\n# TYPE baton_task_eta_seconds gauge"
+        );
+        for (t, p) in &i.progress {
+            let (Some(rate), Some(s)) = (p.rate, i.held.get(t)) else {
+                continue;
+            };
+            let labels = format!("{inst},task=\"{t}\",role=\"{}\"", s.role.as_str());
+            let eta = if rate > 0.0 {
+                format!("{:.1}", p.lag as f64 / rate)
+            } else {
+                "+Inf".to_owned()
+            };
+            let _ = writeln!(
+                out,
+                "baton_task_catchup_rate_records_per_second{{{labels}}} {rate:.1}"
+            );
+            let _ = writeln!(out, "baton_task_eta_seconds{{{labels}}} {eta}");
+        }
         out
     }
 }
@@ -343,9 +459,56 @@ mod tests {
             text.contains("baton_task_processed_records_total{instance=\"a\\\"b\",task=\"1_3\"} 5")
         );
         assert!(text.contains("baton_rebalances_total{instance=\"a\\\"b\"} 1"));
+        assert!(text.contains("baton_pending_moves{instance=\"a\\\"b\"} 1"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_warm_up_reports_its_catch_up_rate_and_eta_and_rounds_their_histogram() {
+        let s = Status::default();
+        let t = TaskId::new(0, 1);
+        let at = |lag| TaskStatus {
+            role: Role::Warmup,
+            phase: Phase::Tailing,
+            lag,
+            processed: 0,
+            restored: 0,
+        };
+        s.hold(t, at(10_000));
+        s.update(t, |x| x.lag = 10_000);
+        std::thread::sleep(RATE_WINDOW + std::time::Duration::from_millis(100));
+        s.update(t, |x| x.lag = 4_000);
+        let text = s.render("a");
+        let value = |name: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("{name} in {text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let rate = value("baton_task_catchup_rate_records_per_second{");
+        assert!((3_000.0..=12_000.0).contains(&rate), "{rate}");
+        let eta = value("baton_task_eta_seconds{");
+        assert!((eta - 4_000.0 / rate).abs() < 0.2, "{eta} vs {rate}");
+        // Falling behind: no finite ETA.
+        std::thread::sleep(RATE_WINDOW + std::time::Duration::from_millis(100));
+        s.update(t, |x| x.lag = 9_000);
+        std::thread::sleep(RATE_WINDOW + std::time::Duration::from_millis(100));
+        s.update(t, |x| x.lag = 14_000);
+        assert!(s
+            .render("a")
+            .contains("baton_task_eta_seconds{instance=\"a\",task=\"0_1\",role=\"warmup\"} +Inf"));
+        s.observe_rebalance("drain requested", 0.3);
+        s.observe_rebalance("drain requested", 3.0);
+        let text = s.render("a");
+        for (le, n) in [("0.25", 0), ("0.5", 1), ("5", 2), ("+Inf", 2)] {
+            let want = format!(
+                "baton_rebalance_duration_seconds_bucket{{instance=\"a\",reason=\"drain requested\",le=\"{le}\"}} {n}"
+            );
+            assert!(text.contains(&want), "{want}\n{text}");
         }
     }
 }
