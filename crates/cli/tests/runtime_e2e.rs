@@ -167,6 +167,15 @@ fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
             "{metrics}"
         );
     }
+    // Progress you can watch: pending moves, and rebalance durations as a histogram by reason.
+    for family in [
+        "baton_pending_moves{instance=\"z\"} 0",
+        "# TYPE baton_rebalance_duration_seconds histogram",
+        "baton_rebalance_duration_seconds_bucket{instance=\"z\",reason=\"startup\",le=\"+Inf\"}",
+        "# TYPE baton_task_eta_seconds gauge",
+    ] {
+        assert!(metrics.contains(family), "{what}: /metrics lacks {family}:\n{metrics}");
+    }
     cluster.check_counts(&mut producer, what);
     let restores = z.restores();
     let restored: u64 = restores.iter().map(|r| r.1).sum();
