@@ -155,5 +155,50 @@ fn table(v: &GroupView) -> String {
             .collect();
         let _ = writeln!(s, "  offset sums: {}", list(&reported));
     }
+    s.push_str(&pending(v));
+    s
+}
+
+/// The warm-ups under way: who hands what to whom, how far behind, how fast, how long.
+fn pending(v: &GroupView) -> String {
+    let mut s = String::new();
+    if v.pending.is_empty() {
+        let _ = writeln!(s, "\npending moves: none");
+        return s;
+    }
+    let rows: Vec<Vec<String>> = v
+        .pending
+        .iter()
+        .map(|p| {
+            vec![
+                p.task.to_string(),
+                p.from.clone().unwrap_or_else(|| "-".into()),
+                p.to.clone(),
+                p.lag.map_or("?".into(), |l| l.to_string()),
+                p.rate.map_or("?".into(), |r| format!("{r:.0}")),
+                match (p.eta_s, p.catching_up) {
+                    (Some(eta), _) => format!("{eta:.1} s"),
+                    (None, Some(false)) => "never (falls behind)".into(),
+                    _ => "?".into(),
+                },
+            ]
+        })
+        .collect();
+    let _ = writeln!(s, "\npending moves: {}", v.pending.len());
+    s.push_str(&crate::columns::render(
+        &["TASK", "FROM", "TO", "LAG", "CATCH-UP/s", "ETA"],
+        &rows,
+    ));
+    let _ = match v.balanced_in_s {
+        Some(eta) => writeln!(
+            s,
+            "warm-ups under way caught up in about {eta:.1} s (more moves may wait for warm-up slots)"
+        ),
+        None if v.pending.iter().any(|p| p.catching_up == Some(false)) => writeln!(
+            s,
+            "a warm-up falls behind its changelog: it ends only by the scale-down timeout"
+        ),
+        None => writeln!(s, "time to balanced: not measured yet"),
+    };
     s
 }

@@ -45,8 +45,9 @@ fn await_status(cluster: &Cluster, what: &str, ok: impl Fn(&[(String, String, us
 #[test]
 fn drain_by_percent_wait_status_and_cancel() {
     let cluster = Cluster::new("ops");
-    // Enough state that a warm-up takes seconds: a cancel lands while the drain is under way.
-    cluster.preload_state(3_000_000);
+    // Enough state that a warm-up takes seconds: inspect sees it under way, and a cancel lands
+    // before it ends.
+    cluster.preload_state(5_000_000);
     let mut instances: Vec<_> = ["a", "b", "c", "d"]
         .iter()
         .map(|n| cluster.spawn(n, &[]))
@@ -104,6 +105,37 @@ fn drain_by_percent_wait_status_and_cancel() {
     ]));
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("still draining after"), "{err}");
+    // `baton inspect` shows the move under way, with the warm-up's lag and its catch-up.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let move_of_busy = loop {
+        let out = cluster.baton(&["inspect", "--group", &cluster.app, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let found = view["pending"].as_array().and_then(|p| {
+            p.iter()
+                .find(|m| m["from"] == busy.as_str() && m["lag"].is_u64())
+                .cloned()
+        });
+        if let Some(m) = found {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pending move from {busy}: {view:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("inspect: {move_of_busy}");
+    let (code, table, _) = text(&cluster.baton(&["inspect", "--group", &cluster.app]));
+    assert_eq!(code, 0);
+    assert!(
+        table.contains("pending moves: ") && table.contains("CATCH-UP/s"),
+        "{table}"
+    );
     let (code, out, err) = text(&cluster.baton(&[
         "drain",
         "--group",

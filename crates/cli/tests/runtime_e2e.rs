@@ -174,7 +174,10 @@ fn restart_restores_only_the_tail(cluster: &Cluster, mut z: Instance) {
         "baton_rebalance_duration_seconds_bucket{instance=\"z\",reason=\"startup\",le=\"+Inf\"}",
         "# TYPE baton_task_eta_seconds gauge",
     ] {
-        assert!(metrics.contains(family), "{what}: /metrics lacks {family}:\n{metrics}");
+        assert!(
+            metrics.contains(family),
+            "{what}: /metrics lacks {family}:\n{metrics}"
+        );
     }
     cluster.check_counts(&mut producer, what);
     let restores = z.restores();

@@ -64,7 +64,70 @@ pub struct MemberView {
     pub next_rebalance_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A copy catching up, as its instance reports it to the control topic.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CopyProgress {
+    pub task: TaskId,
+    pub role: String,
+    pub lag: u64,
+    /// Records per second the lag falls by (negative: it grows); `None` until measured.
+    pub rate: Option<f64>,
+}
+
+/// The key prefix of progress records in the control topic (`progress:<instance>`).
+pub const PROGRESS_KEY_PREFIX: &str = "progress:";
+
+/// One line per copy: `task role lag rate` (`-` for a rate not measured yet).
+pub fn encode_progress(copies: &[CopyProgress]) -> Vec<u8> {
+    let mut out = String::new();
+    for c in copies {
+        let rate = c.rate.map_or("-".to_owned(), |r| format!("{r:.1}"));
+        out.push_str(&format!("{} {} {} {rate}\n", c.task, c.role, c.lag));
+    }
+    out.into_bytes()
+}
+
+/// The copies of a progress record; `None` for a value that is not one.
+fn parse_progress(v: &[u8]) -> Option<Vec<CopyProgress>> {
+    let text = std::str::from_utf8(v).ok()?;
+    text.lines()
+        .map(|line| {
+            let mut f = line.split(' ');
+            let task = f.next()?.parse().ok()?;
+            let role = f.next()?.to_owned();
+            let lag = f.next()?.parse().ok()?;
+            let rate = match f.next()? {
+                "-" => None,
+                r => Some(r.parse::<f64>().ok().filter(|r| r.is_finite())?),
+            };
+            f.next().is_none().then_some(CopyProgress {
+                task,
+                role,
+                lag,
+                rate,
+            })
+        })
+        .collect()
+}
+
+/// A task moving to a member that warms it up.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingView {
+    pub task: TaskId,
+    /// The instance (or process) running it now, if any member does.
+    pub from: Option<String>,
+    pub to: String,
+    /// From the destination's latest progress report, if it published one.
+    pub lag: Option<u64>,
+    pub rate: Option<f64>,
+    /// Seconds until caught up at that rate; `None` when unknown or when it does not catch up.
+    pub eta_s: Option<f64>,
+    /// `Some(false)`: the warm-up falls behind (its changelog grows faster than it restores);
+    /// it ends only by the scale-down timeout.
+    pub catching_up: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupView {
     pub group: String,
     pub state: String,
@@ -73,6 +136,11 @@ pub struct GroupView {
     /// The newest generation members report owning partitions from (DescribeGroups has none).
     pub generation: Option<i32>,
     pub members: Vec<MemberView>,
+    /// Every warm-up under way, with its progress.
+    pub pending: Vec<PendingView>,
+    /// Seconds until the warm-ups under way have all caught up, when every one of them has a
+    /// finite estimate (more moves may wait for warm-up slots).
+    pub balanced_in_s: Option<f64>,
 }
 
 /// Describes `group`. `changelogs` maps a subtopology to its changelog topics, for lags;
@@ -85,10 +153,9 @@ pub async fn inspect(
     reports: Option<&str>,
 ) -> Result<GroupView> {
     let g = client.describe_group(group).await?;
-    let missing = g.members.iter().any(|m| m.member_metadata.is_empty());
-    let reported = match reports {
-        Some(topic) if missing => read_reports(client, topic).await?,
-        _ => BTreeMap::new(),
+    let (reported, progress) = match reports {
+        Some(topic) => read_reports(client, topic).await?,
+        None => Default::default(),
     };
     let mut members = Vec::new();
     let mut wanted: Vec<TopicPartition> = Vec::new();
@@ -211,7 +278,19 @@ pub async fn inspect(
             broker
         }
     };
+    let pending = pending_moves(&members, &progress);
+    let balanced_in_s = (!pending.is_empty())
+        .then(|| {
+            pending
+                .iter()
+                .map(|p| p.eta_s)
+                .collect::<Option<Vec<f64>>>()
+                .map(|etas| etas.into_iter().fold(0.0, f64::max))
+        })
+        .flatten();
     Ok(GroupView {
+        pending,
+        balanced_in_s,
         group: group.to_owned(),
         state: g.group_state.to_string(),
         protocol_type: or_reported(g.protocol_type.to_string(), crate::member::PROTOCOL_TYPE),
@@ -299,7 +378,53 @@ pub fn instance_of(id: &str) -> Option<&str> {
 }
 
 /// The latest report of each member among the last records of `topic`.
-async fn read_reports(client: &Client, topic: &str) -> Result<BTreeMap<String, Report>> {
+/// Member reports by member id, and the latest progress of each instance.
+type ControlRecords = (
+    BTreeMap<String, Report>,
+    BTreeMap<String, Vec<CopyProgress>>,
+);
+
+/// Each warm-up under way, with its destination's latest progress for it.
+fn pending_moves(
+    members: &[MemberView],
+    progress: &BTreeMap<String, Vec<CopyProgress>>,
+) -> Vec<PendingView> {
+    let name = |m: &MemberView| {
+        m.instance
+            .clone()
+            .or_else(|| m.process_id.clone())
+            .unwrap_or_else(|| m.member_id.clone())
+    };
+    let mut out = Vec::new();
+    for m in members {
+        for &task in &m.warmup {
+            let from = members.iter().find(|o| o.active.contains(&task)).map(name);
+            let copy = m
+                .instance
+                .as_ref()
+                .and_then(|i| progress.get(i))
+                .and_then(|copies| copies.iter().find(|c| c.task == task));
+            let (lag, rate) = (copy.map(|c| c.lag), copy.and_then(|c| c.rate));
+            let eta_s = match (lag, rate) {
+                (Some(lag), Some(r)) if r > 0.0 => Some(lag as f64 / r),
+                _ => None,
+            };
+            out.push(PendingView {
+                task,
+                from,
+                to: name(m),
+                lag,
+                rate,
+                eta_s,
+                catching_up: rate.map(|r| r > 0.0),
+            });
+        }
+    }
+    out.sort_by(|a, b| (a.task, &a.to).cmp(&(b.task, &b.to)));
+    out
+}
+
+async fn read_reports(client: &Client, topic: &str) -> Result<ControlRecords> {
     // No reports topic (a group of another kind, or one that never ran Baton): nothing to add.
     let meta = client.metadata(Some(&[topic.to_owned()])).await?;
     let exists = meta.topics.iter().any(|t| {
@@ -308,7 +433,7 @@ async fn read_reports(client: &Client, topic: &str) -> Result<BTreeMap<String, R
             && t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)
     });
     if !exists {
-        return Ok(BTreeMap::new());
+        return Ok(Default::default());
     }
     let tp = TopicPartition::new(topic, 0);
     let end = client
@@ -319,6 +444,7 @@ async fn read_reports(client: &Client, topic: &str) -> Result<BTreeMap<String, R
         .unwrap_or(0);
     let leader = client.leader(topic, 0).await?;
     let mut out = BTreeMap::new();
+    let mut progress = BTreeMap::new();
     let mut offset = (end - REPORTS_READ).max(0);
     while offset < end {
         let f = client
@@ -331,10 +457,16 @@ async fn read_reports(client: &Client, topic: &str) -> Result<BTreeMap<String, R
             let (Some(k), Some(v)) = (&r.key, &r.value) else {
                 continue;
             };
-            let Some(member) = std::str::from_utf8(k)
-                .ok()
-                .and_then(|k| k.strip_prefix(REPORT_KEY_PREFIX))
-            else {
+            let Ok(key) = std::str::from_utf8(k) else {
+                continue;
+            };
+            if let Some(instance) = key.strip_prefix(PROGRESS_KEY_PREFIX) {
+                if let Some(copies) = parse_progress(v) {
+                    progress.insert(instance.to_owned(), copies);
+                }
+                continue;
+            }
+            let Some(member) = key.strip_prefix(REPORT_KEY_PREFIX) else {
                 continue;
             };
             if let Some(report) = parse_report(v) {
@@ -343,7 +475,7 @@ async fn read_reports(client: &Client, topic: &str) -> Result<BTreeMap<String, R
         }
         offset = next;
     }
-    Ok(out)
+    Ok((out, progress))
 }
 
 type Decoded = (
@@ -375,6 +507,86 @@ fn decode_member(metadata: &[u8], assignment: &[u8]) -> std::result::Result<Deco
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_round_trips_and_garbage_is_refused() {
+        let copies = vec![
+            CopyProgress {
+                task: TaskId::new(0, 3),
+                role: "warmup".into(),
+                lag: 1200,
+                rate: Some(400.0),
+            },
+            CopyProgress {
+                task: TaskId::new(1, 0),
+                role: "standby".into(),
+                lag: 5,
+                rate: None,
+            },
+        ];
+        assert_eq!(parse_progress(&encode_progress(&copies)), Some(copies));
+        assert_eq!(parse_progress(b""), Some(vec![]));
+        for bad in [
+            &b"0_x warmup 1 -"[..],
+            b"0_1 warmup -3 -",
+            b"0_1 warmup 1 NaN",
+            b"0_1 w 1 - x",
+            b"\xff",
+        ] {
+            assert_eq!(
+                parse_progress(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn pending_moves_carry_eta_or_say_they_do_not_catch_up() {
+        let member = |instance: &str, active: Vec<TaskId>, warmup: Vec<TaskId>| MemberView {
+            member_id: format!("{instance}-m"),
+            client_id: String::new(),
+            client_host: String::new(),
+            group_instance_id: None,
+            instance: Some(instance.into()),
+            error: None,
+            source: "report".into(),
+            process_id: None,
+            subscription_version: None,
+            generation: None,
+            endpoint: None,
+            rack: None,
+            client_tags: BTreeMap::new(),
+            leaving: false,
+            reported: Vec::new(),
+            active,
+            standby: Vec::new(),
+            warmup,
+            next_rebalance_ms: None,
+        };
+        let (t1, t2) = (TaskId::new(0, 1), TaskId::new(0, 2));
+        let members = vec![
+            member("a", vec![t1, t2], vec![]),
+            member("b", vec![], vec![t1, t2]),
+        ];
+        let copy = |task, lag, rate| CopyProgress {
+            task,
+            role: "warmup".into(),
+            lag,
+            rate,
+        };
+        let progress = BTreeMap::from([(
+            "b".to_owned(),
+            vec![copy(t1, 1000, Some(500.0)), copy(t2, 9000, Some(-20.0))],
+        )]);
+        let p = pending_moves(&members, &progress);
+        assert_eq!(p.len(), 2);
+        assert_eq!((p[0].from.as_deref(), p[0].to.as_str()), (Some("a"), "b"));
+        assert_eq!(p[0].eta_s, Some(2.0));
+        assert_eq!(p[1].catching_up, Some(false));
+        assert_eq!(p[1].eta_s, None);
+    }
 
     #[test]
     fn thread_ids_name_their_instance() {

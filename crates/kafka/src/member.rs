@@ -97,6 +97,8 @@ pub struct GroupMember {
     /// A connection of our own to the coordinator: a JoinGroup the broker holds must not
     /// block other members' requests on a shared connection.
     coordinator: Option<Connection>,
+    /// Warm-up lags seen at earlier rounds this member led, to tell which do not catch up.
+    warmups_seen: std::sync::Mutex<leader::WarmupSeen>,
 }
 
 impl GroupMember {
@@ -116,6 +118,7 @@ impl GroupMember {
             latest_version: BATON_VERSION,
             current: None,
             coordinator: None,
+            warmups_seen: Default::default(),
         }
     }
 
@@ -470,6 +473,14 @@ impl GroupMember {
         }
         for w in &out.warnings {
             tracing::warn!(warning = %w, "assignor");
+        }
+        {
+            let mut seen = self.warmups_seen.lock().unwrap_or_else(|e| e.into_inner());
+            let (stalled, now) = leader::stalled_warmups(&seen, &out.warmup_lags, now_ms);
+            for w in stalled {
+                tracing::warn!(warning = %w, "warm-up");
+            }
+            *seen = now;
         }
         if !out.deferred.is_empty() {
             let tasks: Vec<String> = out.deferred.iter().map(ToString::to_string).collect();

@@ -50,6 +50,43 @@ pub struct LeaderOutput {
     pub warnings: Vec<String>,
     /// Actives held back this round because another member still owns them.
     pub deferred: Vec<TaskId>,
+    /// Every warm-up's lag this round: `(client, task, records behind)`, for
+    /// [`stalled_warmups`] across rounds.
+    pub warmup_lags: Vec<(String, TaskId, u64)>,
+}
+
+/// A warm-up's lag as the leader last saw it: records behind, and when (epoch ms).
+pub type WarmupSeen = BTreeMap<(String, TaskId), (u64, i64)>;
+
+/// Warm-ups whose lag did not fall since the last round that saw them, with the rate they
+/// fell behind at: their changelog grows faster than they restore, so they never catch up and
+/// only the scale-down timeout ends the move. Returns the warnings and what to remember.
+pub fn stalled_warmups(
+    before: &WarmupSeen,
+    now: &[(String, TaskId, u64)],
+    now_ms: i64,
+) -> (Vec<String>, WarmupSeen) {
+    let mut warnings = Vec::new();
+    let mut seen = WarmupSeen::new();
+    for (client, task, lag) in now {
+        let key = (client.clone(), *task);
+        match before.get(&key) {
+            Some(&(was, at)) if *lag >= was && now_ms > at => {
+                let secs = (now_ms - at) as f64 / 1000.0;
+                warnings.push(format!(
+                    "warm-up of {task} on {client} is not catching up: {was} -> {lag} records \
+                     behind over {secs:.0} s (its changelog grows faster than it restores); the \
+                     move ends only by scale.down.timeout.ms if its owner is leaving"
+                ));
+                // Keep the older sample: the next warning measures from it.
+                seen.insert(key, (was, at));
+            }
+            _ => {
+                seen.insert(key, (*lag, now_ms));
+            }
+        }
+    }
+    (warnings, seen)
 }
 
 /// What a Baton member says of itself when it joins.
@@ -260,6 +297,19 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
     };
     let assignment = kind.assignor().assign(&cluster);
     out.warnings.extend(assignment.warnings.iter().cloned());
+    for c in cluster.client_ixs() {
+        for &(t, role) in &cluster.views[c as usize].owned {
+            if role == baton_assignor::Role::Warmup {
+                if let baton_assignor::Lag::Behind(n) = cluster.lag(c, t) {
+                    out.warmup_lags.push((
+                        cluster.clients[c as usize].id.0.clone(),
+                        cluster.tasks[t as usize].id,
+                        n,
+                    ));
+                }
+            }
+        }
+    }
     let mut per_member = member_assignments(
         &members,
         input.topology,

@@ -330,3 +330,33 @@ fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
         );
     }
 }
+
+/// The leader tells a warm-up that falls behind from one that catches up, across rounds.
+#[test]
+fn a_warm_up_that_falls_behind_is_reported() {
+    use baton_protocol::leader::{stalled_warmups, WarmupSeen};
+    let t = baton_assignor::TaskId::new(0, 3);
+    let round = |lag| vec![("p1".to_owned(), t, lag)];
+    let (w, seen) = stalled_warmups(&WarmupSeen::new(), &round(5_000), 1_000);
+    assert!(w.is_empty(), "a first sample says nothing");
+    let (w, seen) = stalled_warmups(&seen, &round(3_000), 61_000);
+    assert!(w.is_empty(), "catching up");
+    let (w, seen) = stalled_warmups(&seen, &round(4_000), 121_000);
+    assert_eq!(w.len(), 1);
+    assert!(
+        w[0].contains("3000 -> 4000 records behind over 60 s"),
+        "{}",
+        w[0]
+    );
+    let (w, _) = stalled_warmups(&seen, &round(9_000), 181_000);
+    assert!(
+        w[0].contains("3000 -> 9000 records behind over 120 s"),
+        "measured from the older sample: {}",
+        w[0]
+    );
+    let (w, seen) = stalled_warmups(&seen, &[], 181_000);
+    assert!(
+        w.is_empty() && seen.is_empty(),
+        "a finished warm-up is forgotten"
+    );
+}

@@ -76,6 +76,61 @@ pub async fn send(client: &Client, app_id: &str, instance: &str, request: Reques
         .map_err(kafka(format!("control topic {topic}")))
 }
 
+/// How often an instance with copies catching up publishes their progress.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// Publishes this instance's catch-up progress to the control topic while it has any (and
+/// once more when it has none left), for `baton inspect`: record key
+/// `progress:<instance>`, value [`baton_kafka::inspect::encode_progress`].
+pub async fn publish_progress(ctx: Arc<Context>) {
+    let topic = control_topic(ctx.group());
+    let key = format!(
+        "{}{}",
+        baton_kafka::inspect::PROGRESS_KEY_PREFIX,
+        ctx.cfg.instance_id
+    );
+    let mut had = false;
+    loop {
+        tokio::time::sleep(PROGRESS_EVERY).await;
+        let progress: Vec<baton_kafka::inspect::CopyProgress> = ctx
+            .status
+            .progress()
+            .into_iter()
+            .map(
+                |(task, role, lag, rate)| baton_kafka::inspect::CopyProgress {
+                    task,
+                    role: role.as_str().to_owned(),
+                    lag,
+                    rate,
+                },
+            )
+            .collect();
+        if progress.is_empty() && !had {
+            continue;
+        }
+        had = !progress.is_empty();
+        let value = baton_kafka::inspect::encode_progress(&progress);
+        let sent = async {
+            let leader = ctx.leader(&topic, 0).await?;
+            ctx.client
+                .produce(
+                    &leader,
+                    &topic,
+                    0,
+                    &[(
+                        Some(bytes::Bytes::from(key.clone())),
+                        Some(bytes::Bytes::from(value)),
+                    )],
+                )
+                .await
+        };
+        if let Err(e) = sent.await {
+            ctx.forget_leader(&topic, 0);
+            tracing::debug!(error = %e, "publishing catch-up progress");
+        }
+    }
+}
+
 /// How far back [`latest_requests`] reads: drains and cancels among the members' reports.
 const REQUESTS_READ: i64 = 10_000;
 

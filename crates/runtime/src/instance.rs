@@ -65,6 +65,7 @@ pub async fn run(
         background.push(tokio::spawn(metrics::serve(listener, ctx.clone())));
     }
     background.push(tokio::spawn(control::watch(ctx.clone())));
+    background.push(tokio::spawn(control::publish_progress(ctx.clone())));
     background.push(tokio::spawn(cleanup::run(ctx.clone())));
 
     // The threads stop on the caller's shutdown or on a thread's failure alike.

@@ -235,6 +235,16 @@ impl Status {
             .collect()
     }
 
+    /// Every held task that is catching up: `(task, role, lag, net catch-up rate)`; the rate is
+    /// `None` until two samples are far enough apart.
+    pub fn progress(&self) -> Vec<(TaskId, Role, u64, Option<f64>)> {
+        let i = self.inner();
+        i.progress
+            .iter()
+            .filter_map(|(t, p)| Some((*t, i.held.get(t)?.role, p.lag, p.rate)))
+            .collect()
+    }
+
     /// The Prometheus text exposition of this instance.
     pub fn render(&self, instance: &str) -> String {
         let i = self.inner();
