@@ -119,26 +119,19 @@ impl Plan {
                 },
             );
         }
-        let mut pending: Vec<PendingMove> = self
-            .pending
-            .iter()
-            .map(|&(t, from, to)| PendingMove {
-                task: cluster.tasks[t as usize].id,
-                from: cluster.clients[from as usize].id.clone(),
-                to: cluster.clients[to as usize].id.clone(),
-            })
-            .collect();
-        pending.sort_by_key(|m| m.task);
-        let mut forced: Vec<PendingMove> = self
-            .forced
-            .iter()
-            .map(|&(t, from, to)| PendingMove {
-                task: cluster.tasks[t as usize].id,
-                from: cluster.clients[from as usize].id.clone(),
-                to: cluster.clients[to as usize].id.clone(),
-            })
-            .collect();
-        forced.sort_by_key(|m| m.task);
+        let moves = |list: &[(TaskIx, ClientIx, ClientIx)]| {
+            let mut out: Vec<PendingMove> = list
+                .iter()
+                .map(|&(t, from, to)| PendingMove {
+                    task: cluster.tasks[t as usize].id,
+                    from: cluster.clients[from as usize].id.clone(),
+                    to: cluster.clients[to as usize].id.clone(),
+                })
+                .collect();
+            out.sort_by_key(|m| m.task);
+            out
+        };
+        let (pending, forced) = (moves(&self.pending), moves(&self.forced));
         // A leaving client that still runs something is forced at its timeout: probe then at
         // the latest, so the hand-over happens without anyone's help (static members too).
         let deadline = self

@@ -424,16 +424,21 @@ fn pending_moves(
     out
 }
 
-async fn read_reports(client: &Client, topic: &str) -> Result<ControlRecords> {
-    // No reports topic (a group of another kind, or one that never ran Baton): nothing to add.
+/// The last `n` records of partition 0 of `topic` (the control topic has one), oldest first;
+/// none when the topic does not exist (a group that never ran Baton).
+pub async fn read_tail(
+    client: &Client,
+    topic: &str,
+    n: i64,
+) -> Result<Vec<crate::records::Record>> {
     let meta = client.metadata(Some(&[topic.to_owned()])).await?;
     let exists = meta.topics.iter().any(|t| {
         t.error_code == 0
             && !t.partitions.is_empty()
-            && t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)
+            && t.name.as_ref().is_some_and(|name| name.0.as_str() == topic)
     });
     if !exists {
-        return Ok(Default::default());
+        return Ok(Vec::new());
     }
     let tp = TopicPartition::new(topic, 0);
     let end = client
@@ -443,37 +448,40 @@ async fn read_reports(client: &Client, topic: &str) -> Result<ControlRecords> {
         .copied()
         .unwrap_or(0);
     let leader = client.leader(topic, 0).await?;
-    let mut out = BTreeMap::new();
-    let mut progress = BTreeMap::new();
-    let mut offset = (end - REPORTS_READ).max(0);
+    let mut out = Vec::new();
+    let mut offset = (end - n).max(0);
     while offset < end {
         let f = client
             .fetch(&leader, topic, 0, offset, 1 << 20, 100)
             .await?;
-        let Some(next) = f.next_offset.filter(|&n| n > offset) else {
+        let Some(next) = f.next_offset.filter(|&x| x > offset) else {
             break;
         };
-        for r in &f.records {
-            let (Some(k), Some(v)) = (&r.key, &r.value) else {
-                continue;
-            };
-            let Ok(key) = std::str::from_utf8(k) else {
-                continue;
-            };
-            if let Some(instance) = key.strip_prefix(PROGRESS_KEY_PREFIX) {
-                if let Some(copies) = parse_progress(v) {
-                    progress.insert(instance.to_owned(), copies);
-                }
-                continue;
+        out.extend(f.records);
+        offset = next;
+    }
+    Ok(out)
+}
+
+async fn read_reports(client: &Client, topic: &str) -> Result<ControlRecords> {
+    let mut out = BTreeMap::new();
+    let mut progress = BTreeMap::new();
+    for r in &read_tail(client, topic, REPORTS_READ).await? {
+        let (Some(k), Some(v)) = (&r.key, &r.value) else {
+            continue;
+        };
+        let Ok(key) = std::str::from_utf8(k) else {
+            continue;
+        };
+        if let Some(instance) = key.strip_prefix(PROGRESS_KEY_PREFIX) {
+            if let Some(copies) = parse_progress(v) {
+                progress.insert(instance.to_owned(), copies);
             }
-            let Some(member) = key.strip_prefix(REPORT_KEY_PREFIX) else {
-                continue;
-            };
+        } else if let Some(member) = key.strip_prefix(REPORT_KEY_PREFIX) {
             if let Some(report) = parse_report(v) {
                 out.insert(member.to_owned(), report);
             }
         }
-        offset = next;
     }
     Ok((out, progress))
 }

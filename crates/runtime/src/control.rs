@@ -142,44 +142,18 @@ pub async fn latest_requests(
 ) -> baton_kafka::Result<std::collections::BTreeMap<String, Request>> {
     let topic = control_topic(app_id);
     let mut out = std::collections::BTreeMap::new();
-    let meta = client.metadata(Some(std::slice::from_ref(&topic))).await?;
-    let exists = meta
-        .topics
-        .iter()
-        .any(|t| t.error_code == 0 && !t.partitions.is_empty());
-    if !exists {
-        return Ok(out);
-    }
-    let tp = TopicPartition::new(&topic, 0);
-    let end = client
-        .end_offsets(std::slice::from_ref(&tp))
-        .await?
-        .get(&tp)
-        .copied()
-        .unwrap_or(0);
-    let leader = client.leader(&topic, 0).await?;
-    let mut offset = (end - REQUESTS_READ).max(0);
-    while offset < end {
-        let f = client
-            .fetch(&leader, &topic, 0, offset, 1 << 20, 100)
-            .await?;
-        let Some(next) = f.next_offset.filter(|&n| n > offset) else {
-            break;
+    for r in baton_kafka::inspect::read_tail(client, &topic, REQUESTS_READ).await? {
+        let (Some(k), Some(v)) = (&r.key, &r.value) else {
+            continue;
         };
-        for r in &f.records {
-            let (Some(k), Some(v)) = (&r.key, &r.value) else {
-                continue;
-            };
-            let request = match &v[..] {
-                DRAIN => Request::Drain,
-                CANCEL => Request::Cancel,
-                _ => continue,
-            };
-            if let Ok(instance) = std::str::from_utf8(k) {
-                out.insert(instance.to_owned(), request);
-            }
+        let request = match &v[..] {
+            DRAIN => Request::Drain,
+            CANCEL => Request::Cancel,
+            _ => continue,
+        };
+        if let Ok(instance) = std::str::from_utf8(k) {
+            out.insert(instance.to_owned(), request);
         }
-        offset = next;
     }
     Ok(out)
 }

@@ -124,8 +124,8 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
 }
 
 /// The largest problem solved exactly, in edges (subtopologies x clients) times extras (one
-/// shortest-path search each): about 5 ms. Larger ones use the greedy, which keeps the spread
-/// but may move a few more tasks than needed.
+/// shortest-path search each). Larger ones use the greedy, which keeps the spread but may move
+/// a few more tasks than needed.
 const EXACT_LIMIT: usize = 5_000_000;
 
 /// The extras that keep the most tasks where they are, as a min-cost flow: each
