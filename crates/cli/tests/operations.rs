@@ -90,6 +90,16 @@ fn drain_by_percent_wait_status_and_cancel() {
     );
     instances.remove(gone);
 
+    let cancel = |instance: &str| {
+        text(&cluster.baton(&[
+            "drain",
+            "--group",
+            &cluster.app,
+            "--instance",
+            instance,
+            "--cancel",
+        ]))
+    };
     // A drain that cannot finish within --wait-timeout-ms says so (exit 1); then it is
     // cancelled while its warm-up restores, and the instance stays.
     let busy = status(&cluster).into_iter().find(|r| r.2 > 0).unwrap().0;
@@ -136,14 +146,7 @@ fn drain_by_percent_wait_status_and_cancel() {
         table.contains("pending moves: ") && table.contains("CATCH-UP/s"),
         "{table}"
     );
-    let (code, out, err) = text(&cluster.baton(&[
-        "drain",
-        "--group",
-        &cluster.app,
-        "--instance",
-        &busy,
-        "--cancel",
-    ]));
+    let (code, out, err) = cancel(&busy);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("drain cancelled"), "{out}");
     await_status(&cluster, "the cancelled instance runs again", |rows| {
@@ -163,14 +166,7 @@ fn drain_by_percent_wait_status_and_cancel() {
     );
 
     // Cancelling what is not draining, or draining all that is left, changes nothing.
-    let (code, _, err) = text(&cluster.baton(&[
-        "drain",
-        "--group",
-        &cluster.app,
-        "--instance",
-        &busy,
-        "--cancel",
-    ]));
+    let (code, _, err) = cancel(&busy);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("nothing to cancel"), "{err}");
     let names: Vec<String> = status(&cluster).into_iter().map(|r| r.0).collect();

@@ -4,7 +4,7 @@
 //! member its `AssignmentInfo`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
 use baton_protocol::bridge::Topology;
@@ -454,10 +454,7 @@ impl GroupMember {
                 metadata: m.metadata.to_vec(),
             })
             .collect();
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now_ms = epoch_ms();
         let out = leader::lead(&LeaderInput {
             members: &members,
             topology,

@@ -143,12 +143,7 @@ fn fewest_moves(
         return None;
     }
     let clients = capacities.len();
-    let mut bases = vec![0u32; clients];
-    for q in splits.values() {
-        for (b, q) in bases.iter_mut().zip(&q.base) {
-            *b += q;
-        }
-    }
+    let bases = base_totals(splits, clients);
     let (source, sink) = (0, 1 + splits.len() + eligible.len());
     let mut net = Network::new(sink + 1);
     // Outweighs every keep on a path: the lower bounds are met first.
@@ -198,6 +193,17 @@ enum Prefer {
     LowestTotal,
 }
 
+/// Each client's tasks from the `floor` shares alone, over every subtopology.
+fn base_totals(splits: &BTreeMap<u32, Quotas>, clients: usize) -> Vec<u32> {
+    let mut totals = vec![0u32; clients];
+    for q in splits.values() {
+        for (t, b) in totals.iter_mut().zip(&q.base) {
+            *t += b;
+        }
+    }
+    totals
+}
+
 /// Per-subtopology quotas `floor + extra`, or `None` when the totals miss `total`'s quotas.
 fn extras(
     splits: &BTreeMap<u32, Quotas>,
@@ -208,12 +214,7 @@ fn extras(
     prefer: Prefer,
 ) -> Option<BTreeMap<u32, Vec<u32>>> {
     let clients = capacities.len();
-    let mut totals = vec![0u32; clients];
-    for q in splits.values() {
-        for (t, b) in totals.iter_mut().zip(&q.base) {
-            *t += b;
-        }
-    }
+    let mut totals = base_totals(splits, clients);
     let mut quota = BTreeMap::new();
     for (&s, q) in splits {
         let held = &have[&s];
@@ -224,24 +225,13 @@ fn extras(
             .collect();
         order.sort_by_key(|&c| {
             let ci = c as usize;
-            let keeps = held[ci] > q.base[ci];
+            let gives_up = held[ci] <= q.base[ci];
             let load = Load::new(totals[ci], capacities[ci]);
             match prefer {
-                Prefer::Keeping => (!keeps, load, c),
-                Prefer::LowestTotal => (false, load, c),
+                Prefer::Keeping => (gives_up, load, false, c),
+                Prefer::LowestTotal => (false, load, gives_up, c),
             }
         });
-        if let Prefer::LowestTotal = prefer {
-            // Among equal totals, those that keep come first.
-            order.sort_by_key(|&c| {
-                let ci = c as usize;
-                (
-                    Load::new(totals[ci], capacities[ci]),
-                    held[ci] <= q.base[ci],
-                    c,
-                )
-            });
-        }
         if order.len() < q.extras as usize {
             return None;
         }

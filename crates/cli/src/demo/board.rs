@@ -12,8 +12,7 @@ use super::scrape::InstanceView;
 /// A warm-up being watched: its lag and how fast it falls.
 struct Warmup {
     lag: i64,
-    at: Instant,
-    /// Records per second, smoothed.
+    /// Records per second the lag falls by, as its instance measures it.
     rate: Option<f64>,
 }
 
@@ -119,13 +118,8 @@ impl Board {
                         let key = (instance.clone(), task.clone());
                         match self.warmups.get_mut(&key) {
                             Some(w) => {
-                                let dt = now.duration_since(w.at).as_secs_f64();
-                                if dt > 0.0 {
-                                    let r = ((w.lag - held.lag) as f64 / dt).max(0.0);
-                                    w.rate = Some(w.rate.map_or(r, |old| 0.5 * old + 0.5 * r));
-                                }
                                 w.lag = held.lag;
-                                w.at = now;
+                                w.rate = held.rate;
                             }
                             None => {
                                 self.warmups_seen += 1;
@@ -143,8 +137,7 @@ impl Board {
                                     key,
                                     Warmup {
                                         lag: held.lag,
-                                        at: now,
-                                        rate: None,
+                                        rate: held.rate,
                                     },
                                 );
                             }
@@ -247,7 +240,8 @@ impl Board {
                         Some(r) if r > 0.0 => {
                             (format!("{r:.0}"), format!("{:.1}", w.lag as f64 / r))
                         }
-                        _ => ("-".into(), "-".into()),
+                        Some(r) => (format!("{r:.0}"), "never".into()),
+                        None => ("-".into(), "-".into()),
                     };
                     vec![t.clone(), i.clone(), w.lag.to_string(), rate, eta]
                 })

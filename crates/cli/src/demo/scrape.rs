@@ -10,11 +10,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const MAX_RESPONSE: u64 = 4 << 20;
 
 /// One held task, as an instance reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Held {
     pub role: String,
     pub phase: String,
     pub lag: i64,
+    /// Records per second the lag falls by, as the instance measures it (`None` until it has).
+    pub rate: Option<f64>,
 }
 
 /// One instance's view of itself at one moment.
@@ -64,6 +66,7 @@ pub fn parse(text: &str) -> InstanceView {
                     role: String::new(),
                     phase: String::new(),
                     lag: 0,
+                    rate: None,
                 });
                 held.role = label("role");
                 held.phase = label("phase");
@@ -71,6 +74,11 @@ pub fn parse(text: &str) -> InstanceView {
             "baton_task_lag_records" => {
                 if let Some(h) = view.held.get_mut(&label("task")) {
                     h.lag = value as i64;
+                }
+            }
+            "baton_task_catchup_rate_records_per_second" => {
+                if let Some(h) = view.held.get_mut(&label("task")) {
+                    h.rate = Some(value);
                 }
             }
             "baton_rebalance_seconds_count" => {
@@ -128,6 +136,7 @@ mod tests {
         let text = "# HELP x\n\
             baton_task_held{instance=\"a\\\"b\",task=\"0_3\",role=\"warmup\",phase=\"restoring\"} 1\n\
             baton_task_lag_records{instance=\"a\\\"b\",task=\"0_3\",role=\"warmup\"} 4200\n\
+            baton_task_catchup_rate_records_per_second{instance=\"a\\\"b\",task=\"0_3\",role=\"warmup\"} 350.5\n\
             baton_task_held{instance=\"a\\\"b\",task=\"0_1\",role=\"active\",phase=\"running\"} 1\n\
             baton_rebalance_seconds_count{instance=\"a\\\"b\",reason=\"warm-up caught up\"} 2\n\
             baton_heartbeat_gap_max_seconds{instance=\"a\\\"b\",thread=\"t0\"} 0.300\n";
@@ -137,7 +146,8 @@ mod tests {
             Held {
                 role: "warmup".into(),
                 phase: "restoring".into(),
-                lag: 4200
+                lag: 4200,
+                rate: Some(350.5)
             }
         );
         assert_eq!(v.held["0_1"].role, "active");

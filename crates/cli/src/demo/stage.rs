@@ -179,7 +179,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
     tokio::time::sleep(plan.pause).await;
 
     board.start_measuring();
-    let measured_from = now_ms();
+    let measured_from = baton_kafka::member::epoch_ms();
     board.step("instance c joins (scale-out)");
     instances.push(spawn("c")?);
     let balanced_after_s = watch
@@ -243,7 +243,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
     tokio::time::sleep(plan.pause).await;
 
     board.step("stopping the producer; checking every key's count");
-    let measured_to = now_ms();
+    let measured_to = baton_kafka::member::epoch_ms();
     let _ = producer.start_kill();
     let _ = producer.wait().await;
     board.stop_measuring();
@@ -313,13 +313,6 @@ fn processing(views: &BTreeMap<String, InstanceView>, partitions: u32, on: &[&st
         covered += running;
     }
     covered == partitions as usize
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Watching the instances and the output until a condition holds.
