@@ -27,8 +27,9 @@ pub struct AssignmentConfig {
     #[serde(rename = "stream.imbalance.percentage")]
     pub imbalance_percentage: u32,
     /// When a member with warm-ups rejoins for the hand-over: `eager` as soon as one of them
-    /// has caught up, `stable` once all of a thread's have. Used by members and the simulator;
-    /// the assignment itself does not depend on it.
+    /// has caught up, `stable` once all of a thread's have, `probing` never (the hand-over
+    /// waits for the probing rebalance, as in Kafka Streams). Used by members and the
+    /// simulator; the assignment itself does not depend on it.
     #[serde(rename = "warmup.rejoin.mode")]
     pub rejoin_mode: RejoinMode,
 }
@@ -40,6 +41,7 @@ pub enum RejoinMode {
     #[default]
     Eager,
     Stable,
+    Probing,
 }
 
 impl std::str::FromStr for RejoinMode {
@@ -48,7 +50,10 @@ impl std::str::FromStr for RejoinMode {
         match s {
             "eager" => Ok(RejoinMode::Eager),
             "stable" => Ok(RejoinMode::Stable),
-            other => Err(format!("{other:?} is not a rejoin mode (eager or stable)")),
+            "probing" => Ok(RejoinMode::Probing),
+            other => Err(format!(
+                "{other:?} is not a rejoin mode (eager, stable or probing)"
+            )),
         }
     }
 }

@@ -62,7 +62,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     imbalance_percentage: u32,
     /// When an instance with warm-ups rejoins for the hand-over: `eager` as soon as one has
-    /// caught up, `stable` once all of a thread's have (fewer rebalances). One of: eager, stable.
+    /// caught up, `stable` once all of a thread's have (fewer rebalances), `probing` never
+    /// (the hand-over waits for the probing rebalance, as in Kafka Streams).
     #[arg(long, default_value = "eager")]
     rejoin_mode: baton_assignor::RejoinMode,
     /// heartbeat.interval.ms.

@@ -109,6 +109,11 @@ pub struct AssignmentInfo {
     /// Baton (v12): which of `standby_tasks` are warm-ups.
     #[serde(default)]
     pub warmup_tasks: Vec<TaskId>,
+    /// Baton (v12): which of `standby_tasks` (not warm-ups) a pending move waits for: the
+    /// member rejoins once one is caught up, as for a warm-up, so the hand-over does not wait
+    /// for the probing rebalance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handover_standbys: Vec<TaskId>,
     /// Versions 5+: the topic dictionary as it was on the wire, in order, with its numbering.
     /// Kafka writes it in hash-map order (and its indexes need not run in order), so bytes
     /// re-encode exactly only with it. Empty: the encoder numbers topics in sorted order.
@@ -127,6 +132,7 @@ impl PartialEq for AssignmentInfo {
             && self.error_code == other.error_code
             && self.next_rebalance_ms == other.next_rebalance_ms
             && self.warmup_tasks == other.warmup_tasks
+            && self.handover_standbys == other.handover_standbys
     }
 }
 
@@ -162,6 +168,7 @@ impl AssignmentInfo {
             error_code: 0,
             next_rebalance_ms: i64::MAX,
             warmup_tasks: Vec::new(),
+            handover_standbys: Vec::new(),
             topic_dictionary: Vec::new(),
         }
     }
@@ -241,6 +248,11 @@ impl AssignmentInfo {
                 a.warmup_tasks
                     .push(r.task_id("warm-up task list", version)?);
             }
+            let n = r.count("hand-over standby list", task_bytes)?;
+            for _ in 0..n {
+                a.handover_standbys
+                    .push(r.task_id("hand-over standby list", version)?);
+            }
         }
         r.finish()?;
         Ok(a)
@@ -278,6 +290,11 @@ impl AssignmentInfo {
                     12..=max,
                     !self.warmup_tasks.is_empty(),
                     "warmup_tasks (Baton's version 12 only)",
+                ),
+                (
+                    12..=max,
+                    !self.handover_standbys.is_empty(),
+                    "handover_standbys (Baton's version 12 only)",
                 ),
             ],
         )?;
@@ -341,6 +358,10 @@ impl AssignmentInfo {
         if v >= 12 {
             wr(w.len(self.warmup_tasks.len()))?;
             for &t in &self.warmup_tasks {
+                wr(w.task_id(t, v))?;
+            }
+            wr(w.len(self.handover_standbys.len()))?;
+            for &t in &self.handover_standbys {
                 wr(w.task_id(t, v))?;
             }
         }

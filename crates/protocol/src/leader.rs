@@ -50,6 +50,8 @@ pub struct LeaderOutput {
     pub warnings: Vec<String>,
     /// Actives held back this round because another member still owns them.
     pub deferred: Vec<TaskId>,
+    /// Moves the scale-down timeout forced this round (the new owner was not caught up).
+    pub forced: Vec<TaskId>,
     /// Every warm-up's lag this round: `(client, task, records behind)`, for
     /// [`stalled_warmups`] across rounds.
     pub warmup_lags: Vec<(String, TaskId, u64)>,
@@ -297,6 +299,7 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
     };
     let assignment = kind.assignor().assign(&cluster);
     out.warnings.extend(assignment.warnings.iter().cloned());
+    out.forced = assignment.forced.iter().map(|m| m.task).collect();
     for c in cluster.client_ixs() {
         for &(t, role) in &cluster.views[c as usize].owned {
             if role == baton_assignor::Role::Warmup {

@@ -234,6 +234,35 @@ fn warm_ups_travel_in_v12_and_the_probe_goes_to_one_member() {
 }
 
 #[test]
+fn standbys_a_move_waits_for_are_named_so_their_catch_up_is_reported() {
+    // Process 2 holds standbys of 0_2 and 0_3, half restored: balance wants the actives there
+    // once caught up. They stay standbys (no warm-up budget spent), named as awaited.
+    let members = vec![
+        member(
+            "m1",
+            1,
+            12,
+            &[("0_0", -2), ("0_1", -2), ("0_2", -2), ("0_3", -2)],
+            &[],
+        ),
+        member("m3", 2, 12, &[("0_2", 500), ("0_3", 500)], &[]),
+    ];
+    let config = AssignmentConfig {
+        acceptable_recovery_lag: 100,
+        num_standby_replicas: 1,
+        ..AssignmentConfig::default()
+    };
+    let state = cluster_state(&members, &topology(), &ends(), config).unwrap();
+    let a = HighAvailabilityAssignor.assign(&Cluster::new(state).unwrap());
+    let out = member_assignments(&members, &topology(), &a, "m1", 1_000);
+    let m3 = &out["m3"].info;
+    assert_eq!(m3.handover_standbys, vec![t("0_2"), t("0_3")]);
+    assert!(m3.warmup_tasks.is_empty(), "{m3:?}");
+    assert!(out["m1"].info.handover_standbys.is_empty());
+    assert_eq!(AssignmentInfo::decode(&m3.encode().unwrap()).unwrap(), *m3);
+}
+
+#[test]
 fn version_negotiation_follows_kafka() {
     let members = vec![member("a", 1, 12, &[], &[]), member("b", 2, 7, &[], &[])];
     assert_eq!(

@@ -136,6 +136,7 @@ fn assignment(version: i32) -> AssignmentInfo {
     }
     if version >= 12 {
         a.warmup_tasks = vec![t("0_1")];
+        a.handover_standbys = vec![t("1_2")];
     }
     a
 }
@@ -162,6 +163,7 @@ fn assignment_bytes(version: i32) -> Vec<u8> {
     let err = "00000004";
     let next = "00000000000003e8";
     let warmups = format!("00000001 {}", task(0, 1));
+    let handovers = format!("00000001 {}", task(1, 2));
     match version {
         1 => hex(&[&v, &actives, &standbys]),
         2 => hex(&[&v, &actives, &standbys, &by_host_named]),
@@ -200,6 +202,7 @@ fn assignment_bytes(version: i32) -> Vec<u8> {
             err,
             next,
             &warmups,
+            &handovers,
         ]),
         _ => unreachable!(),
     }

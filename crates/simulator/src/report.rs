@@ -12,6 +12,15 @@ pub struct LoadSample {
     pub actives: BTreeMap<String, u32>,
 }
 
+/// A task's active going from one instance to another.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Handover {
+    pub t_s: f64,
+    pub task: String,
+    pub from: String,
+    pub to: String,
+}
+
 /// The measurements of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -40,6 +49,8 @@ pub struct Report {
     /// `(time, tasks without a running active)` at every change.
     pub unavailable_series: Vec<(f64, u32)>,
     pub load: Vec<LoadSample>,
+    /// Every move of an active, in order.
+    pub handovers: Vec<Handover>,
     /// Scenario event times, for marking plots.
     pub event_times_s: Vec<f64>,
 }

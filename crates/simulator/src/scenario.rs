@@ -33,7 +33,7 @@ pub struct Scenario {
 }
 
 fn default_duration() -> f64 {
-    30.0 * 24.0 * 3600.0
+    24.0 * 3600.0
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +100,18 @@ pub struct Group {
     /// Rebalance duration varies by up to this fraction, drawn from `seed`.
     #[serde(default)]
     pub rebalance_jitter: f64,
+    /// `heartbeat.interval.ms`; default 3000, or a third of the session timeout if less.
+    #[serde(default)]
+    pub heartbeat_ms: Option<f64>,
+}
+
+impl Group {
+    pub fn heartbeat(&self) -> std::time::Duration {
+        let ms = self
+            .heartbeat_ms
+            .unwrap_or((self.session_timeout_ms / 3.0).min(3000.0));
+        std::time::Duration::from_secs_f64(ms.max(0.001) / 1000.0)
+    }
 }
 
 /// When follow-up rebalances happen.
@@ -270,13 +282,39 @@ impl Scenario {
         if !(self.app.record_bytes.is_finite() && self.app.record_bytes > 0.0) {
             return Err(err("app.record_bytes", "must be > 0"));
         }
+        if !(self.group.rebalance_ms.is_finite() && self.group.rebalance_ms >= 0.0) {
+            return Err(err(
+                "group.rebalance_ms",
+                format!("{} must be a finite number >= 0", self.group.rebalance_ms),
+            ));
+        }
         for (name, v) in [
-            ("group.rebalance_ms", self.group.rebalance_ms),
-            ("group.session_timeout_ms", self.group.session_timeout_ms),
+            (
+                "group.session_timeout_ms",
+                Some(self.group.session_timeout_ms),
+            ),
+            ("group.heartbeat_ms", self.group.heartbeat_ms),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(err(name, format!("{v} must be a finite number >= 0")));
+            let Some(v) = v else { continue };
+            if !(v.is_finite() && (1.0..=MAX_DURATION_S * 1000.0).contains(&v)) {
+                return Err(err(
+                    name,
+                    format!(
+                        "{v} must be a number of milliseconds in [1, {}]",
+                        MAX_DURATION_S * 1000.0
+                    ),
+                ));
             }
+        }
+        if self
+            .group
+            .heartbeat_ms
+            .is_some_and(|h| h >= self.group.session_timeout_ms)
+        {
+            return Err(err(
+                "group.heartbeat_ms",
+                "must be below group.session_timeout_ms, or members time out between heartbeats",
+            ));
         }
         if !(0.0..1.0).contains(&self.group.rebalance_jitter) {
             return Err(err("group.rebalance_jitter", "must be in [0, 1)"));
@@ -379,9 +417,14 @@ impl Scenario {
 
     /// The probing mode in force.
     pub fn probing(&self) -> Probing {
+        self.probing_for(self.assignor.name)
+    }
+
+    /// The probing mode in force when `kind` assigns.
+    pub fn probing_for(&self, kind: AssignorKind) -> Probing {
         self.assignor
             .probing
-            .unwrap_or(if self.assignor.name == AssignorKind::HighAvailability {
+            .unwrap_or(if kind == AssignorKind::HighAvailability {
                 Probing::CaughtUp
             } else {
                 Probing::Interval

@@ -28,6 +28,16 @@ fn run(sc: &Scenario, spec: &str) -> Report {
     simulate(sc, &RunSpec::parse(spec).unwrap(), &mut |_| {})
 }
 
+/// `got` is `want` plus at most `slack` seconds: the runtime's round trips (a fetch, a
+/// commit, a 100 ms long poll when a fetch finds nothing) that the figures by hand leave out.
+#[track_caller]
+fn about(got: f64, want: f64, slack: f64) {
+    assert!(
+        (want - 1e-6..=want + slack).contains(&got),
+        "{got} is not {want} (+ at most {slack})"
+    );
+}
+
 const ADD_I2: &str = r#"
 [[events]]
 at_s = 10
@@ -39,11 +49,9 @@ fn eager_scale_out_stalls_a_moved_task_for_its_whole_restore() {
     // i1 runs both tasks. i2 joins at 10 s: a 1 s eager rebalance stops both tasks, then the
     // task that moves restores 100,000 records at 10,000/s on i2: 1 + 10 = 11 s.
     let r = run(&scenario("sticky", "eager", 0, ADD_I2), "sticky");
-    assert_eq!(r.unavailable_max_s, 11.0);
-    assert_eq!(
-        r.unavailable_total_s, 12.0,
-        "the task that stays is stopped for the rebalance only"
-    );
+    about(r.unavailable_max_s, 11.0, 0.05);
+    // The task that stays is stopped for the rebalance only.
+    about(r.unavailable_total_s, 12.0, 0.05);
     assert_eq!(r.rebalances, 1);
     assert_eq!(r.records_restored, 100_000.0);
 }
@@ -51,18 +59,17 @@ fn eager_scale_out_stalls_a_moved_task_for_its_whole_restore() {
 #[test]
 fn high_availability_stalls_no_longer_than_the_rebalances() {
     // i2 warms the moving task up (10 s) while i1 keeps running it; the warm-up catching up
-    // triggers a follow-up at once; the hand-over itself takes one cooperative round (1 s).
+    // triggers a follow-up at once. The hand-over is cooperative: that round takes the task
+    // from i1 (1 s), i1 commits and rejoins, and the next round gives it to i2 (1 s): the task
+    // stops for that second round only.
     let r = run(
         &scenario("high-availability", "cooperative", 0, ADD_I2),
         "high-availability",
     );
-    assert_eq!(r.unavailable_max_s, 1.0);
-    assert_eq!(r.unavailable_total_s, 1.0);
-    assert_eq!(
-        r.time_to_balance_s,
-        Some(12.0),
-        "join 1 s + warm-up 10 s + follow-up 1 s"
-    );
+    about(r.unavailable_max_s, 1.0, 0.25);
+    about(r.unavailable_total_s, 1.0, 0.25);
+    // join 1 s + warm-up 10 s + two rounds of the hand-over 2 s
+    about(r.time_to_balance_s.unwrap(), 13.0, 0.25);
     assert_eq!(r.records_restored, 100_000.0);
 
     // Kafka's assignor on the same input waits for the 10-minute probe instead.
@@ -70,8 +77,8 @@ fn high_availability_stalls_no_longer_than_the_rebalances() {
         &scenario("high-availability", "cooperative", 0, ADD_I2),
         "kafka",
     );
-    assert_eq!(k.unavailable_max_s, 1.0);
-    assert_eq!(k.time_to_balance_s, Some(601.0 + 1.0));
+    about(k.unavailable_max_s, 1.0, 0.25);
+    about(k.time_to_balance_s.unwrap(), 1.0 + 600.0 + 2.0, 0.25);
 }
 
 const TWO_THEN_CRASH: &str = r#"
@@ -85,20 +92,31 @@ crash = ["i1"]
 
 #[test]
 fn a_crash_stalls_for_session_timeout_plus_restore_unless_a_standby_is_caught_up() {
-    // i1 crashes at 100 s, is noticed at 110 s, the rebalance ends at 111 s and i2 restores
-    // i1's task from scratch for 10 s: 21 s.
+    // i1 crashes at 100 s. The coordinator gives up on it a session timeout (10 s) after its
+    // last heartbeat, which came up to one heartbeat interval (10 s / 3) before the crash; the
+    // rebalance takes 1 s and i2 restores i1's task from scratch for 10 s: 21 s at most.
+    let heartbeat = 10.0 / 3.0;
+    let within = |got: f64, most: f64| {
+        assert!(
+            (most - heartbeat..=most + 0.25).contains(&got),
+            "{got} is not within a heartbeat below {most}"
+        )
+    };
     let r = run(
         &scenario("high-availability", "cooperative", 0, TWO_THEN_CRASH),
         "high-availability",
     );
-    assert_eq!(r.unavailable_max_s, 21.0);
-    assert_eq!(r.unavailable_total_s, 21.0, "i2's own task runs on");
-    // With a caught-up standby on i2 it takes over at once: 10 s timeout + 1 s rebalance.
+    within(r.unavailable_max_s, 21.0);
+    assert_eq!(
+        r.unavailable_total_s, r.unavailable_max_s,
+        "i2's own task runs on"
+    );
+    // With a caught-up standby on i2 it takes over at once: timeout + 1 s rebalance.
     let r = run(
         &scenario("high-availability", "cooperative", 1, TWO_THEN_CRASH),
         "high-availability",
     );
-    assert_eq!(r.unavailable_max_s, 11.0);
+    within(r.unavailable_max_s, 11.0);
 }
 
 #[test]
@@ -216,11 +234,8 @@ fn a_drain_no_warm_up_can_finish_ends_only_at_the_timeout() {
     ))
     .unwrap();
     let r = run(&timed, "high-availability");
-    let balanced = r.time_to_balance_s.expect("the drain ends");
-    assert!(
-        (120.0..=120.0 + 2.0 + 1e-6).contains(&balanced),
-        "timeout 120 s plus one 2 s rebalance: {balanced}"
-    );
+    // The timeout (120 s), then the two 2 s rounds of a cooperative hand-over.
+    about(r.time_to_balance_s.expect("the drain ends"), 124.0, 0.25);
     assert_eq!(r.forced_moves, 2, "i3's two tasks");
     assert!(r.unfinished_drains.is_empty());
 

@@ -1,0 +1,834 @@
+//! The instances: each stream thread is a [`ThreadMachine`], and this is its driver. It does
+//! what the runtime's thread does with each command, against the simulated broker, coordinator
+//! and store instead of real ones.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use baton_assignor::TaskId;
+use baton_protocol::leader::{self, JoinedMember, LeaderInput, MemberReport};
+use baton_protocol::{TaskOffsetSum, TopicPartition, BATON_VERSION};
+use baton_runtime::machine::{
+    Assigned, Command, Event, FetchResult, FetchWant, Heartbeat, MachineConfig, Report, RequestId,
+    ThreadMachine,
+};
+
+use super::group::Seat;
+use super::logs::Partition;
+use super::{Engine, Pending, CHUNK, FETCH_LATENCY, POLL, REQUEST_LATENCY};
+use crate::report::{ms, Handover};
+use crate::scenario::{InstanceSpec, Protocol};
+
+/// The join a thread sends after handing back actives the last round revoked. The round it
+/// starts is the cooperative protocol's second; an eager group neither pauses nor counts it.
+const RELEASE: &str = "released revoked actives";
+
+pub struct Thread {
+    /// `None` once the thread has exited.
+    pub machine: Option<ThreadMachine>,
+    pub member_id: Option<String>,
+    /// Task indices this thread runs as a running active, as last seen.
+    running: BTreeSet<usize>,
+    /// When the leader asked this thread for the next probing rebalance.
+    pub probe_at: Option<std::time::Duration>,
+    unique: i8,
+    /// The store worker is busy until then.
+    store_free_at: Duration,
+    /// Chunks handed to the store and not yet taken in, per changelog.
+    queued: BTreeMap<TopicPartition, u32>,
+    /// What the last fetch brought of each changelog: `(from, next)`.
+    buffers: BTreeMap<TopicPartition, (i64, i64)>,
+}
+
+pub struct Instance {
+    pub spec: InstanceSpec,
+    pid: u128,
+    /// Bumped by a crash: answers meant for the dead process are dropped.
+    pub life: u32,
+    pub alive: bool,
+    pub leaving_since: Option<Duration>,
+    pub threads: Vec<Thread>,
+    /// Each task's store checkpoint on this instance's disk.
+    pub disk: BTreeMap<TaskId, i64>,
+    /// Which thread holds each task's stores open.
+    open: BTreeMap<TaskId, usize>,
+}
+
+impl Instance {
+    /// Alive with at least one thread that has not exited.
+    pub fn running(&self) -> bool {
+        self.alive && self.threads.iter().any(|t| t.machine.is_some())
+    }
+
+    /// In the group (or about to be): running.
+    pub fn member(&self) -> bool {
+        self.running()
+    }
+
+    /// Nothing in flight on this instance: every thread a member of the group, no warm-up, no
+    /// active that is not running and no probing rebalance to come.
+    pub fn quiet(&self, now: Duration) -> bool {
+        if !self.alive {
+            return true;
+        }
+        self.threads.iter().all(|t| {
+            let Some(m) = &t.machine else { return true };
+            !m.is_joining()
+                && t.probe_at.is_none_or(|p| p <= now)
+                && m.tasks().values().all(|task| match task.role {
+                    baton_runtime::status::Role::Active => task.is_running_active(),
+                    baton_runtime::status::Role::Standby => true,
+                    baton_runtime::status::Role::Warmup => false,
+                })
+        })
+    }
+}
+
+impl Instance {
+    /// Nothing to restore or take in: every active running, every copy within `lag` of
+    /// its changelog, no thread joining, no store work queued.
+    pub fn steady(&self, lag: u64) -> bool {
+        !self.alive
+            || self.threads.iter().all(|t| {
+                let Some(m) = &t.machine else { return true };
+                !m.is_joining()
+                    && t.queued.values().all(|&q| q == 0)
+                    && m.tasks().values().all(|task| match task.role {
+                        baton_runtime::status::Role::Active => task.is_running_active(),
+                        _ => {
+                            task.phase == baton_runtime::status::Phase::Tailing && task.lag() <= lag
+                        }
+                    })
+            })
+    }
+}
+
+fn chunk_records(restore_rate: f64) -> i64 {
+    ((restore_rate * CHUNK.as_secs_f64()).round() as i64).max(1)
+}
+
+impl Engine<'_> {
+    fn machine_config(&self) -> MachineConfig {
+        MachineConfig {
+            session_timeout: self.session,
+            write_timeout: self.session / 3,
+            commit_interval: Duration::from_secs(5),
+            acceptable_recovery_lag: self.config.acceptable_recovery_lag,
+            restore_fetch_bytes: 1 << 20,
+            input_fetch_bytes: 1 << 20,
+            static_membership: false,
+            retry_backoff: baton_kafka::Backoff {
+                first: Duration::from_millis(100),
+                max: Duration::from_millis(3_200),
+                attempts: u32::MAX,
+            },
+            rejoin_mode: self.rejoin_mode(),
+        }
+    }
+
+    pub(super) fn add_instance(&mut self, spec: &InstanceSpec) {
+        let cfg = self.machine_config();
+        let ii = self.insts.len();
+        let mut threads = Vec::new();
+        let mut starts = Vec::new();
+        for _ in 0..spec.threads {
+            let mut machine = ThreadMachine::new(cfg.clone(), self.logs.topology.clone(), self.now);
+            starts.push(machine.start());
+            threads.push(Thread {
+                machine: Some(machine),
+                member_id: None,
+                running: BTreeSet::new(),
+                probe_at: None,
+                unique: 0,
+                store_free_at: self.now,
+                queued: BTreeMap::new(),
+                buffers: BTreeMap::new(),
+            });
+        }
+        self.insts.push(Instance {
+            spec: spec.clone(),
+            pid: ii as u128 + 1,
+            life: 0,
+            alive: true,
+            leaving_since: None,
+            threads,
+            disk: self.seeded.remove(&spec.id).unwrap_or_default(),
+            open: BTreeMap::new(),
+        });
+        for (ti, cmds) in starts.into_iter().enumerate() {
+            self.execute_all(ii, ti, cmds);
+        }
+    }
+
+    pub(super) fn drain(&mut self, ii: usize, supported: bool) {
+        if !supported {
+            self.stop(ii);
+            return;
+        }
+        if !self.insts[ii].running() {
+            return;
+        }
+        self.insts[ii].leaving_since.get_or_insert(self.now);
+        for ti in 0..self.insts[ii].threads.len() {
+            self.handle_now(ii, ti, Event::DrainRequested);
+        }
+    }
+
+    /// A graceful shutdown: each thread commits, closes its tasks and leaves the group.
+    pub(super) fn stop(&mut self, ii: usize) {
+        for ti in 0..self.insts[ii].threads.len() {
+            self.handle_now(ii, ti, Event::Shutdown);
+        }
+        self.insts[ii].alive = false;
+    }
+
+    /// `kill -9`: the coordinator notices when the members' sessions run out.
+    pub(super) fn crash(&mut self, ii: usize) {
+        if !self.insts[ii].alive {
+            return;
+        }
+        let inst = &mut self.insts[ii];
+        inst.alive = false;
+        inst.life += 1;
+        inst.open.clear();
+        let mut lost = Vec::new();
+        for t in &mut inst.threads {
+            t.machine = None;
+            lost.extend(std::mem::take(&mut t.running));
+        }
+        for t in lost {
+            self.holders[t] -= 1;
+            self.refresh(t);
+        }
+        self.record_unavailable();
+        let expiries: Vec<Duration> = self.insts[ii]
+            .threads
+            .iter()
+            .filter_map(|t| self.group.members.get(t.member_id.as_ref()?))
+            .map(|(_, seen)| *seen + self.session)
+            .collect();
+        for at in expiries {
+            self.schedule(at, Pending::Sessions);
+        }
+    }
+
+    /// Hands `event` to a thread now and does what it says.
+    fn handle_now(&mut self, ii: usize, ti: usize, event: Event) {
+        let now = self.now;
+        let inst = &mut self.insts[ii];
+        if !inst.alive {
+            return;
+        }
+        let Some(m) = inst.threads[ti].machine.as_mut() else {
+            return;
+        };
+        let cmds = m.handle(event, now);
+        self.execute_all(ii, ti, cmds);
+    }
+
+    pub(super) fn deliver(&mut self, ii: usize, ti: usize, life: u32, event: Event) {
+        if self.insts[ii].life == life {
+            self.handle_now(ii, ti, event);
+        }
+    }
+
+    fn send(&mut self, ii: usize, ti: usize, after: Duration, event: Event) {
+        let life = self.insts[ii].life;
+        self.schedule(
+            self.now + after,
+            Pending::Deliver {
+                inst: ii,
+                thread: ti,
+                life,
+                event,
+            },
+        );
+    }
+
+    fn execute_all(&mut self, ii: usize, ti: usize, cmds: Vec<Command>) {
+        for c in cmds {
+            self.execute(ii, ti, c);
+        }
+        self.sync_running(ii, ti);
+    }
+
+    /// Counts the thread's running actives again.
+    fn sync_running(&mut self, ii: usize, ti: usize) {
+        let thread = &self.insts[ii].threads[ti];
+        let now: BTreeSet<usize> = match (&thread.machine, self.insts[ii].alive) {
+            (Some(m), true) => m
+                .tasks()
+                .values()
+                .filter(|t| t.is_running_active())
+                .filter_map(|t| self.logs.index.get(&t.id).copied())
+                .collect(),
+            _ => BTreeSet::new(),
+        };
+        if now == thread.running {
+            return;
+        }
+        let before = std::mem::replace(&mut self.insts[ii].threads[ti].running, now.clone());
+        for &t in before.difference(&now) {
+            self.holders[t] -= 1;
+            self.refresh(t);
+        }
+        for &t in now.difference(&before) {
+            self.holders[t] += 1;
+            self.refresh(t);
+        }
+        self.record_unavailable();
+    }
+
+    fn execute(&mut self, ii: usize, ti: usize, c: Command) {
+        let now = self.now;
+        match c {
+            Command::Join { reason, report } => {
+                self.send_join(ii, ti, &report, reason == RELEASE);
+            }
+            Command::Leave => {
+                let id = self.insts[ii].threads[ti].member_id.take();
+                if id.is_some_and(|id| self.group.leave(&id)) {
+                    self.start_round();
+                    self.try_finish_round();
+                }
+            }
+            Command::Exit(_) => {
+                let inst = &mut self.insts[ii];
+                inst.threads[ti].machine = None;
+                inst.open.retain(|_, t| *t != ti);
+                if inst.threads.iter().all(|t| t.machine.is_none()) {
+                    inst.alive = false;
+                }
+            }
+            Command::Open { task, .. } => {
+                let inst = &mut self.insts[ii];
+                if inst.open.get(&task).is_some_and(|&t| t != ti) {
+                    self.send(ii, ti, REQUEST_LATENCY, Event::OpenBusy { task });
+                    return;
+                }
+                inst.open.insert(task, ti);
+                let stateful = self
+                    .logs
+                    .index
+                    .get(&task)
+                    .is_some_and(|&t| self.logs.tasks[t].stateful);
+                let checkpoints = if stateful {
+                    vec![inst.disk.get(&task).copied().unwrap_or(0)]
+                } else {
+                    Vec::new()
+                };
+                self.send(ii, ti, REQUEST_LATENCY, Event::Opened { task, checkpoints });
+            }
+            Command::Close { task } => {
+                let inst = &mut self.insts[ii];
+                if inst.open.get(&task) == Some(&ti) {
+                    inst.open.remove(&task);
+                }
+                for tp in self.logs.topology.changelog_partitions(task) {
+                    inst.threads[ti].buffers.remove(&tp);
+                }
+            }
+            Command::Discard { task, .. } => {
+                self.insts[ii].disk.remove(&task);
+            }
+            Command::Persist { .. } => {}
+            Command::ReadCommitted { task } => {
+                let offsets = vec![self
+                    .logs
+                    .index
+                    .get(&task)
+                    .and_then(|&t| self.logs.tasks[t].committed)];
+                self.send(
+                    ii,
+                    ti,
+                    REQUEST_LATENCY,
+                    Event::CommittedRead { task, offsets },
+                );
+            }
+            Command::Commit {
+                commit,
+                generation,
+                member_id,
+                offsets,
+            } => {
+                let ok = generation == self.group.generation
+                    && self.group.members.contains_key(&member_id);
+                if ok {
+                    for (tp, at) in offsets {
+                        if let Some(Partition::Input(t)) = self.logs.resolve(&tp) {
+                            self.logs.tasks[t].committed = Some(at);
+                        }
+                    }
+                }
+                self.send(ii, ti, REQUEST_LATENCY, Event::CommitDone { commit, ok });
+            }
+            Command::Process {
+                task,
+                batch,
+                inputs,
+            } => {
+                let Some(&t) = self.logs.index.get(&task) else {
+                    return;
+                };
+                let n: i64 = inputs.iter().map(|i| (i.to - i.from).max(0)).sum();
+                let log = &mut self.logs.tasks[t];
+                let end = log.append(n);
+                let changelogs = if log.stateful {
+                    self.insts[ii].disk.insert(task, end);
+                    vec![(0, end)]
+                } else {
+                    Vec::new()
+                };
+                self.send(
+                    ii,
+                    ti,
+                    REQUEST_LATENCY,
+                    Event::BatchDone {
+                        task,
+                        batch,
+                        changelogs,
+                    },
+                );
+            }
+            Command::Fetch { fetch, wants } => {
+                let after = self.fetch_wait(ii, ti, &wants, now);
+                let life = self.insts[ii].life;
+                self.schedule(
+                    now + after,
+                    Pending::Fetch {
+                        inst: ii,
+                        thread: ti,
+                        life,
+                        fetch,
+                        wants,
+                    },
+                );
+            }
+            Command::Absorb {
+                task, changelog, ..
+            } => self.absorb(ii, ti, task, changelog),
+        }
+    }
+
+    /// Whether a changelog's store has enough queued that a fetch leaves it out.
+    fn busy(&self, ii: usize, ti: usize, tp: &TopicPartition) -> bool {
+        self.insts[ii].threads[ti]
+            .queued
+            .get(tp)
+            .copied()
+            .unwrap_or(0)
+            >= 2
+    }
+
+    /// How long the broker holds a fetch: briefly when a store has a real chunk to take,
+    /// until the store frees up when every changelog is busy, else the long-poll wait.
+    fn fetch_wait(&self, ii: usize, ti: usize, wants: &[FetchWant], now: Duration) -> Duration {
+        let rate = self.insts[ii].spec.restore_rate;
+        let worth = ((rate * 0.01) as i64).max(1);
+        let mut any_busy = false;
+        for w in wants {
+            if let Some(Partition::Changelog(t)) = self.logs.resolve(&w.tp) {
+                if self.busy(ii, ti, &w.tp) {
+                    any_busy = true;
+                } else if self.logs.tasks[t].changelog_end() - w.offset >= worth {
+                    return FETCH_LATENCY;
+                }
+            }
+        }
+        if any_busy {
+            let free = self.insts[ii].threads[ti].store_free_at;
+            free.saturating_sub(now)
+                .clamp(Duration::from_millis(1), POLL)
+        } else {
+            POLL
+        }
+    }
+
+    pub(super) fn answer_fetch(
+        &mut self,
+        ii: usize,
+        ti: usize,
+        life: u32,
+        fetch: RequestId,
+        wants: Vec<FetchWant>,
+    ) {
+        if self.insts[ii].life != life || !self.insts[ii].alive {
+            return;
+        }
+        let chunk = chunk_records(self.insts[ii].spec.restore_rate);
+        let mut results = Vec::new();
+        for w in wants {
+            match self.logs.resolve(&w.tp) {
+                Some(Partition::Changelog(t)) => {
+                    if self.busy(ii, ti, &w.tp) {
+                        continue;
+                    }
+                    let end = self.logs.tasks[t].changelog_end();
+                    let next = if w.offset >= end {
+                        w.offset
+                    } else {
+                        end.min(w.offset + chunk)
+                    };
+                    self.insts[ii].threads[ti]
+                        .buffers
+                        .insert(w.tp.clone(), (w.offset, next));
+                    results.push(FetchResult {
+                        tp: w.tp,
+                        from: w.offset,
+                        next,
+                        high_watermark: Some(end),
+                    });
+                }
+                Some(Partition::Input(t)) => {
+                    let end = self.logs.tasks[t].input_end(self.now);
+                    results.push(FetchResult {
+                        tp: w.tp,
+                        from: w.offset,
+                        next: end.max(w.offset),
+                        high_watermark: Some(end),
+                    });
+                }
+                None => {}
+            }
+        }
+        self.handle_now(ii, ti, Event::Fetched { fetch, results });
+    }
+
+    /// Hands a fetched chunk to the thread's store worker, which takes chunks one at a time.
+    fn absorb(&mut self, ii: usize, ti: usize, task: TaskId, changelog: usize) {
+        let Some(tp) = self
+            .logs
+            .topology
+            .changelog_partitions(task)
+            .into_iter()
+            .nth(changelog)
+        else {
+            return;
+        };
+        let rate = self.insts[ii].spec.restore_rate;
+        let now = self.now;
+        let life = self.insts[ii].life;
+        let thread = &mut self.insts[ii].threads[ti];
+        let Some((from, next)) = thread.buffers.remove(&tp) else {
+            return;
+        };
+        let done = if next > from {
+            let start = thread.store_free_at.max(now);
+            let done = start + Duration::from_secs_f64((next - from) as f64 / rate);
+            thread.store_free_at = done;
+            *thread.queued.entry(tp).or_default() += 1;
+            done
+        } else {
+            // Nothing new: the store answers once it has taken what is queued before it.
+            thread.store_free_at.max(now)
+        };
+        self.schedule(
+            done,
+            Pending::Absorbed {
+                inst: ii,
+                thread: ti,
+                life,
+                task,
+                changelog,
+                from,
+                stored: next,
+            },
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn absorbed(
+        &mut self,
+        ii: usize,
+        ti: usize,
+        life: u32,
+        task: TaskId,
+        changelog: usize,
+        from: i64,
+        stored: i64,
+    ) {
+        if self.insts[ii].life != life {
+            return;
+        }
+        if stored > from {
+            if let Some(tp) = self
+                .logs
+                .topology
+                .changelog_partitions(task)
+                .into_iter()
+                .nth(changelog)
+            {
+                if let Some(q) = self.insts[ii].threads[ti].queued.get_mut(&tp) {
+                    *q = q.saturating_sub(1);
+                }
+            }
+            self.stats.restored += (stored - from) as f64;
+            let disk = self.insts[ii].disk.entry(task).or_default();
+            *disk = (*disk).max(stored);
+        }
+        self.handle_now(
+            ii,
+            ti,
+            Event::Absorbed {
+                task,
+                changelog,
+                stored,
+            },
+        );
+    }
+
+    /// The subscription a thread joins with: what its machine reports, plus every other
+    /// task's checkpoint on the instance's disk (as the runtime reports its state directory).
+    fn send_join(&mut self, ii: usize, ti: usize, report: &Report, release: bool) {
+        let inst = &self.insts[ii];
+        let mut sums: BTreeMap<TaskId, i64> = inst.disk.clone();
+        sums.extend(report.offset_sums.iter().map(|(t, s)| (*t, *s)));
+        let sums: Vec<TaskOffsetSum> = sums
+            .into_iter()
+            .map(|(task, offset_sum)| TaskOffsetSum { task, offset_sum })
+            .collect();
+        // An eager member gives everything up before it joins.
+        let owned = if self.protocol == Protocol::Eager {
+            Vec::new()
+        } else {
+            report.owned.clone()
+        };
+        let unique = inst.threads[ti].unique.wrapping_add(1);
+        let metadata = leader::encode_subscription(
+            &self.logs.topology,
+            &MemberReport {
+                version: BATON_VERSION,
+                latest_supported: BATON_VERSION,
+                process_id: uuid::Uuid::from_u128(inst.pid),
+                user_endpoint: "",
+                offset_sums: &sums,
+                leaving: report.leaving,
+                leaving_since_ms: inst
+                    .leaving_since
+                    .filter(|_| report.leaving)
+                    .map(|d| d.as_millis() as i64),
+                warmups: &report.warmups,
+                owned: &owned,
+                generation: report.generation,
+                unique,
+                rack: inst.spec.rack.as_deref(),
+                client_tags: &[],
+            },
+        );
+        let id = match inst.threads[ti].member_id.clone() {
+            Some(id) => id,
+            None => {
+                let id = self.group.new_member_id(&inst.spec.id, ti);
+                self.insts[ii].threads[ti].member_id = Some(id.clone());
+                id
+            }
+        };
+        self.insts[ii].threads[ti].unique = unique;
+        let due = self.now + self.rebalance_time();
+        let seat = Seat {
+            inst: ii,
+            thread: ti,
+        };
+        if self.group.join(&id, seat, metadata, release, due) {
+            self.round_started(due);
+        }
+        self.try_finish_round();
+    }
+
+    /// Starts a round unless one is under way (a member left or timed out).
+    pub(super) fn start_round(&mut self) {
+        let due = self.now + self.rebalance_time();
+        if self.group.start(due) {
+            self.round_started(due);
+        }
+    }
+
+    /// Every member hears of the round at once (the scenario's rebalance time covers the
+    /// heartbeat that would tell it); a thread that is between rounds joins with what it has.
+    fn round_started(&mut self, due: Duration) {
+        self.schedule(due, Pending::RoundDue);
+        if self.protocol == Protocol::Eager {
+            self.refresh_all();
+        }
+        let now = self.now;
+        for ii in 0..self.insts.len() {
+            for ti in 0..self.insts[ii].threads.len() {
+                let t = &self.insts[ii].threads[ti];
+                let Some(m) = &t.machine else { continue };
+                let joined = t.member_id.as_ref().is_some_and(|id| {
+                    self.group
+                        .round
+                        .as_ref()
+                        .is_some_and(|r| r.joined.contains_key(id))
+                });
+                if joined || !self.insts[ii].alive {
+                    continue;
+                }
+                if m.is_joining() {
+                    let report = m.report();
+                    self.send_join(ii, ti, &report, false);
+                } else {
+                    self.handle_now(
+                        ii,
+                        ti,
+                        Event::Heartbeat {
+                            answer: Heartbeat::Rebalancing,
+                            at: now,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Ends the round if it can: the leader's pipeline assigns, every member gets its answer.
+    pub(super) fn try_finish_round(&mut self) {
+        if !self.group.ready(self.now) {
+            return;
+        }
+        let Some(generation) = self.group.finish(self.now) else {
+            self.refresh_all();
+            return;
+        };
+        let now = self.now;
+        let members: Vec<JoinedMember> = generation
+            .joined
+            .iter()
+            .map(|(id, _, metadata)| JoinedMember {
+                member_id: id.clone(),
+                metadata: metadata.clone(),
+            })
+            .collect();
+        let ends = self.logs.changelog_ends();
+        let out = leader::lead(&LeaderInput {
+            members: &members,
+            topology: &self.logs.topology,
+            end_offsets: Some(&ends),
+            config: self.config.clone(),
+            assignor: self.kind,
+            leader_member_id: &generation.leader,
+            now_ms: now.as_millis() as i64,
+            metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
+        });
+        if !(self.protocol == Protocol::Eager && generation.for_release) {
+            self.stats.rebalances += 1;
+        }
+        self.stats.forced += out.forced.len() as u32;
+        let mut settled = true;
+        for (id, seat, _) in &generation.joined {
+            let blob = out.assignments.get(id).cloned().unwrap_or_default();
+            let assigned = match leader::decode_assignment(&blob) {
+                Ok((_, info)) => {
+                    // `i64::MAX` (Kafka's "never") asks for no follow-up either.
+                    let probe = (info.next_rebalance_ms > 0 && info.next_rebalance_ms < i64::MAX)
+                        .then(|| Duration::from_millis(info.next_rebalance_ms as u64));
+                    settled &= probe.is_none() && info.warmup_tasks.is_empty();
+                    for &t in &info.active_tasks {
+                        self.hand_to(t, seat.inst);
+                    }
+                    Assigned::from_info(generation.generation, id, &info, probe, now)
+                }
+                Err(_) => Assigned {
+                    generation: generation.generation,
+                    member_id: id.clone(),
+                    confirmed_at: now,
+                    ..Assigned::default()
+                },
+            };
+            let (ii, ti) = (seat.inst, seat.thread);
+            if let Some(p) = assigned.probe_at {
+                self.insts[ii].threads[ti].probe_at = Some(p);
+                let life = self.insts[ii].life;
+                self.schedule(
+                    p,
+                    Pending::Probe {
+                        inst: ii,
+                        thread: ti,
+                        life,
+                    },
+                );
+            } else {
+                self.insts[ii].threads[ti].probe_at = None;
+            }
+            self.send(ii, ti, REQUEST_LATENCY, Event::Assigned(assigned));
+        }
+        if settled {
+            self.stats.settled_at.get_or_insert(now);
+        } else {
+            self.stats.settled_at = None;
+        }
+        if self.protocol == Protocol::Eager {
+            self.refresh_all();
+        }
+        self.load_sample();
+    }
+
+    /// Records a task's active going to instance `to`.
+    fn hand_to(&mut self, task: TaskId, to: usize) {
+        let Some(&t) = self.logs.index.get(&task) else {
+            return;
+        };
+        if let Some(from) = self.owner[t] {
+            if from != to && self.now >= self.origin {
+                self.stats.moves += 1;
+                self.stats.handovers.push(Handover {
+                    t_s: ms(self.now.saturating_sub(self.origin).as_secs_f64()),
+                    task: task.to_string(),
+                    from: self.insts[from].spec.id.clone(),
+                    to: self.insts[to].spec.id.clone(),
+                });
+            }
+        }
+        self.owner[t] = Some(to);
+    }
+
+    /// Heartbeats: every live member is heard from; every thread gets a timer tick.
+    pub(super) fn beat(&mut self) {
+        let now = self.now;
+        let rebalancing = self.group.round.is_some();
+        for ii in 0..self.insts.len() {
+            if !self.insts[ii].alive {
+                continue;
+            }
+            for ti in 0..self.insts[ii].threads.len() {
+                let t = &self.insts[ii].threads[ti];
+                if t.machine.is_none() {
+                    continue;
+                }
+                let known = t.member_id.clone().filter(|id| {
+                    self.group.members.contains_key(id)
+                        || self
+                            .group
+                            .round
+                            .as_ref()
+                            .is_some_and(|r| r.joined.contains_key(id))
+                });
+                let event = match known {
+                    Some(id) => {
+                        self.group.heard_from(&id, now);
+                        Event::Heartbeat {
+                            answer: if rebalancing {
+                                Heartbeat::Rebalancing
+                            } else {
+                                Heartbeat::Alive
+                            },
+                            at: now,
+                        }
+                    }
+                    None => Event::Tick,
+                };
+                self.handle_now(ii, ti, event);
+            }
+        }
+        self.check_sessions();
+    }
+
+    /// Members whose session ran out leave the group, which starts a round.
+    pub(super) fn check_sessions(&mut self) {
+        let gone = self.group.expire(self.now, self.session);
+        if !gone.is_empty() {
+            self.start_round();
+        }
+        self.try_finish_round();
+    }
+}
