@@ -2,7 +2,7 @@
 //! what the runtime's thread does with each command, against the simulated broker, coordinator
 //! and store instead of real ones.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
@@ -15,7 +15,7 @@ use baton_runtime::machine::{
 
 use super::group::Seat;
 use super::logs::Partition;
-use super::{Engine, Pending, CHUNK, FETCH_LATENCY, POLL, REQUEST_LATENCY};
+use super::{Engine, Pending, CHUNK, FETCH_LATENCY, IDLE_POLL, POLL, REQUEST_LATENCY};
 use crate::report::{ms, Handover};
 use crate::scenario::{InstanceSpec, Protocol};
 
@@ -27,8 +27,8 @@ pub struct Thread {
     /// `None` once the thread has exited.
     pub machine: Option<ThreadMachine>,
     pub member_id: Option<String>,
-    /// Task indices this thread runs as a running active, as last seen.
-    running: BTreeSet<usize>,
+    /// Task indices this thread runs as a running active, as last seen, in order.
+    running: Vec<usize>,
     /// When the leader asked this thread for the next probing rebalance.
     pub probe_at: Option<std::time::Duration>,
     unique: i8,
@@ -84,22 +84,23 @@ impl Instance {
     }
 }
 
-impl Instance {
-    /// Nothing to restore or take in: every active running, every copy within `lag` of
-    /// its changelog, no thread joining, no store work queued.
-    pub fn steady(&self, lag: u64) -> bool {
-        !self.alive
-            || self.threads.iter().all(|t| {
-                let Some(m) = &t.machine else { return true };
-                !m.is_joining()
-                    && t.queued.values().all(|&q| q == 0)
-                    && m.tasks().values().all(|task| match task.role {
-                        baton_runtime::status::Role::Active => task.is_running_active(),
-                        _ => {
-                            task.phase == baton_runtime::status::Phase::Tailing && task.lag() <= lag
-                        }
-                    })
+impl Thread {
+    /// Nothing to restore: every active running, every copy within `lag` of its changelog
+    /// (a chunk may still be on its way into the store), not joining.
+    fn steady(&self, lag: u64) -> bool {
+        let Some(m) = &self.machine else { return true };
+        !m.is_joining()
+            && m.tasks().values().all(|task| match task.role {
+                baton_runtime::status::Role::Active => task.is_running_active(),
+                _ => task.phase == baton_runtime::status::Phase::Tailing && task.lag() <= lag,
             })
+    }
+}
+
+impl Instance {
+    /// Every thread steady (see [`Thread::steady`]).
+    pub fn steady(&self, lag: u64) -> bool {
+        !self.alive || self.threads.iter().all(|t| t.steady(lag))
     }
 }
 
@@ -137,7 +138,7 @@ impl Engine<'_> {
             threads.push(Thread {
                 machine: Some(machine),
                 member_id: None,
-                running: BTreeSet::new(),
+                running: Vec::new(),
                 probe_at: None,
                 unique: 0,
                 store_free_at: self.now,
@@ -255,26 +256,27 @@ impl Engine<'_> {
     /// Counts the thread's running actives again.
     fn sync_running(&mut self, ii: usize, ti: usize) {
         let thread = &self.insts[ii].threads[ti];
-        let now: BTreeSet<usize> = match (&thread.machine, self.insts[ii].alive) {
-            (Some(m), true) => m
-                .tasks()
-                .values()
-                .filter(|t| t.is_running_active())
-                .filter_map(|t| self.logs.index.get(&t.id).copied())
-                .collect(),
-            _ => BTreeSet::new(),
-        };
+        let mut now: Vec<usize> = Vec::with_capacity(thread.running.len() + 1);
+        if let (Some(m), true) = (&thread.machine, self.insts[ii].alive) {
+            // In task order, as `running` is.
+            now.extend(
+                m.tasks()
+                    .values()
+                    .filter(|t| t.is_running_active())
+                    .filter_map(|t| self.logs.index.get(&t.id).copied()),
+            );
+        }
         if now == thread.running {
             return;
         }
         let before = std::mem::replace(&mut self.insts[ii].threads[ti].running, now.clone());
-        for &t in before.difference(&now) {
-            self.holders[t] -= 1;
-            self.refresh(t);
+        for t in before.iter().filter(|t| now.binary_search(t).is_err()) {
+            self.holders[*t] -= 1;
+            self.refresh(*t);
         }
-        for &t in now.difference(&before) {
-            self.holders[t] += 1;
-            self.refresh(t);
+        for t in now.iter().filter(|t| before.binary_search(t).is_err()) {
+            self.holders[*t] += 1;
+            self.refresh(*t);
         }
         self.record_unavailable();
     }
@@ -435,10 +437,14 @@ impl Engine<'_> {
                 }
             }
         }
+        let thread = &self.insts[ii].threads[ti];
         if any_busy {
-            let free = self.insts[ii].threads[ti].store_free_at;
-            free.saturating_sub(now)
+            thread
+                .store_free_at
+                .saturating_sub(now)
                 .clamp(Duration::from_millis(1), POLL)
+        } else if thread.steady(self.config.acceptable_recovery_lag) {
+            IDLE_POLL
         } else {
             POLL
         }

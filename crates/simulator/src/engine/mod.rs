@@ -32,6 +32,10 @@ use member::Instance;
 /// up to [`POLL`] for more (`fetch.max.wait.ms`), as the broker would.
 const FETCH_LATENCY: Duration = Duration::from_millis(2);
 const POLL: Duration = Duration::from_millis(100);
+/// The wait of a thread with nothing to restore: the broker's default `fetch.max.wait.ms`.
+/// (The runtime's 100 ms poll would only add events here: steady input is processed either
+/// way, and no decision waits on it.)
+const IDLE_POLL: Duration = Duration::from_millis(500);
 /// A request answered by the broker at once (produce, commit, offsets): its round trip.
 const REQUEST_LATENCY: Duration = Duration::from_millis(1);
 /// One restore fetch brings this much of a store's work, per changelog.
@@ -93,6 +97,8 @@ struct Stats {
     /// Per task: seconds without a running active, and since when it has none.
     unavailable: Vec<Duration>,
     down_since: Vec<Option<Duration>>,
+    /// Tasks without a running active now.
+    down: u32,
     unavailable_series: Vec<(f64, u32)>,
     load: Vec<LoadSample>,
     handovers: Vec<Handover>,
@@ -122,6 +128,10 @@ pub struct Engine<'a> {
     /// A running application's state on each instance's disk at the start.
     seeded: BTreeMap<String, BTreeMap<TaskId, i64>>,
     events_done: usize,
+    /// The group was quiet at the last heartbeat.
+    quiet_now: bool,
+    /// Every scenario event happened and the group is quiet: the run is over.
+    finished: bool,
     rng: u64,
 }
 
@@ -156,10 +166,13 @@ impl<'a> Engine<'a> {
             stats: Stats {
                 unavailable: vec![Duration::ZERO; n],
                 down_since: vec![Some(Duration::ZERO); n],
+                down: n as u32,
                 ..Stats::default()
             },
             seeded: BTreeMap::new(),
             events_done: 0,
+            quiet_now: false,
+            finished: false,
             rng: sc.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
         }
     }
@@ -189,11 +202,12 @@ impl<'a> Engine<'a> {
         self.schedule(self.heartbeat, Pending::Beat);
         if self.sc.start == Start::Running {
             // A running application: let the group form on the state it has, then begin.
-            while self.now < WARM_START_LIMIT && !self.quiet() {
+            while self.now < WARM_START_LIMIT && !self.quiet_now {
                 if !self.step(WARM_START_LIMIT) {
                     break;
                 }
             }
+            self.quiet_now = false;
             self.begin_at_now();
         }
         for (i, e) in self.sc.events.iter().enumerate() {
@@ -203,7 +217,7 @@ impl<'a> Engine<'a> {
         let end = self.origin + Duration::from_secs_f64(self.sc.max_duration_s);
         let events = self.sc.events.len().max(1) as f64;
         loop {
-            if self.events_done == self.sc.events.len() && self.quiet() {
+            if self.finished {
                 break;
             }
             let before = self.events_done;
@@ -254,6 +268,7 @@ impl<'a> Engine<'a> {
             down_since: (0..n)
                 .map(|t| (self.holders[t] == 0).then_some(self.now))
                 .collect(),
+            down: self.holders.iter().filter(|&&h| h == 0).count() as u32,
             ..Stats::default()
         };
         self.record_unavailable();
@@ -292,7 +307,12 @@ impl<'a> Engine<'a> {
             Pending::Beat => {
                 self.beat();
                 self.schedule(self.now + self.heartbeat, Pending::Beat);
-                self.fast_forward();
+                // Looked at once per heartbeat: both walk every task.
+                self.quiet_now = self.quiet();
+                self.finished = self.quiet_now && self.events_done == self.sc.events.len();
+                if !self.finished {
+                    self.fast_forward();
+                }
             }
             Pending::RoundDue => self.try_finish_round(),
             Pending::Sessions => self.check_sessions(),
@@ -442,8 +462,12 @@ impl<'a> Engine<'a> {
             (true, Some(s)) => {
                 self.stats.unavailable[t] += self.now.saturating_sub(s.max(self.origin));
                 *since = None;
+                self.stats.down -= 1;
             }
-            (false, None) => *since = Some(self.now),
+            (false, None) => {
+                *since = Some(self.now);
+                self.stats.down += 1;
+            }
             _ => {}
         }
     }
@@ -456,7 +480,7 @@ impl<'a> Engine<'a> {
     }
 
     fn record_unavailable(&mut self) {
-        let n = self.stats.down_since.iter().filter(|d| d.is_some()).count() as u32;
+        let n = self.stats.down;
         let t = ms(secs(self.now.saturating_sub(self.origin)));
         match self.stats.unavailable_series.last_mut() {
             Some(last) if last.1 == n => {}
