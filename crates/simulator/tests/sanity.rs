@@ -312,3 +312,78 @@ fn stable_rejoins_and_a_tolerance_trade_rebalances_and_moves() {
         last.actives
     );
 }
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A small random scenario: joins, graceful stops, crashes and drains at random times.
+    fn scenario_text(tasks: u32, first: usize, events: &[(u8, u8, u16)], eager: bool) -> String {
+        let mut text = format!(
+            r#"
+name = "random"
+max_duration_s = 3600
+[app]
+subtopologies = [{{ partitions = {tasks}, state_records = 20000, changelog_rate = 20 }}]
+[group]
+rebalance_ms = 500
+session_timeout_ms = 3000
+protocol = "{}"
+[assignor]
+config = {{ "acceptable.recovery.lag" = 100, "num.standby.replicas" = 1, "probing.rebalance.interval.ms" = 60000 }}
+"#,
+            if eager { "eager" } else { "cooperative" }
+        );
+        for i in 0..first {
+            text += &format!("[[instances]]\nid = \"i{i}\"\nrestore_rate = 10000\n");
+        }
+        let mut next = first;
+        let mut at = 0u32;
+        for &(kind, who, dt) in events {
+            at += 1 + dt as u32 % 40;
+            let target = format!("i{}", who as usize % next);
+            let body = match kind % 4 {
+                0 => {
+                    next += 1;
+                    format!("add = [{{ id = \"i{}\", restore_rate = 10000 }}]", next - 1)
+                }
+                1 => format!("crash = [\"{target}\"]"),
+                2 => format!("drain = [\"{target}\"]"),
+                _ => format!("remove = [\"{target}\"]"),
+            };
+            text += &format!("[[events]]\nat_s = {at}\n{body}\n");
+        }
+        text
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever happens, a run ends without a panic, gives the same report twice, counts
+        /// each hand-over once, and leaves every task running when it ends quiet with an
+        /// instance that stays.
+        #[test]
+        fn random_scenarios_keep_their_invariants(
+            tasks in 1u32..6,
+            first in 1usize..4,
+            events in proptest::collection::vec((0u8..8, 0u8..8, 0u16..200), 0..5),
+            eager in any::<bool>(),
+            spec in prop::sample::select(vec!["high-availability", "kafka", "sticky"]),
+        ) {
+            let sc = Scenario::parse(&scenario_text(tasks, first, &events, eager)).unwrap();
+            let a = run(&sc, spec);
+            let b = run(&sc, spec);
+            prop_assert_eq!(
+                serde_json::to_string(&a).unwrap(),
+                serde_json::to_string(&b).unwrap()
+            );
+            prop_assert_eq!(a.handovers.len() as u32, a.active_moves);
+            prop_assert!(a.unavailable_max_s <= a.simulated_s + 1e-6);
+            let stays = a.load.last().is_some_and(|l| !l.actives.is_empty());
+            let ended_quiet = a.simulated_s < sc.max_duration_s;
+            if stays && ended_quiet && a.unfinished_drains.is_empty() {
+                prop_assert_eq!(a.unavailable_series.last().map(|x| x.1), Some(0), "{:?}", a);
+            }
+        }
+    }
+}
