@@ -138,6 +138,7 @@ impl Catchup {
             .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len))
             .sum::<usize>();
         self.buffer.extend(writes);
+        let (load_records, load_bytes) = load_limits(self.loads);
         if next >= end {
             // The last chunk: everything fetched is in the store when this returns.
             self.wait()?;
@@ -145,10 +146,7 @@ impl Catchup {
             self.buffered_bytes = 0;
             store.ingest(std::mem::take(&mut self.buffer), next)?;
             self.position = next;
-        } else if {
-            let (records, bytes) = load_limits(self.loads);
-            self.buffer.len() >= records || self.buffered_bytes >= bytes
-        } {
+        } else if self.buffer.len() >= load_records || self.buffered_bytes >= load_bytes {
             // One load at a time: it bounds memory to two buffers.
             self.wait()?;
             self.loads += 1;
