@@ -11,6 +11,7 @@
 mod group;
 mod logs;
 mod member;
+mod rounds;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -491,7 +492,7 @@ impl<'a> Engine<'a> {
 
     fn load_sample(&mut self) {
         let mut actives: BTreeMap<String, u32> = BTreeMap::new();
-        for inst in self.insts.iter().filter(|i| i.member()) {
+        for inst in self.insts.iter().filter(|i| i.running()) {
             actives.insert(inst.spec.id.clone(), 0);
         }
         for o in self.owner.iter().flatten() {
@@ -586,7 +587,7 @@ impl<'a> Engine<'a> {
         let unfinished_drains: Vec<String> = self
             .insts
             .iter()
-            .filter(|i| i.member() && i.leaving_since.is_some())
+            .filter(|i| i.running() && i.leaving_since.is_some())
             .map(|i| i.spec.id.clone())
             .collect();
         Report {
