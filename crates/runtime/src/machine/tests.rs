@@ -916,12 +916,13 @@ fn a_stable_rejoin_waits_for_every_warm_up() {
     }
 }
 
-#[test]
-fn a_standby_a_move_waits_for_asks_for_the_hand_over_once_caught_up() {
+/// A machine given task 2 as a standby (named as awaited by a move, or not) that restores
+/// it to `stored` of a 1000-record changelog; the commands after the last chunk.
+fn standby_restored_to(awaited: bool, stored: i64) -> (ThreadMachine, Vec<Command>) {
     let mut m = machine();
     let mut a = assigned(1, &[], &[2], &[], S);
     if let Event::Assigned(a) = &mut a {
-        a.awaited = vec![task(2)];
+        a.awaited = if awaited { vec![task(2)] } else { Vec::new() };
     }
     m.handle(a, S);
     let cmds = m.handle(
@@ -938,7 +939,7 @@ fn a_standby_a_move_waits_for_asks_for_the_hand_over_once_caught_up() {
             results: vec![FetchResult {
                 tp: tp("app-counts-changelog", 2),
                 from: 0,
-                next: 950,
+                next: stored,
                 high_watermark: Some(1000),
             }],
         },
@@ -948,44 +949,20 @@ fn a_standby_a_move_waits_for_asks_for_the_hand_over_once_caught_up() {
         Event::Absorbed {
             task: task(2),
             changelog: 0,
-            stored: 950,
+            stored,
         },
         S,
     );
+    (m, cmds)
+}
+
+#[test]
+fn a_standby_a_move_waits_for_asks_for_the_hand_over_once_caught_up() {
+    let (m, cmds) = standby_restored_to(true, 950);
     assert_eq!(joins(&cmds), ["a standby a move waits for caught up"]);
     assert!(m.report().warmups.is_empty(), "still reported as a standby");
-
     // A standby no move waits for catches up silently.
-    let mut m = machine();
-    m.handle(assigned(1, &[], &[2], &[], S), S);
-    let cmds = m.handle(
-        Event::Opened {
-            task: task(2),
-            checkpoints: vec![0],
-        },
-        S,
-    );
-    let (f, _) = fetch_of(&cmds).unwrap();
-    m.handle(
-        Event::Fetched {
-            fetch: f,
-            results: vec![FetchResult {
-                tp: tp("app-counts-changelog", 2),
-                from: 0,
-                next: 1000,
-                high_watermark: Some(1000),
-            }],
-        },
-        S,
-    );
-    let cmds = m.handle(
-        Event::Absorbed {
-            task: task(2),
-            changelog: 0,
-            stored: 1000,
-        },
-        S,
-    );
+    let (_, cmds) = standby_restored_to(false, 1000);
     assert!(joins(&cmds).is_empty());
 }
 
