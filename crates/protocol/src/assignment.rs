@@ -109,9 +109,9 @@ pub struct AssignmentInfo {
     /// Baton (v12): which of `standby_tasks` are warm-ups.
     #[serde(default)]
     pub warmup_tasks: Vec<TaskId>,
-    /// Baton (v12): which of `standby_tasks` (not warm-ups) a pending move waits for: the
-    /// member rejoins once one is caught up, as for a warm-up, so the hand-over does not wait
-    /// for the probing rebalance.
+    /// Baton (v12): which of `standby_tasks` (not warm-ups) a pending move waits for. A member
+    /// that rejoined once one caught up would not wait for the probing rebalance; Baton's
+    /// member does not act on it yet (docs/RUNTIME.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handover_standbys: Vec<TaskId>,
     /// Versions 5+: the topic dictionary as it was on the wire, in order, with its numbering.

@@ -70,8 +70,6 @@ pub struct Assigned {
     pub active: Vec<TaskId>,
     pub standby: Vec<TaskId>,
     pub warmup: Vec<TaskId>,
-    /// Standbys a pending move waits for (Baton's v12 `handover_standbys`).
-    pub awaited: Vec<TaskId>,
     /// When the leader wants the next (probing) rebalance.
     pub probe_at: Option<Duration>,
     /// The leader speaks an older version: rejoin at once with it.
@@ -107,7 +105,6 @@ impl Assigned {
             active,
             standby,
             warmup,
-            awaited: info.handover_standbys.clone(),
             probe_at,
             version_probing: info.error_code
                 == baton_protocol::assignment::error_code::VERSION_PROBING,
@@ -345,9 +342,6 @@ pub struct ThreadMachine {
     unreleased: BTreeMap<TaskId, Vec<(TopicPartition, i64)>>,
     /// Rejoin once `unreleased` is committed.
     rejoin_when_released: bool,
-    /// Standbys a pending move waits for: their catch-up asks for the hand-over, as a
-    /// warm-up's does.
-    awaited: std::collections::BTreeSet<TaskId>,
     leaving: bool,
     /// The last subscription said so.
     reported_leaving: bool,
@@ -372,7 +366,6 @@ impl ThreadMachine {
             last_generation: -1,
             unreleased: BTreeMap::new(),
             rejoin_when_released: false,
-            awaited: Default::default(),
             leaving: false,
             reported_leaving: false,
             stopped: false,
@@ -487,9 +480,7 @@ impl ThreadMachine {
                     // the round that produced it: rejoining would start another round, whose
                     // heartbeats would start another (a storm seen live, at one round per
                     // heartbeat interval). If a new round did start, the next heartbeat says so.
-                    // Revoked actives not yet released would be claimed in this round and
-                    // held back once more; their release rejoins.
-                    if !self.is_joining() && at >= self.assigned_at && !self.rejoin_when_released {
+                    if !self.is_joining() && at >= self.assigned_at {
                         out.push(self.join("the group is rebalancing"));
                     }
                 }
@@ -645,12 +636,7 @@ impl ThreadMachine {
             return;
         }
         self.check_lapse(now, out);
-        // Revoked actives not yet released would be claimed again and held back once more:
-        // their release rejoins anyway, and that join is the probe.
-        if self.probe_at.is_some_and(|t| now >= t)
-            && !self.is_joining()
-            && !self.rejoin_when_released
-        {
+        if self.probe_at.is_some_and(|t| now >= t) && !self.is_joining() {
             self.probe_at = None;
             out.push(self.join("probing rebalance"));
         }
@@ -843,26 +829,29 @@ impl ThreadMachine {
             t.failures = 0;
         }
         c.stored = c.stored.max(stored);
-        let awaited = &self.awaited;
-        let watched = |w: &TaskState| w.role == Role::Warmup || awaited.contains(&w.id);
-        if watched(t) && !t.reported_caught_up && t.lag() <= acceptable && t.restored_end_known() {
+        if t.role == Role::Warmup
+            && !t.reported_caught_up
+            && t.lag() <= acceptable
+            && t.restored_end_known()
+        {
             t.reported_caught_up = true;
-            let role = t.role;
             let all = self
                 .tasks
                 .values()
-                .all(|w| !watched(w) || w.reported_caught_up);
+                .all(|w| w.role != Role::Warmup || w.reported_caught_up);
             let due = match self.cfg.rejoin_mode {
                 RejoinMode::Eager => true,
                 RejoinMode::Stable => all,
                 RejoinMode::Probing => false,
             };
             if due && !self.is_joining() {
-                out.push(self.join(match (all, self.cfg.rejoin_mode, role) {
-                    (true, RejoinMode::Stable, _) => "every warm-up caught up",
-                    (_, _, Role::Warmup) => "a warm-up caught up",
-                    _ => "a standby a move waits for caught up",
-                }));
+                out.push(
+                    self.join(if all && self.cfg.rejoin_mode == RejoinMode::Stable {
+                        "every warm-up caught up"
+                    } else {
+                        "a warm-up caught up"
+                    }),
+                );
             }
         }
     }
@@ -941,7 +930,7 @@ impl ThreadMachine {
         self.reported_leaving = self.leaving;
         let acceptable = self.cfg.acceptable_recovery_lag;
         for t in self.tasks.values_mut() {
-            if t.role == Role::Warmup || self.awaited.contains(&t.id) {
+            if t.role == Role::Warmup {
                 t.reported_caught_up = t.lag() <= acceptable && t.restored_end_known();
             }
         }
@@ -983,7 +972,6 @@ impl ThreadMachine {
         };
         self.alive_at = self.alive_at.max(a.confirmed_at);
         self.probe_at = a.probe_at;
-        self.awaited = a.awaited.iter().copied().collect();
         let mut want: BTreeMap<TaskId, Role> = BTreeMap::new();
         for &t in &a.standby {
             want.insert(t, Role::Standby);

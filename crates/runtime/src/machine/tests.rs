@@ -74,7 +74,6 @@ fn assigned(
         active: active.iter().map(|&p| task(p)).collect(),
         standby: standby.iter().map(|&p| task(p)).collect(),
         warmup: warmup.iter().map(|&p| task(p)).collect(),
-        awaited: Vec::new(),
         probe_at: None,
         version_probing: false,
         confirmed_at: at,
@@ -914,102 +913,4 @@ fn a_stable_rejoin_waits_for_every_warm_up() {
             assert_eq!(joins(&second), ["every warm-up caught up"]);
         }
     }
-}
-
-/// A machine given task 2 as a standby (named as awaited by a move, or not) that restores
-/// it to `stored` of a 1000-record changelog; the commands after the last chunk.
-fn standby_restored_to(awaited: bool, stored: i64) -> (ThreadMachine, Vec<Command>) {
-    let mut m = machine();
-    let mut a = assigned(1, &[], &[2], &[], S);
-    if let Event::Assigned(a) = &mut a {
-        a.awaited = if awaited { vec![task(2)] } else { Vec::new() };
-    }
-    m.handle(a, S);
-    let cmds = m.handle(
-        Event::Opened {
-            task: task(2),
-            checkpoints: vec![0],
-        },
-        S,
-    );
-    let (f, _) = fetch_of(&cmds).unwrap();
-    m.handle(
-        Event::Fetched {
-            fetch: f,
-            results: vec![FetchResult {
-                tp: tp("app-counts-changelog", 2),
-                from: 0,
-                next: stored,
-                high_watermark: Some(1000),
-            }],
-        },
-        S,
-    );
-    let cmds = m.handle(
-        Event::Absorbed {
-            task: task(2),
-            changelog: 0,
-            stored,
-        },
-        S,
-    );
-    (m, cmds)
-}
-
-#[test]
-fn a_standby_a_move_waits_for_asks_for_the_hand_over_once_caught_up() {
-    let (m, cmds) = standby_restored_to(true, 950);
-    assert_eq!(joins(&cmds), ["a standby a move waits for caught up"]);
-    assert!(m.report().warmups.is_empty(), "still reported as a standby");
-    // A standby no move waits for catches up silently.
-    let (_, cmds) = standby_restored_to(false, 1000);
-    assert!(joins(&cmds).is_empty());
-}
-
-#[test]
-fn nothing_rejoins_before_revoked_actives_are_released() {
-    // Task 0 runs with processed input, then a round takes it away and asks for a follow-up
-    // at once (the leader held it back): neither the probe nor "the group is rebalancing"
-    // may join before its commit lands, or the join would claim it and hold it back again.
-    let (mut m, cmds) = running_with_input(5, S);
-    let (t, batch, _) = processes(&cmds)[0].clone();
-    m.handle(
-        Event::BatchDone {
-            task: t,
-            batch,
-            changelogs: vec![(0, 5)],
-        },
-        S,
-    );
-    let mut a = assigned(2, &[], &[], &[], 2 * S);
-    if let Event::Assigned(a) = &mut a {
-        a.probe_at = Some(2 * S);
-    }
-    let cmds = m.handle(a, 2 * S);
-    assert!(joins(&cmds).is_empty(), "{cmds:?}");
-    let commit = cmds
-        .iter()
-        .find_map(|c| match c {
-            Command::Commit {
-                commit, offsets, ..
-            } => {
-                assert_eq!(offsets, &vec![(tp("in", 0), 5)]);
-                Some(*commit)
-            }
-            _ => None,
-        })
-        .expect("the revoked active's position is committed");
-    let cmds = m.handle(
-        Event::Heartbeat {
-            answer: Heartbeat::Rebalancing,
-            at: 2 * S + ms(1),
-        },
-        2 * S + ms(1),
-    );
-    assert!(joins(&cmds).is_empty(), "{cmds:?}");
-    let cmds = m.handle(Event::Tick, 2 * S + ms(2));
-    assert!(joins(&cmds).is_empty(), "{cmds:?}");
-    let cmds = m.handle(Event::CommitDone { commit, ok: true }, 2 * S + ms(3));
-    assert_eq!(joins(&cmds), ["released revoked actives"]);
-    assert!(m.report().owned.is_empty(), "released");
 }

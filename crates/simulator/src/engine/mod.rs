@@ -90,7 +90,9 @@ enum Pending {
 #[derive(Default)]
 struct Stats {
     rebalances: u32,
-    forced: u32,
+    /// Tasks the scale-down timeout forced over (a forced move held back for a round is
+    /// reported again by the next; it counts once).
+    forced: std::collections::BTreeSet<TaskId>,
     moves: u32,
     restored: f64,
     settled_at: Option<Duration>,
@@ -609,7 +611,7 @@ impl<'a> Engine<'a> {
                 .settled_at
                 .filter(|_| unfinished_drains.is_empty())
                 .map(|s| ms(secs(s.saturating_sub(self.stats.last_event_at)))),
-            forced_moves: self.stats.forced,
+            forced_moves: self.stats.forced.len() as u32,
             active_moves: self.stats.moves,
             unfinished_drains,
             records_restored: self.stats.restored.round(),

@@ -151,7 +151,7 @@ impl Engine<'_> {
         if !(self.protocol == Protocol::Eager && generation.for_release) {
             self.stats.rebalances += 1;
         }
-        self.stats.forced += out.forced.len() as u32;
+        self.stats.forced.extend(out.forced.iter().copied());
         let mut settled = true;
         for (id, seat, _) in &generation.joined {
             let blob = out.assignments.get(id).cloned().unwrap_or_default();
