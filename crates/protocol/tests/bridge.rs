@@ -145,12 +145,29 @@ fn subscriptions_become_clients_with_kafka_lags() {
     );
 }
 
+/// A member of process `pid` running all four tasks.
+fn running_all(id: &str, pid: u128) -> Member {
+    member(
+        id,
+        pid,
+        12,
+        &[("0_0", -2), ("0_1", -2), ("0_2", -2), ("0_3", -2)],
+        &[],
+    )
+}
+
 fn assign(members: &[Member]) -> BTreeMap<String, MemberAssignment> {
     // Changelogs of 1000 records: a client with no state is not caught up.
-    let config = AssignmentConfig {
-        acceptable_recovery_lag: 100,
-        ..AssignmentConfig::default()
-    };
+    assign_with(
+        members,
+        AssignmentConfig {
+            acceptable_recovery_lag: 100,
+            ..AssignmentConfig::default()
+        },
+    )
+}
+
+fn assign_with(members: &[Member], config: AssignmentConfig) -> BTreeMap<String, MemberAssignment> {
     let state = cluster_state(members, &topology(), &ends(), config).unwrap();
     let a = HighAvailabilityAssignor.assign(&Cluster::new(state).unwrap());
     member_assignments(members, &topology(), &a, "m1", 1_000)
@@ -196,16 +213,7 @@ fn every_task_reaches_exactly_one_consumer_with_aligned_partitions() {
 #[test]
 fn warm_ups_travel_in_v12_and_the_probe_goes_to_one_member() {
     // Process 2 joins with nothing: it warms up tasks of process 1.
-    let members = vec![
-        member(
-            "m1",
-            1,
-            12,
-            &[("0_0", -2), ("0_1", -2), ("0_2", -2), ("0_3", -2)],
-            &[],
-        ),
-        member("m3", 2, 12, &[], &[]),
-    ];
+    let members = vec![running_all("m1", 1), member("m3", 2, 12, &[], &[])];
     let out = assign(&members);
     let warm: Vec<TaskId> = out["m3"].info.warmup_tasks.clone();
     assert_eq!(warm.len(), 2, "max.warmup.replicas = 2");
@@ -234,27 +242,21 @@ fn warm_ups_travel_in_v12_and_the_probe_goes_to_one_member() {
 }
 
 #[test]
-fn standbys_a_move_waits_for_are_named_so_their_catch_up_is_reported() {
+fn standbys_a_move_waits_for_are_named_in_v12() {
     // Process 2 holds standbys of 0_2 and 0_3, half restored: balance wants the actives there
     // once caught up. They stay standbys (no warm-up budget spent), named as awaited.
     let members = vec![
-        member(
-            "m1",
-            1,
-            12,
-            &[("0_0", -2), ("0_1", -2), ("0_2", -2), ("0_3", -2)],
-            &[],
-        ),
+        running_all("m1", 1),
         member("m3", 2, 12, &[("0_2", 500), ("0_3", 500)], &[]),
     ];
-    let config = AssignmentConfig {
-        acceptable_recovery_lag: 100,
-        num_standby_replicas: 1,
-        ..AssignmentConfig::default()
-    };
-    let state = cluster_state(&members, &topology(), &ends(), config).unwrap();
-    let a = HighAvailabilityAssignor.assign(&Cluster::new(state).unwrap());
-    let out = member_assignments(&members, &topology(), &a, "m1", 1_000);
+    let out = assign_with(
+        &members,
+        AssignmentConfig {
+            acceptable_recovery_lag: 100,
+            num_standby_replicas: 1,
+            ..AssignmentConfig::default()
+        },
+    );
     let m3 = &out["m3"].info;
     assert_eq!(m3.handover_standbys, vec![t("0_2"), t("0_3")]);
     assert!(m3.warmup_tasks.is_empty(), "{m3:?}");
