@@ -31,12 +31,15 @@ pub struct PendingMove {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {
     pub clients: BTreeMap<ClientId, ClientAssignment>,
-    /// True exactly when a move is still pending.
+    /// True exactly when a move (of an active or a standby) is still pending.
     pub followup_rebalance: bool,
     /// When to probe again, if a follow-up is due.
     pub probe_after_ms: Option<u64>,
     pub warnings: Vec<String>,
     pub pending: Vec<PendingMove>,
+    /// Standbys moving to a client that is not caught up yet: `from` keeps its caught-up copy
+    /// as the standby meanwhile, `to` warms up (or waits for a warm-up slot).
+    pub standby_moves: Vec<PendingMove>,
     /// Tasks taken from a leaving client past `scale.down.timeout.ms` by a client that is not
     /// caught up: they restore before they run again.
     pub forced: Vec<PendingMove>,
@@ -72,6 +75,8 @@ pub struct Plan {
     pub pending: Vec<(TaskIx, ClientIx, ClientIx)>,
     /// `(task, from, to)`: handed over past the scale-down timeout, not caught up.
     pub forced: Vec<(TaskIx, ClientIx, ClientIx)>,
+    /// `(task, from, to)`: a standby kept on `from`, caught up, while `to` catches up.
+    pub standby_moves: Vec<(TaskIx, ClientIx, ClientIx)>,
 }
 
 impl Plan {
@@ -83,6 +88,7 @@ impl Plan {
             warnings: Vec::new(),
             pending: Vec::new(),
             forced: Vec::new(),
+            standby_moves: Vec::new(),
         }
     }
 
@@ -132,6 +138,7 @@ impl Plan {
             out
         };
         let (pending, forced) = (moves(&self.pending), moves(&self.forced));
+        let standby_moves = moves(&self.standby_moves);
         // A leaving client that still runs something is forced at its timeout: probe then at
         // the latest, so the hand-over happens without anyone's help (static members too).
         let deadline = self
@@ -149,6 +156,7 @@ impl Plan {
             probe_after_ms: probe,
             warnings: self.warnings,
             pending,
+            standby_moves,
             forced,
         }
     }

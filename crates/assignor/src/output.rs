@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::assignment::{Assignment, ClientAssignment};
+use crate::assignment::{Assignment, ClientAssignment, PendingMove};
 
 #[derive(Serialize)]
 struct Json<'a> {
@@ -13,28 +13,31 @@ struct Json<'a> {
     probe_after_ms: Option<u64>,
     warnings: &'a [String],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    forced: &'a [Forced<'a>],
+    standby_moves: &'a [Move<'a>],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    forced: &'a [Move<'a>],
 }
 
-/// A move past the scale-down timeout, for the JSON output.
+/// A standby move, or a move past the scale-down timeout, for the JSON output.
 #[derive(Serialize)]
-struct Forced<'a> {
+struct Move<'a> {
     task: String,
     from: &'a str,
     to: &'a str,
 }
 
 /// Serializes an assignment; identical assignments give identical bytes.
-pub fn to_json(assignment: &Assignment, pretty: bool) -> String {
-    let forced: Vec<Forced> = assignment
-        .forced
-        .iter()
-        .map(|m| Forced {
-            task: m.task.to_string(),
-            from: &m.from.0,
-            to: &m.to.0,
-        })
-        .collect();
+pub fn to_json<'a>(assignment: &'a Assignment, pretty: bool) -> String {
+    let moves = |list: &'a [PendingMove]| -> Vec<Move<'a>> {
+        list.iter()
+            .map(|m| Move {
+                task: m.task.to_string(),
+                from: &m.from.0,
+                to: &m.to.0,
+            })
+            .collect()
+    };
+    let (standby_moves, forced) = (moves(&assignment.standby_moves), moves(&assignment.forced));
     let json = Json {
         clients: assignment
             .clients
@@ -44,6 +47,7 @@ pub fn to_json(assignment: &Assignment, pretty: bool) -> String {
         followup_rebalance: assignment.followup_rebalance,
         probe_after_ms: assignment.probe_after_ms,
         warnings: &assignment.warnings,
+        standby_moves: &standby_moves,
         forced: &forced,
     };
     let text = if pretty {

@@ -271,3 +271,105 @@ fn a_drain_past_the_scale_down_timeout_is_forced() {
         "{json}"
     );
 }
+
+/// Four tasks with one standby each on two clients, then two empty clients join: copies move to
+/// them. Every task keeps a caught-up standby throughout; the new holders warm up (no budget is
+/// spent on them) and the old copies go once they have caught up.
+#[test]
+fn a_moving_standby_keeps_its_caught_up_copy_until_the_new_one_has_caught_up() {
+    let all = ["0_0", "0_1", "0_2", "0_3"];
+    let lags = uniform_lags(&all, 0);
+    let c1 = client("c1", 1, &["0_0", "0_1"], &["0_2", "0_3"], &lags);
+    let c2 = client("c2", 1, &["0_2", "0_3"], &["0_0", "0_1"], &lags);
+    let state = ClusterState {
+        config: config(100, 1, 1),
+        tasks: stateful_tasks(4, 4, 1_000),
+        clients: vec![c1, c2, fresh("c3", 1), fresh("c4", 1)],
+    };
+    let c = baton_assignor::Cluster::new(state.clone()).unwrap();
+    let a = HighAvailabilityAssignor.assign(&c);
+    assert!(!a.standby_moves.is_empty(), "copies move to c3 and c4");
+    for task in &state.tasks {
+        let caught_up_standby = a.holders(task.id).iter().any(|(c, r)| {
+            *r == baton_assignor::Role::Standby && ["c1", "c2"].contains(&c.0.as_str())
+        });
+        assert!(
+            caught_up_standby,
+            "{} lost its caught-up standby: {:?}",
+            task.id,
+            a.holders(task.id)
+        );
+    }
+    for m in &a.standby_moves {
+        assert!(get(&a, &m.from.0).standby.contains(&m.task));
+        assert!(!get(&a, &m.to.0).standby.contains(&m.task), "{m:?}");
+    }
+    assert!(a.followup_rebalance);
+
+    let run = converge(&HighAvailabilityAssignor, state, 20);
+    assert!(run.converged);
+    let last = run.last.as_ref().unwrap();
+    assert!(last.standby_moves.is_empty() && last.pending.is_empty());
+    for c in ["c1", "c2", "c3", "c4"] {
+        let got = get(last, c);
+        assert_eq!(got.active.len() + got.standby.len(), 2, "{c}: {got:?}");
+        assert!(got.warmup.is_empty());
+    }
+}
+
+/// While warm-ups are under way the clients handing tasks over still run them: the spare
+/// stateless task goes to a newcomer, not to a client that runs three stateful tasks now.
+#[test]
+fn spare_stateless_tasks_go_where_the_fewest_actives_run_now() {
+    let stateful_ids = ["0_0", "0_1", "0_2", "0_3", "0_4", "0_5"];
+    let lags = uniform_lags(&stateful_ids, -2);
+    let mut tasks = stateful(&stateful_ids, 100_000);
+    tasks.extend(stateless(&["1_0", "1_1", "1_2", "1_3", "1_4"]));
+    let c1 = client(
+        "c1",
+        1,
+        &["0_0", "0_1", "0_2", "1_0", "1_1"],
+        &[],
+        &lags[..3],
+    );
+    let c2 = client(
+        "c2",
+        1,
+        &["0_3", "0_4", "0_5", "1_2", "1_3", "1_4"],
+        &[],
+        &lags[3..],
+    );
+    let state = ClusterState {
+        config: config(100, 2, 0),
+        tasks,
+        clients: vec![c1, c2, fresh("c3", 1), fresh("c4", 1)],
+    };
+    let a = HighAvailabilityAssignor.assign(&baton_assignor::Cluster::new(state).unwrap());
+    // Nothing stateful has moved yet: c1 and c2 still run three each.
+    assert_eq!(
+        get(&a, "c1")
+            .active
+            .iter()
+            .filter(|t| t.subtopology == 0)
+            .count(),
+        3
+    );
+    assert_eq!(
+        get(&a, "c2")
+            .active
+            .iter()
+            .filter(|t| t.subtopology == 0)
+            .count(),
+        3
+    );
+    let stateless_on = |c: &str| {
+        get(&a, c)
+            .active
+            .iter()
+            .filter(|t| t.subtopology == 1)
+            .count()
+    };
+    // Five stateless over four clients: one each, and the spare to a newcomer.
+    assert_eq!(stateless_on("c1") + stateless_on("c2"), 2, "{a:?}");
+    assert_eq!(stateless_on("c3") + stateless_on("c4"), 3, "{a:?}");
+}

@@ -34,7 +34,18 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
             name,
             task.id
         );
-        if task.stateful {
+        if task.stateful && name == AssignorKind::HighAvailability {
+            // A target catching up as a standby, or a standby's new holder, is a warm-up
+            // (budget-free): copies are never fewer than the standbys configured.
+            prop_assert!(
+                count(Role::Standby) <= want_standbys
+                    && count(Role::Standby) + count(Role::Warmup) >= want_standbys,
+                "{}: standbys of {}: {:?}",
+                name,
+                task.id,
+                holders
+            );
+        } else if task.stateful {
             prop_assert_eq!(
                 count(Role::Standby),
                 want_standbys,
@@ -53,8 +64,15 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
         }
         warmups += count(Role::Warmup);
     }
+    // Baton's budget-free warm-ups: a standby's new holder, and a move's target that is one of
+    // the task's holders (at most one per pending move).
+    let free = if name == AssignorKind::HighAvailability {
+        a.standby_moves.len() + a.pending.len()
+    } else {
+        0
+    };
     prop_assert!(
-        warmups <= cfg.max_warmup_replicas as usize,
+        warmups <= cfg.max_warmup_replicas as usize + free,
         "{}: {} warm-ups",
         name,
         warmups
@@ -66,7 +84,59 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
     prop_assert_eq!(a.probe_after_ms.is_some(), a.followup_rebalance);
 
     if name == AssignorKind::HighAvailability {
-        prop_assert_eq!(a.followup_rebalance, !a.pending.is_empty());
+        prop_assert_eq!(
+            a.followup_rebalance,
+            !a.pending.is_empty() || !a.standby_moves.is_empty()
+        );
+        // No redundancy lost: a task keeps as many caught-up standbys as it had on staying
+        // clients (up to the number configured), whatever moves.
+        for (ti, task) in cluster.tasks.iter().enumerate() {
+            let t = ti as u32;
+            if !task.stateful {
+                continue;
+            }
+            let caught_up_standbys = |assigned: &dyn Fn(u32) -> bool| {
+                cluster
+                    .client_ixs()
+                    .filter(|&c| assigned(c) && cluster.is_caught_up(c, t))
+                    .count()
+            };
+            let runner = a
+                .holders(task.id)
+                .into_iter()
+                .find(|(_, r)| *r == Role::Active)
+                .unwrap()
+                .0;
+            let had = caught_up_standbys(&|c| {
+                cluster.owned_role(c, t) == Some(Role::Standby)
+                    && !cluster.is_leaving(c)
+                    && &cluster.clients[c as usize].id != runner
+            });
+            let has = caught_up_standbys(&|c| {
+                a.clients[&cluster.clients[c as usize].id]
+                    .standby
+                    .contains(&task.id)
+            });
+            prop_assert!(
+                has >= had.min(want_standbys),
+                "{} had {} caught-up standbys, has {}: {:?}",
+                task.id,
+                had,
+                has,
+                a.holders(task.id)
+            );
+        }
+        // A moving standby keeps its caught-up copy: the old holder stays the standby and the
+        // new one, behind, warms up or waits.
+        for m in &a.standby_moves {
+            let from = cluster.clients.iter().position(|c| c.id == m.from).unwrap() as u32;
+            let to = cluster.clients.iter().position(|c| c.id == m.to).unwrap() as u32;
+            let t = cluster.tasks.iter().position(|x| x.id == m.task).unwrap() as u32;
+            prop_assert!(cluster.is_caught_up(from, t) && !cluster.is_caught_up(to, t));
+            prop_assert!(a.clients[&m.from].standby.contains(&m.task));
+            // The new holder warms up, or (a move's target past the budget) waits for a slot.
+            prop_assert!(!a.clients[&m.to].standby.contains(&m.task));
+        }
         // Available: a stateful active runs on a caught-up client whenever one exists.
         for (ti, task) in cluster.tasks.iter().enumerate() {
             if !task.stateful {

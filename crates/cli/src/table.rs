@@ -97,6 +97,26 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
             );
         }
     }
+    if !assignment.standby_moves.is_empty() {
+        let _ = writeln!(
+            out,
+            "standby moves: {} (the old copy stays the standby until the new one catches up)",
+            assignment.standby_moves.len()
+        );
+        for m in &assignment.standby_moves {
+            let how = match assignment.clients.get(&m.to) {
+                Some(a) if a.warmup.contains(&m.task) => "warming up",
+                _ => "waiting for a warm-up slot",
+            };
+            let _ = writeln!(
+                out,
+                "  {:<8} {} -> {} ({how})",
+                m.task.to_string(),
+                m.from,
+                m.to
+            );
+        }
+    }
     for w in &assignment.warnings {
         let _ = writeln!(out, "warning: {w}");
     }

@@ -109,9 +109,10 @@ pub struct AssignmentInfo {
     /// Baton (v12): which of `standby_tasks` are warm-ups.
     #[serde(default)]
     pub warmup_tasks: Vec<TaskId>,
-    /// Baton (v12): which of `standby_tasks` (not warm-ups) a pending move waits for. A member
-    /// that rejoined once one caught up would not wait for the probing rebalance; Baton's
-    /// member does not act on it yet (docs/RUNTIME.md).
+    /// Baton (v12): which of `standby_tasks` (not warm-ups) a pending move waits for. Leaders
+    /// since the standby-move change write it empty (a move's target that holds a copy is
+    /// listed as a warm-up instead, so its caught-up signal triggers the hand-over); it stays
+    /// in the layout so assignments from and to members of the earlier build still decode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handover_standbys: Vec<TaskId>,
     /// Versions 5+: the topic dictionary as it was on the wire, in order, with its numbering.

@@ -323,13 +323,6 @@ pub fn member_assignments(
         let mut actives = vec![Vec::new(); n];
         let mut standbys = vec![Vec::new(); n];
         let mut warmups = vec![Vec::new(); n];
-        let mut handovers = vec![Vec::new(); n];
-        let awaited: BTreeSet<TaskId> = assignment
-            .pending
-            .iter()
-            .filter(|m| m.to.0 == pid.to_string())
-            .map(|m| m.task)
-            .collect();
         for (i, &t) in a.active.iter().enumerate() {
             actives[i % n].push(t);
         }
@@ -340,8 +333,6 @@ pub fn member_assignments(
             standbys[k].push(t);
             if i >= a.standby.len() {
                 warmups[k].push(t);
-            } else if awaited.contains(&t) {
-                handovers[k].push(t);
             }
         }
         for (k, m) in list.iter().enumerate() {
@@ -368,7 +359,6 @@ pub fn member_assignments(
             info.standby_partitions_by_host = standby_by_host.clone();
             if versions.used >= 12 {
                 info.warmup_tasks = warmups[k].clone();
-                info.handover_standbys = handovers[k].clone();
             }
             if versions.used >= 7 && assignment.followup_rebalance && m.member_id == probe_member {
                 let after = assignment.probe_after_ms.unwrap_or(0) as i64;

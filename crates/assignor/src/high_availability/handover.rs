@@ -5,6 +5,13 @@
 //! and the target catches up first: as a standby if it is one, or as a warm-up within the
 //! group's `max.warmup.replicas` budget. Tasks already warming up keep their budget first, so
 //! a warm-up is never abandoned half way.
+//!
+//! A standby that moves keeps its caught-up copy (Kafka's standby task movements): while the
+//! new holder is not caught up, the old copy stays the standby and the new holder warms up, so
+//! a crash of the active's host in between still finds a caught-up copy, and the new holder's
+//! caught-up signal ends the move at once. Unlike an active's warm-up this one takes no
+//! `max.warmup.replicas` budget: it restores exactly what a standby placed there directly
+//! would, and keeping the old copy costs nothing new.
 
 use super::holders::Holders;
 use crate::assignment::Plan;
@@ -34,11 +41,7 @@ pub fn hand_over(
             plan.push(a, t, Role::Active);
             continue;
         }
-        let runner = if cluster.is_caught_up(a, t) {
-            a
-        } else {
-            choose_runner(cluster, capacities, holders, t, a)
-        };
+        let runner = runner(cluster, capacities, holders, t, a);
         plan.push(runner, t, Role::Active);
         if !cluster.is_caught_up(runner, t) {
             // Taken from a leaving client past its timeout: the hand-over the drain waited for
@@ -51,11 +54,44 @@ pub fn hand_over(
             }
         }
         let runner_holds = holders.contains(t, runner);
+        // Standby slots: every holder but the target active. A slot whose holder is not
+        // caught up (or is the runner, busy running the task until the hand-over) keeps an old
+        // caught-up copy meanwhile.
+        let slots = holders.of(t).len().saturating_sub(1);
+        let mut caught_up = 0;
+        let mut behind = Vec::new();
         for &h in holders.of(t) {
             if h == runner || (h == a && !runner_holds) {
                 continue;
             }
-            plan.push(h, t, Role::Standby);
+            if h == a {
+                // The target catching up as a standby: labelled a warm-up (no budget), so its
+                // caught-up signal hands the task over at once rather than at the next probe.
+                plan.push(h, t, Role::Warmup);
+            } else if cluster.is_caught_up(h, t) {
+                plan.push(h, t, Role::Standby);
+                caught_up += 1;
+            } else {
+                behind.push(h);
+            }
+        }
+        let mut old = old_standbys(cluster, capacities, holders, t, runner);
+        for h in behind {
+            match (caught_up < slots).then(|| old.next()).flatten() {
+                Some(c) => {
+                    plan.push(c, t, Role::Standby);
+                    plan.push(h, t, Role::Warmup);
+                    plan.standby_moves.push((t, c, h));
+                    caught_up += 1;
+                }
+                None => plan.push(h, t, Role::Standby),
+            }
+        }
+        if runner_holds && runner != a && caught_up < slots {
+            if let Some(c) = old.next() {
+                plan.push(c, t, Role::Standby);
+                plan.standby_moves.push((t, c, a));
+            }
         }
         if runner != a {
             plan.pending.push((t, runner, a));
@@ -94,6 +130,60 @@ pub fn hand_over(
     let budget = cluster.config.max_warmup_replicas as usize;
     for w in wanted.into_iter().take(budget) {
         plan.push(w.to, w.task, Role::Warmup);
+    }
+}
+
+/// Staying clients that hold `task` as a caught-up standby now but are no longer its holders:
+/// the copies a moving standby leaves behind, most caught up first.
+fn old_standbys(
+    cluster: &Cluster,
+    capacities: &[u32],
+    holders: &Holders,
+    task: TaskIx,
+    runner: ClientIx,
+) -> impl Iterator<Item = ClientIx> {
+    let mut old: Vec<(Lag, ClientIx)> = cluster.reporters[task as usize]
+        .iter()
+        .map(|&(c, lag)| (lag, c))
+        .filter(|&(_, c)| {
+            c != runner
+                && capacities[c as usize] > 0
+                && !holders.contains(task, c)
+                && cluster.owned_role(c, task) == Some(Role::Standby)
+                && cluster.is_caught_up(c, task)
+        })
+        .collect();
+    old.sort_unstable();
+    old.into_iter().map(|(_, c)| c)
+}
+
+/// How many stateful actives each client runs now (not its target): while warm-ups are under
+/// way the clients that will hand tasks over still run them.
+pub fn running_counts(
+    cluster: &Cluster,
+    capacities: &[u32],
+    holders: &Holders,
+    target: &[ClientIx],
+) -> Vec<u32> {
+    let mut counts = vec![0; cluster.client_count()];
+    for t in cluster.task_ixs().filter(|&t| cluster.is_stateful(t)) {
+        counts[runner(cluster, capacities, holders, t, target[t as usize]) as usize] += 1;
+    }
+    counts
+}
+
+/// Who runs stateful `task` now: its target `a` if that is caught up.
+fn runner(
+    cluster: &Cluster,
+    capacities: &[u32],
+    holders: &Holders,
+    task: TaskIx,
+    a: ClientIx,
+) -> ClientIx {
+    if cluster.is_caught_up(a, task) {
+        a
+    } else {
+        choose_runner(cluster, capacities, holders, task, a)
     }
 }
 

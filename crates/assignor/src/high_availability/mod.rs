@@ -65,9 +65,10 @@ impl TaskAssignor for HighAvailabilityAssignor {
 
         let holders = placement::place_copies(cluster, &capacities, r);
         let mut actives = roles::choose_stateful_actives(cluster, &capacities, &holders);
-        roles::assign_stateless(cluster, &capacities, &mut actives);
+        let running = handover::running_counts(cluster, &capacities, &holders, &actives.target);
+        roles::assign_stateless(cluster, &capacities, &running, &mut actives);
         handover::hand_over(cluster, &capacities, &holders, &actives.target, &mut plan);
-        let followup = !plan.pending.is_empty();
+        let followup = !plan.pending.is_empty() || !plan.standby_moves.is_empty();
         plan.finish(cluster, followup)
     }
 }

@@ -229,8 +229,16 @@ fn augment(
     false
 }
 
-/// Stateless tasks, balanced on their own; the spare ones go where total actives are lowest.
-pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Actives) {
+/// Stateless tasks, balanced on their own; the spare ones go where the fewest actives run now.
+/// `running[c]`: stateful actives client `c` runs now. While warm-ups are under way that is not
+/// the target, and counting the target would pile stateless work on clients that still run
+/// the tasks they will hand over: one crash there would take down more.
+pub fn assign_stateless(
+    cluster: &Cluster,
+    capacities: &[u32],
+    running: &[u32],
+    actives: &mut Actives,
+) {
     let stateless: Vec<TaskIx> = cluster
         .task_ixs()
         .filter(|&t| !cluster.is_stateful(t))
@@ -244,6 +252,7 @@ pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Act
         capacities,
     );
     let mut count = vec![0u32; clients];
+    let mut now = running.to_vec();
 
     // Owners keep stateless tasks within their base quota only: the spare ones go where total
     // actives are lowest, so that stateful and stateless extras do not pile up on one client.
@@ -260,6 +269,7 @@ pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Act
                 budget.take(c, count[c as usize]);
                 actives.target[t as usize] = c;
                 count[c as usize] += 1;
+                now[c as usize] += 1;
                 actives.count[c as usize] += 1;
             }
         }
@@ -277,7 +287,7 @@ pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Act
     let mut below: BinaryHeap<Key> = BinaryHeap::new();
     for c in cluster.client_ixs() {
         if capacities[c as usize] > 0 && count[c as usize] < budget.base[c as usize] {
-            below.push(key(c, &count, &actives.count));
+            below.push(key(c, &count, &now));
         }
     }
     let mut spare: Option<BinaryHeap<Key>> = None;
@@ -295,11 +305,7 @@ pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Act
                     .filter(|&c| budget.room(c, count[c as usize], true))
                     .map(|c| {
                         let cap = capacities[c as usize];
-                        Reverse((
-                            Load::new(actives.count[c as usize], cap),
-                            Load::new(0, 1),
-                            c,
-                        ))
+                        Reverse((Load::new(now[c as usize], cap), Load::new(0, 1), c))
                     })
                     .collect()
             });
@@ -309,21 +315,17 @@ pub fn assign_stateless(cluster: &Cluster, capacities: &[u32], actives: &mut Act
                 None => cluster
                     .client_ixs()
                     .filter(|&c| capacities[c as usize] > 0)
-                    .min_by_key(|&c| {
-                        (
-                            Load::new(actives.count[c as usize], capacities[c as usize]),
-                            c,
-                        )
-                    })
+                    .min_by_key(|&c| (Load::new(now[c as usize], capacities[c as usize]), c))
                     .expect("at least one client takes tasks"),
             }
         };
         budget.take(c, count[c as usize]);
         actives.target[t as usize] = c;
         count[c as usize] += 1;
+        now[c as usize] += 1;
         actives.count[c as usize] += 1;
         if count[c as usize] < budget.base[c as usize] {
-            below.push(key(c, &count, &actives.count));
+            below.push(key(c, &count, &now));
         }
     }
 }
