@@ -102,6 +102,11 @@ pub struct RunArgs {
     /// `baton inspect`.
     #[arg(long = "client-tag", value_name = "KEY=VALUE")]
     client_tags: Vec<String>,
+    /// The newest rebalance metadata version to subscribe and lead at (7 to 12). 11 speaks
+    /// exactly as Kafka Streams 3.x: with it leading, a newer member is read by its header only
+    /// and probes down. Without this flag Baton probes down by itself in a mixed group.
+    #[arg(long, value_name = "VERSION", default_value_t = baton_protocol::BATON_VERSION)]
+    max_protocol_version: i32,
 }
 
 pub fn run(args: RunArgs) -> Result<(), Failure> {
@@ -157,6 +162,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
                     })
             })
             .collect::<Result<_, _>>()?,
+        max_protocol_version: args.max_protocol_version,
         ..RuntimeConfig::default()
     };
     cfg.validate().map_err(Failure::bad_input)?;

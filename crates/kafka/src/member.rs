@@ -464,6 +464,7 @@ impl GroupMember {
             leader_member_id: &self.member_id,
             now_ms,
             metadata_limit: self.cfg.metadata_limit,
+            latest_version: self.latest_version,
         });
         for (member, problem) in &out.rejected {
             tracing::error!(member = %member, problem = %problem, "member gets nothing this round: its subscription is invalid");

@@ -12,7 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::{AssignmentConfig, AssignorKind, Cluster, TaskId};
 
-use crate::bridge::{cluster_state_at, member_assignments, BridgeError, Member, Topology};
+use crate::bridge::{
+    cluster_state_at, member_assignments, negotiate, BridgeError, Member, MemberAssignment,
+    Topology,
+};
 use crate::consumer::{ConsumerAssignment, ConsumerSubscription};
 use crate::sizing::fit_to_limit;
 use crate::{AssignmentInfo, StandbyTask, SubscriptionInfo, TopicPartition, BATON_VERSION};
@@ -39,6 +42,11 @@ pub struct LeaderInput<'a> {
     pub now_ms: i64,
     /// Subscriptions plus assignments must fit in this many bytes.
     pub metadata_limit: usize,
+    /// The newest version the leader reads ([`BATON_VERSION`], or lower when it is pinned to an
+    /// older one, as Kafka Streams 3.x speaks 11): a member subscribing above it is understood
+    /// only by its header and is answered with nothing at the leader's version, so it probes
+    /// down and rejoins.
+    pub latest_version: i32,
 }
 
 /// What the leader sends: one blob per member (empty: nothing this round).
@@ -220,8 +228,12 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
     let mut out = LeaderOutput::default();
     let mut members: Vec<Member> = Vec::new();
     let mut generations: BTreeMap<String, i32> = BTreeMap::new();
+    let mut unreadable: Vec<&str> = Vec::new();
     for m in input.members {
         match decode_subscription(&m.metadata) {
+            Ok((_, subscription)) if subscription.version > input.latest_version => {
+                unreadable.push(&m.member_id);
+            }
             Ok((sub, subscription)) => {
                 generations.insert(m.member_id.clone(), sub.generation_id);
                 members.push(Member {
@@ -320,6 +332,19 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
         input.leader_member_id,
         input.now_ms,
     );
+    let versions = negotiate(&members);
+    for id in unreadable {
+        per_member.insert(
+            id.to_owned(),
+            MemberAssignment {
+                partitions: Vec::new(),
+                info: AssignmentInfo::new(
+                    versions.used.min(input.latest_version),
+                    versions.commonly_supported.min(input.latest_version),
+                ),
+            },
+        );
+    }
     out.deferred = defer_unreleased(&members, input.topology, &mut per_member);
     if !out.deferred.is_empty() {
         // The hand-over needs one more round: everyone rejoins at once rather than at their
@@ -361,7 +386,7 @@ fn empty_for_all(input: &LeaderInput<'_>, mut out: LeaderOutput) -> LeaderOutput
 fn defer_unreleased(
     members: &[Member],
     topology: &Topology,
-    per_member: &mut BTreeMap<String, crate::bridge::MemberAssignment>,
+    per_member: &mut BTreeMap<String, MemberAssignment>,
 ) -> Vec<TaskId> {
     let mut owner: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
     for m in members {

@@ -52,6 +52,27 @@ fn joined(
     owned: &[i32],
     generation: i32,
 ) -> JoinedMember {
+    joined_at(
+        BATON_VERSION,
+        BATON_VERSION,
+        id,
+        pid,
+        sums,
+        owned,
+        generation,
+    )
+}
+
+/// As [`joined`], subscribing at `version` and reading at most `latest`.
+fn joined_at(
+    version: i32,
+    latest: i32,
+    id: &str,
+    pid: u128,
+    sums: &[(u32, i64)],
+    owned: &[i32],
+    generation: i32,
+) -> JoinedMember {
     let sums: Vec<TaskOffsetSum> = sums
         .iter()
         .map(|&(p, offset_sum)| TaskOffsetSum {
@@ -60,8 +81,8 @@ fn joined(
         })
         .collect();
     let info = SubscriptionInfo::build(
-        BATON_VERSION,
-        BATON_VERSION,
+        version,
+        latest,
         Uuid::from_u128(pid),
         &format!("host-{pid}.example.com:8080"),
         &sums,
@@ -95,6 +116,7 @@ fn input<'a>(
         leader_member_id: "a",
         now_ms: 1_000,
         metadata_limit: GROUP_METADATA_LIMIT,
+        latest_version: BATON_VERSION,
     }
 }
 
@@ -186,6 +208,39 @@ fn a_moving_active_waits_for_its_owner_to_release_it() {
     let mut b = actives(&out.assignments["b"]);
     b.sort();
     assert_eq!(b, moved, "the same tasks, now active on b");
+}
+
+#[test]
+fn a_leader_pinned_to_v11_reads_a_v12_member_by_its_header_only() {
+    // As Kafka Streams 3.x leads: it cannot read version 12, so that member gets nothing at
+    // version 11 and probes down; the readable members share every task at version 11.
+    let topology = topology(4);
+    let ends = ends(4, 100);
+    let members = [
+        joined_at(11, 11, "a", 1, &[(0, 100), (1, 100)], &[], 1),
+        joined_at(11, BATON_VERSION, "b", 2, &[(2, 100), (3, 100)], &[], 1),
+        joined_at(BATON_VERSION, BATON_VERSION, "c", 3, &[], &[], 1),
+    ];
+    let out = lead(&LeaderInput {
+        latest_version: 11,
+        ..input(&members, &topology, &ends)
+    });
+    let info = |m: &str| decode_assignment(&out.assignments[m]).unwrap().1;
+    let c = info("c");
+    assert_eq!((c.version, c.commonly_supported_version), (11, 11));
+    assert!(c.active_tasks.is_empty() && c.standby_tasks.is_empty());
+    for m in ["a", "b"] {
+        assert_eq!(
+            (info(m).version, info(m).commonly_supported_version),
+            (11, 11)
+        );
+        assert_eq!(info(m).active_tasks.len(), 2, "{m}");
+    }
+    // The same group under a leader that reads 12 gives c its share.
+    let out = lead(&input(&members, &topology, &ends));
+    let (_, c) = decode_assignment(&out.assignments["c"]).unwrap();
+    assert_eq!((c.version, c.commonly_supported_version), (11, 11));
+    assert!(!c.active_tasks.is_empty() || !c.standby_tasks.is_empty());
 }
 
 #[test]
@@ -308,6 +363,7 @@ fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
         leader_member_id: "m1",
         now_ms: 0,
         metadata_limit: GROUP_METADATA_LIMIT,
+        latest_version: BATON_VERSION,
     });
     assert!(out.rejected.is_empty(), "{:?}", out.rejected);
     let rack_of = |m: &str| if m == "m1" || m == "m2" { "a" } else { "b" };

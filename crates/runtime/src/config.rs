@@ -49,7 +49,15 @@ pub struct RuntimeConfig {
     pub rack: Option<String>,
     /// `client.tag.<key>` = value (KIP-708), at most 5 keys; keys starting `baton.` are Baton's.
     pub client_tags: Vec<(String, String)>,
+    /// The newest rebalance metadata version this instance subscribes and leads at: Baton's
+    /// own (12), or 11 to speak exactly as Kafka Streams 3.x does (no warm-up list in
+    /// assignments) beside older Kafka Streams members.
+    pub max_protocol_version: i32,
 }
+
+/// The oldest version `max_protocol_version` takes: from 7 subscriptions carry offset sums,
+/// which warm-ups and the caught-up check need.
+pub const MIN_PROTOCOL_VERSION: i32 = 7;
 
 /// What to do with an output record that no record batch can carry (larger than the
 /// broker's `message.max.bytes` or the topic's `max.message.bytes`).
@@ -96,6 +104,7 @@ impl Default for RuntimeConfig {
             rack: None,
             client_tags: Vec::new(),
             user_endpoint: String::new(),
+            max_protocol_version: baton_protocol::BATON_VERSION,
         }
     }
 }
@@ -117,6 +126,15 @@ impl RuntimeConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.bootstrap.is_empty() {
             return Err("bootstrap: at least one broker address".into());
+        }
+        let versions = MIN_PROTOCOL_VERSION..=baton_protocol::BATON_VERSION;
+        if !versions.contains(&self.max_protocol_version) {
+            return Err(format!(
+                "max_protocol_version: {} is not between {} and {}",
+                self.max_protocol_version,
+                versions.start(),
+                versions.end()
+            ));
         }
         if self.instance_id.is_empty() {
             return Err("instance_id: must not be empty".into());

@@ -98,7 +98,7 @@ impl StreamThread {
         // Membership traffic on connections of its own: a heartbeat never waits behind a fetch.
         let membership_client = Client::new(&bootstrap, &format!("{name}-member"));
         membership_client.set_request_timeout(cfg.request_timeout());
-        let member = GroupMember::new(
+        let mut member = GroupMember::new(
             membership_client,
             MemberConfig {
                 group_id: ctx.group().to_owned(),
@@ -123,6 +123,7 @@ impl StreamThread {
                     .collect(),
             },
         );
+        member.limit_version(cfg.max_protocol_version);
         StreamThread {
             ctx,
             name,

@@ -989,6 +989,7 @@ impl World {
             leader_member_id: &leader_id,
             now_ms: now.as_millis() as i64,
             metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
+            latest_version: baton_protocol::BATON_VERSION,
         });
         if self.trace {
             for m in &members {

@@ -147,6 +147,7 @@ impl Engine<'_> {
             leader_member_id: &generation.leader,
             now_ms: now.as_millis() as i64,
             metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
+            latest_version: baton_protocol::BATON_VERSION,
         });
         if !(self.protocol == Protocol::Eager && generation.for_release) {
             self.stats.rebalances += 1;
