@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::{AssignmentConfig, AssignorKind, Cluster, TaskId};
+use uuid::Uuid;
 
 use crate::bridge::{
     cluster_state_at, member_assignments, negotiate, BridgeError, Member, MemberAssignment,
@@ -43,9 +44,9 @@ pub struct LeaderInput<'a> {
     /// Subscriptions plus assignments must fit in this many bytes.
     pub metadata_limit: usize,
     /// The newest version the leader reads ([`BATON_VERSION`], or lower when it is pinned to an
-    /// older one, as Kafka Streams 3.x speaks 11): a member subscribing above it is understood
-    /// only by its header and is answered with nothing at the leader's version, so it probes
-    /// down and rejoins.
+    /// older one, as Kafka Streams 3.x speaks 11): a member subscribing above it is read by its
+    /// header only, as one client without state, and answered at the leader's version, so it
+    /// probes down and rejoins.
     pub latest_version: i32,
 }
 
@@ -228,13 +229,14 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
     let mut out = LeaderOutput::default();
     let mut members: Vec<Member> = Vec::new();
     let mut generations: BTreeMap<String, i32> = BTreeMap::new();
-    let mut unreadable: Vec<&str> = Vec::new();
     for m in input.members {
         match decode_subscription(&m.metadata) {
-            Ok((_, subscription)) if subscription.version > input.latest_version => {
-                unreadable.push(&m.member_id);
-            }
             Ok((sub, subscription)) => {
+                let subscription = if subscription.version > input.latest_version {
+                    future_member(&subscription, input.latest_version)
+                } else {
+                    subscription
+                };
                 generations.insert(m.member_id.clone(), sub.generation_id);
                 members.push(Member {
                     member_id: m.member_id.clone(),
@@ -332,19 +334,6 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
         input.leader_member_id,
         input.now_ms,
     );
-    let versions = negotiate(&members);
-    for id in unreadable {
-        per_member.insert(
-            id.to_owned(),
-            MemberAssignment {
-                partitions: Vec::new(),
-                info: AssignmentInfo::new(
-                    versions.used.min(input.latest_version),
-                    versions.commonly_supported.min(input.latest_version),
-                ),
-            },
-        );
-    }
     out.deferred = defer_unreleased(&members, input.topology, &mut per_member);
     if !out.deferred.is_empty() {
         // The hand-over needs one more round: everyone rejoins at once rather than at their
@@ -369,6 +358,20 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
         out.assignments.insert(m.member_id.clone(), bytes);
     }
     out
+}
+
+/// Kafka Streams' `FUTURE_ID`: every member the leader can read only the header of is one
+/// client with no state.
+const FUTURE_PROCESS: Uuid = Uuid::max();
+
+/// A subscription newer than the leader reads, as Kafka Streams' leader takes it: one client
+/// without state (so it restores before it runs anything stateful), answered at the leader's
+/// version, which makes the member probe down and rejoin. Its owned partitions (consumer
+/// protocol, readable) still hold back moves until it releases them.
+fn future_member(s: &SubscriptionInfo, leader_latest: i32) -> SubscriptionInfo {
+    let mut read = SubscriptionInfo::new(leader_latest, FUTURE_PROCESS);
+    read.latest_supported_version = s.latest_supported_version;
+    read
 }
 
 fn empty_for_all(input: &LeaderInput<'_>, mut out: LeaderOutput) -> LeaderOutput {

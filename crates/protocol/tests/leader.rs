@@ -212,35 +212,68 @@ fn a_moving_active_waits_for_its_owner_to_release_it() {
 
 #[test]
 fn a_leader_pinned_to_v11_reads_a_v12_member_by_its_header_only() {
-    // As Kafka Streams 3.x leads: it cannot read version 12, so that member gets nothing at
-    // version 11 and probes down; the readable members share every task at version 11.
+    // As Kafka Streams 3.x leads: it cannot read version 12, so that member is a client without
+    // state (its offset sums unread), answered at version 11 so it probes down.
     let topology = topology(4);
-    let ends = ends(4, 100);
-    let members = [
-        joined_at(11, 11, "a", 1, &[(0, 100), (1, 100)], &[], 1),
-        joined_at(11, BATON_VERSION, "b", 2, &[(2, 100), (3, 100)], &[], 1),
-        joined_at(BATON_VERSION, BATON_VERSION, "c", 3, &[], &[], 1),
-    ];
-    let out = lead(&LeaderInput {
-        latest_version: 11,
-        ..input(&members, &topology, &ends)
-    });
-    let info = |m: &str| decode_assignment(&out.assignments[m]).unwrap().1;
-    let c = info("c");
-    assert_eq!((c.version, c.commonly_supported_version), (11, 11));
-    assert!(c.active_tasks.is_empty() && c.standby_tasks.is_empty());
-    for m in ["a", "b"] {
-        assert_eq!(
-            (info(m).version, info(m).commonly_supported_version),
-            (11, 11)
-        );
-        assert_eq!(info(m).active_tasks.len(), 2, "{m}");
-    }
-    // The same group under a leader that reads 12 gives c its share.
-    let out = lead(&input(&members, &topology, &ends));
+    let ends = ends(4, 100_000);
+    let members = |c_owns: &[i32]| {
+        [
+            // a also holds a caught-up copy of 0_3: it runs 0_3 while c restores.
+            joined_at(
+                11,
+                11,
+                "a",
+                1,
+                &[(0, 100_000), (1, 100_000), (3, 100_000)],
+                &[],
+                1,
+            ),
+            joined_at(11, BATON_VERSION, "b", 2, &[(2, 100_000)], &[], 1),
+            joined_at(
+                BATON_VERSION,
+                BATON_VERSION,
+                "c",
+                3,
+                &[(3, 100_000)],
+                c_owns,
+                1,
+            ),
+        ]
+    };
+    let pinned = |members: &[JoinedMember]| {
+        let out = lead(&LeaderInput {
+            latest_version: 11,
+            ..input(members, &topology, &ends)
+        });
+        let info = |m: &str| decode_assignment(&out.assignments[m]).unwrap().1;
+        for m in ["a", "b", "c"] {
+            let i = info(m);
+            assert_eq!((i.version, i.commonly_supported_version), (11, 11), "{m}");
+        }
+        let runs_0_3 = ["a", "b"]
+            .into_iter()
+            .filter(|m| info(m).active_tasks.contains(&TaskId::new(0, 3)))
+            .count();
+        (info("c"), runs_0_3, out.deferred)
+    };
+    let (c, _, _) = pinned(&members(&[]));
+    assert!(c.active_tasks.is_empty(), "c's state is unread: {c:?}");
+    assert!(
+        !c.standby_tasks.is_empty(),
+        "c warms up as a client without state"
+    );
+    // What it owns (consumer protocol, readable) is held back from the others until it has
+    // released it: 0_3 never runs on two members at once.
+    let (_, others, deferred) = pinned(&members(&[3]));
+    assert_eq!(others, 0);
+    assert_eq!(deferred, vec![TaskId::new(0, 3)]);
+
+    // Under a leader that reads 12, c's offset sums count: it is caught up on 0_3.
+    let unpinned = members(&[]);
+    let out = lead(&input(&unpinned, &topology, &ends));
     let (_, c) = decode_assignment(&out.assignments["c"]).unwrap();
     assert_eq!((c.version, c.commonly_supported_version), (11, 11));
-    assert!(!c.active_tasks.is_empty() || !c.standby_tasks.is_empty());
+    assert!(c.active_tasks.contains(&TaskId::new(0, 3)), "{c:?}");
 }
 
 #[test]

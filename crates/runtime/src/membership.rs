@@ -147,6 +147,7 @@ impl MembershipTask {
                         thread = %self.name,
                         generation = m.generation,
                         leader = m.leader,
+                        version = m.info.version,
                         active = m.info.active_tasks.len(),
                         standby = m.info.standby_tasks.len().saturating_sub(m.info.warmup_tasks.len()),
                         warmup = m.info.warmup_tasks.len(),
