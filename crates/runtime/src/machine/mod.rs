@@ -334,8 +334,9 @@ pub struct ThreadMachine {
     commit: Option<(RequestId, Vec<Position>)>,
     last_commit: Duration,
     probe_at: Option<Duration>,
-    /// The newest generation assigned so far.
+    /// The newest generation assigned so far, and the member id it came with.
     last_generation: i32,
+    last_member_id: Option<String>,
     /// Revoked actives whose last positions are not committed yet. They stay claimed, so no
     /// one else gets them, and their commit is retried with each new generation; only then
     /// are they released (Kafka's cooperative consumers do the same).
@@ -364,6 +365,7 @@ impl ThreadMachine {
             last_commit: now,
             probe_at: None,
             last_generation: -1,
+            last_member_id: None,
             unreleased: BTreeMap::new(),
             rejoin_when_released: false,
             leaving: false,
@@ -943,6 +945,14 @@ impl ThreadMachine {
     /// The membership lapsed: another member may own these actives now. Drop them without
     /// committing (their in-flight output is the zombie window, docs/RUNTIME.md), then rejoin.
     fn fenced(&mut self, reason: &str, out: &mut Vec<Command>) {
+        self.drop_unprotected(out);
+        out.push(self.join(reason));
+    }
+
+    /// Drops the actives and the unreleased positions without committing them: the group went
+    /// on without this member, so another may run them by now, and a late commit could move
+    /// its position back.
+    fn drop_unprotected(&mut self, out: &mut Vec<Command>) {
         let actives: Vec<TaskId> = self
             .tasks
             .values()
@@ -954,10 +964,8 @@ impl ThreadMachine {
             out.push(Command::Close { task });
         }
         self.commit = None;
-        // Another member may run them by now: a late commit could move its position back.
         self.unreleased.clear();
         self.rejoin_when_released = false;
-        out.push(self.join(reason));
     }
 
     fn assigned(&mut self, a: Assigned, out: &mut Vec<Command>) {
@@ -966,6 +974,15 @@ impl ThreadMachine {
             return;
         }
         self.last_generation = a.generation;
+        // A new member id: the coordinator had forgotten us, and generations passed in which
+        // our claims protected nothing. What we held is as good as fenced.
+        if self
+            .last_member_id
+            .replace(a.member_id.clone())
+            .is_some_and(|id| id != a.member_id)
+        {
+            self.drop_unprotected(out);
+        }
         self.group = Group::Member {
             generation: a.generation,
             member_id: a.member_id.clone(),

@@ -702,6 +702,42 @@ fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
     assert!(m.report().owned.is_empty(), "released");
 }
 
+/// Found by the schedule fuzzer (seed 500473): an old owner whose revocation commit was
+/// refused is forgotten by the coordinator and joins again under a new member id. Generations
+/// passed without its claim, so the task may have run elsewhere since: its old position is not
+/// committed under the new membership (that moved the new owner's committed offset back, and
+/// the records between were never read again).
+#[test]
+fn positions_held_under_a_forgotten_member_id_are_never_committed() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S,
+    );
+    let commit_id = |cmds: &[Command]| {
+        cmds.iter().find_map(|c| match c {
+            Command::Commit { commit, .. } => Some(*commit),
+            _ => None,
+        })
+    };
+    let cmds = m.handle(assigned(2, &[], &[], &[], 2 * S), 2 * S);
+    let commit = commit_id(&cmds).expect("the revocation commit");
+    m.handle(Event::CommitDone { commit, ok: false }, 2 * S);
+    assert_eq!(m.report().owned, vec![tp("in", 0)], "still claimed");
+    let Event::Assigned(mut again) = assigned(4, &[], &[], &[], 3 * S) else {
+        unreachable!()
+    };
+    again.member_id = "m-new".into();
+    let cmds = m.handle(Event::Assigned(again), 3 * S);
+    assert_eq!(commit_id(&cmds), None, "{cmds:?}");
+    assert!(m.report().owned.is_empty(), "nothing claimed any more");
+}
+
 #[test]
 fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
     let mut m = machine();
