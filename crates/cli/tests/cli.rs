@@ -218,6 +218,25 @@ fn bad_racks_and_client_tags_are_refused_before_connecting() {
     let (code, _, err) = baton(&["run", "--bootstrap", "127.0.0.1:1", "--rack", ""], None);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("client.rack"), "{err}");
+    for version in ["6", "13"] {
+        let (code, _, err) = baton(
+            &[
+                "run",
+                "--bootstrap",
+                "127.0.0.1:1",
+                "--max-protocol-version",
+                version,
+            ],
+            None,
+        );
+        assert_eq!(code, 2, "{version}: {err}");
+        assert!(
+            err.contains(&format!(
+                "max_protocol_version: {version} is not between 7 and 12"
+            )),
+            "{err}"
+        );
+    }
 }
 
 #[test]
