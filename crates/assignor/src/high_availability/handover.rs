@@ -54,45 +54,7 @@ pub fn hand_over(
             }
         }
         let runner_holds = holders.contains(t, runner);
-        // Standby slots: every holder but the target active. A slot whose holder is not
-        // caught up (or is the runner, busy running the task until the hand-over) keeps an old
-        // caught-up copy meanwhile.
-        let slots = holders.of(t).len().saturating_sub(1);
-        let mut caught_up = 0;
-        let mut behind = Vec::new();
-        for &h in holders.of(t) {
-            if h == runner || (h == a && !runner_holds) {
-                continue;
-            }
-            if h == a {
-                // The target catching up as a standby: labelled a warm-up (no budget), so its
-                // caught-up signal hands the task over at once rather than at the next probe.
-                plan.push(h, t, Role::Warmup);
-            } else if cluster.is_caught_up(h, t) {
-                plan.push(h, t, Role::Standby);
-                caught_up += 1;
-            } else {
-                behind.push(h);
-            }
-        }
-        let mut old = old_standbys(cluster, capacities, holders, t, runner);
-        for h in behind {
-            match (caught_up < slots).then(|| old.next()).flatten() {
-                Some(c) => {
-                    plan.push(c, t, Role::Standby);
-                    plan.push(h, t, Role::Warmup);
-                    plan.standby_moves.push((t, c, h));
-                    caught_up += 1;
-                }
-                None => plan.push(h, t, Role::Standby),
-            }
-        }
-        if runner_holds && runner != a && caught_up < slots {
-            if let Some(c) = old.next() {
-                plan.push(c, t, Role::Standby);
-                plan.standby_moves.push((t, c, a));
-            }
-        }
+        place_standbys(cluster, capacities, holders, t, runner, a, plan);
         if runner != a {
             plan.pending.push((t, runner, a));
             if !runner_holds {
@@ -130,6 +92,57 @@ pub fn hand_over(
     let budget = cluster.config.max_warmup_replicas as usize;
     for w in wanted.into_iter().take(budget) {
         plan.push(w.to, w.task, Role::Warmup);
+    }
+}
+
+/// The standbys of stateful task `t`, which `runner` runs and whose target active is `a`. Its
+/// standby slots are its holders but the target; a slot whose holder is not caught up (or is
+/// the runner, busy running the task until the hand-over) keeps an old caught-up copy
+/// meanwhile, and the new holder warms up (no budget). The target, when it holds a copy, warms
+/// up too, so its caught-up signal hands the task over at once rather than at the next probe.
+fn place_standbys(
+    cluster: &Cluster,
+    capacities: &[u32],
+    holders: &Holders,
+    t: TaskIx,
+    runner: ClientIx,
+    a: ClientIx,
+    plan: &mut Plan,
+) {
+    let runner_holds = holders.contains(t, runner);
+    let slots = holders.of(t).len().saturating_sub(1);
+    let mut caught_up = 0;
+    let mut behind = Vec::new();
+    for &h in holders.of(t) {
+        if h == runner || (h == a && !runner_holds) {
+            continue;
+        }
+        if h == a {
+            plan.push(h, t, Role::Warmup);
+        } else if cluster.is_caught_up(h, t) {
+            plan.push(h, t, Role::Standby);
+            caught_up += 1;
+        } else {
+            behind.push(h);
+        }
+    }
+    let mut old = old_standbys(cluster, capacities, holders, t, runner);
+    for h in behind {
+        match (caught_up < slots).then(|| old.next()).flatten() {
+            Some(c) => {
+                plan.push(c, t, Role::Standby);
+                plan.push(h, t, Role::Warmup);
+                plan.standby_moves.push((t, c, h));
+                caught_up += 1;
+            }
+            None => plan.push(h, t, Role::Standby),
+        }
+    }
+    if runner_holds && runner != a && caught_up < slots {
+        if let Some(c) = old.next() {
+            plan.push(c, t, Role::Standby);
+            plan.standby_moves.push((t, c, a));
+        }
     }
 }
 
