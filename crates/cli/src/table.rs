@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use baton_assignor::{Assignment, Cluster, TaskId};
+use baton_assignor::{Assignment, Cluster, PendingMove, TaskId};
 
 fn list(tasks: &[TaskId]) -> String {
     if tasks.is_empty() {
@@ -82,20 +82,7 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
             assignment.pending.len(),
             delay(assignment.probe_after_ms.unwrap_or_default())
         );
-        for m in &assignment.pending {
-            let how = match assignment.clients.get(&m.to) {
-                Some(a) if a.warmup.contains(&m.task) => "warming up",
-                Some(a) if a.standby.contains(&m.task) => "catching up as a standby",
-                _ => "waiting for a warm-up slot",
-            };
-            let _ = writeln!(
-                out,
-                "  {:<8} {} -> {} ({how})",
-                m.task.to_string(),
-                m.from,
-                m.to
-            );
-        }
+        write_moves(&mut out, assignment, &assignment.pending);
     }
     if !assignment.standby_moves.is_empty() {
         let _ = writeln!(
@@ -103,24 +90,30 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
             "standby moves: {} (the old copy stays the standby until the new one catches up)",
             assignment.standby_moves.len()
         );
-        for m in &assignment.standby_moves {
-            let how = match assignment.clients.get(&m.to) {
-                Some(a) if a.warmup.contains(&m.task) => "warming up",
-                _ => "waiting for a warm-up slot",
-            };
-            let _ = writeln!(
-                out,
-                "  {:<8} {} -> {} ({how})",
-                m.task.to_string(),
-                m.from,
-                m.to
-            );
-        }
+        write_moves(&mut out, assignment, &assignment.standby_moves);
     }
     for w in &assignment.warnings {
         let _ = writeln!(out, "warning: {w}");
     }
     out
+}
+
+/// One line per move: task, from, to, and how the destination catches up.
+fn write_moves(out: &mut String, assignment: &Assignment, moves: &[PendingMove]) {
+    for m in moves {
+        let how = match assignment.clients.get(&m.to) {
+            Some(a) if a.warmup.contains(&m.task) => "warming up",
+            Some(a) if a.standby.contains(&m.task) => "catching up as a standby",
+            _ => "waiting for a warm-up slot",
+        };
+        let _ = writeln!(
+            out,
+            "  {:<8} {} -> {} ({how})",
+            m.task.to_string(),
+            m.from,
+            m.to
+        );
+    }
 }
 
 /// A delay for people: "at once", "in 45 s", "in 10 min".
