@@ -14,8 +14,7 @@ use baton_assignor::{AssignmentConfig, AssignorKind, Cluster, TaskId};
 use uuid::Uuid;
 
 use crate::bridge::{
-    cluster_state_at, member_assignments, negotiate, BridgeError, Member, MemberAssignment,
-    Topology,
+    cluster_state_at, member_assignments, BridgeError, Member, MemberAssignment, Topology,
 };
 use crate::consumer::{ConsumerAssignment, ConsumerSubscription};
 use crate::sizing::fit_to_limit;
