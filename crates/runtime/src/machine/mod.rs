@@ -1044,20 +1044,30 @@ impl ThreadMachine {
         }
         let fresh = self.fresh();
         for (id, role) in want {
-            match self.tasks.get_mut(&id) {
-                Some(t) if t.role == role => {}
-                Some(t) if t.phase == Phase::Opening => t.role = role,
-                Some(t) => t.enter(role, fresh),
-                None => {
-                    let changelogs = self.topology.changelog_partitions(id);
-                    let sources = self.topology.source_partitions(id);
-                    let mut t = TaskState::new(id, role, changelogs, sources);
-                    for (tp, at) in carried.remove(&id).unwrap_or_default() {
-                        if let Some(s) = t.sources.iter_mut().find(|s| s.tp == tp) {
-                            s.position = Some(at);
+            let t = match self.tasks.entry(id) {
+                std::collections::btree_map::Entry::Occupied(e) => {
+                    let t = e.into_mut();
+                    if t.role != role {
+                        if t.phase == Phase::Opening {
+                            t.role = role;
+                        } else {
+                            t.enter(role, fresh);
                         }
                     }
-                    self.tasks.insert(id, t);
+                    t
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let changelogs = self.topology.changelog_partitions(id);
+                    let sources = self.topology.source_partitions(id);
+                    e.insert(TaskState::new(id, role, changelogs, sources))
+                }
+            };
+            // Given back before its revocation commit landed: it resumes where it was, whether
+            // it stayed on as a copy (a standby in between) or is opened anew. Resuming from
+            // the committed offset would repeat output already acknowledged.
+            for (tp, at) in carried.remove(&id).unwrap_or_default() {
+                if let Some(s) = t.sources.iter_mut().find(|s| s.tp == tp) {
+                    s.position = Some(at);
                 }
             }
         }

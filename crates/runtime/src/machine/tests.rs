@@ -738,6 +738,42 @@ fn positions_held_under_a_forgotten_member_id_are_never_committed() {
     assert!(m.report().owned.is_empty(), "nothing claimed any more");
 }
 
+/// Found by the schedule fuzzer (seed 446824): an active revoked into a standby of the same
+/// member, its revocation commit refused, then given back: it resumes where it had got to, not
+/// at the committed offset, which would repeat output already acknowledged.
+#[test]
+fn a_task_given_back_after_a_refused_commit_resumes_where_it_was() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S,
+    );
+    let commit_id = |cmds: &[Command]| {
+        cmds.iter().find_map(|c| match c {
+            Command::Commit { commit, .. } => Some(*commit),
+            _ => None,
+        })
+    };
+    // Revoked, kept as a standby; the commit of its position 10 is refused.
+    let cmds = m.handle(assigned(2, &[], &[0], &[], 2 * S), 2 * S);
+    let commit = commit_id(&cmds).expect("the revocation commit");
+    m.handle(Event::CommitDone { commit, ok: false }, 2 * S);
+    // Given back.
+    m.handle(assigned(3, &[0], &[], &[], 3 * S), 3 * S);
+    let t = &m.tasks()[&task(0)];
+    assert_eq!(t.role, Role::Active);
+    assert_eq!(
+        t.sources[0].position,
+        Some(10),
+        "resumes at its own position, past the committed 0"
+    );
+}
+
 #[test]
 fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
     let mut m = machine();
