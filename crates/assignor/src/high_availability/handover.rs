@@ -155,16 +155,18 @@ fn old_standbys(
     task: TaskIx,
     runner: ClientIx,
 ) -> impl Iterator<Item = ClientIx> {
-    let mut old: Vec<(Lag, ClientIx)> = cluster.reporters[task as usize]
-        .iter()
-        .map(|&(c, lag)| (lag, c))
-        .filter(|&(_, c)| {
+    // Every client, not only those that reported the task: within the acceptable lag an
+    // unreported copy is caught up too.
+    let mut old: Vec<(Lag, ClientIx)> = cluster
+        .client_ixs()
+        .filter(|&c| {
             c != runner
                 && capacities[c as usize] > 0
                 && !holders.contains(task, c)
                 && cluster.owned_role(c, task) == Some(Role::Standby)
                 && cluster.is_caught_up(c, task)
         })
+        .map(|c| (cluster.lag(c, task), c))
         .collect();
     old.sort_unstable();
     old.into_iter().map(|(_, c)| c)
