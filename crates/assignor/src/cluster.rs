@@ -30,6 +30,9 @@ pub struct ClientSpec {
     /// Number of stream threads, at least 1.
     pub capacity: u32,
     pub rack: Option<String>,
+    /// `client.tag.<key>` values (KIP-708); `rack.aware.assignment.tags` names the ones that
+    /// count.
+    pub tags: BTreeMap<String, String>,
     /// Being drained: gets no new tasks, hands its tasks over through warm-ups.
     pub leaving: bool,
     /// How long it has been leaving, when known: past `scale.down.timeout.ms` its tasks are

@@ -32,7 +32,17 @@ pub struct AssignmentConfig {
     /// simulator; the assignment itself does not depend on it.
     #[serde(rename = "warmup.rejoin.mode")]
     pub rejoin_mode: RejoinMode,
+    /// Client tag keys (`client.tag.<key>`) whose values a task's copies should not share
+    /// (KIP-708): every standby on a value of each key that its other copies are not on, where
+    /// the key has enough values. Empty: copies prefer other racks (`client.rack`).
+    #[serde(rename = "rack.aware.assignment.tags")]
+    pub rack_aware_assignment_tags: Vec<String>,
 }
+
+/// Kafka Streams' limits on client tags (StreamsConfig).
+pub const MAX_TAGS: usize = 5;
+pub const MAX_TAG_KEY_CHARS: usize = 20;
+pub const MAX_TAG_VALUE_CHARS: usize = 30;
 
 /// See [`AssignmentConfig::rejoin_mode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -71,6 +81,7 @@ impl Default for AssignmentConfig {
             scale_down_timeout_ms: DEFAULT_SCALE_DOWN_TIMEOUT_MS,
             imbalance_percentage: 0,
             rejoin_mode: RejoinMode::Eager,
+            rack_aware_assignment_tags: Vec::new(),
         }
     }
 }
@@ -86,6 +97,27 @@ impl AssignmentConfig {
                 "stream.imbalance.percentage",
                 format!("{} is not 0 to 100", self.imbalance_percentage),
             ));
+        }
+        let tags = &self.rack_aware_assignment_tags;
+        if tags.len() > MAX_TAGS {
+            return Err((
+                "rack.aware.assignment.tags",
+                format!("{} keys, at most {MAX_TAGS}", tags.len()),
+            ));
+        }
+        for (i, key) in tags.iter().enumerate() {
+            if key.is_empty() || key.chars().count() > MAX_TAG_KEY_CHARS {
+                return Err((
+                    "rack.aware.assignment.tags",
+                    format!("key {key:?} must be 1 to {MAX_TAG_KEY_CHARS} characters"),
+                ));
+            }
+            if tags[..i].contains(key) {
+                return Err((
+                    "rack.aware.assignment.tags",
+                    format!("key {key:?} given twice"),
+                ));
+            }
         }
         if self.probing_rebalance_interval_ms < 60_000 {
             return Err((

@@ -46,6 +46,8 @@ struct RawClient {
     #[serde(default)]
     rack: Option<String>,
     #[serde(default)]
+    tags: BTreeMap<String, String>,
+    #[serde(default)]
     leaving: bool,
     /// Epoch milliseconds when the client started leaving.
     #[serde(default)]
@@ -91,6 +93,32 @@ pub fn parse_cluster_state(text: &str) -> Result<ClusterState, InputError> {
         )
     })?;
     convert(raw)
+}
+
+/// Kafka Streams' limits on a client's tags.
+fn check_tags(path: &str, tags: &BTreeMap<String, String>) -> Result<(), InputError> {
+    use crate::config::{MAX_TAGS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS};
+    if tags.len() > MAX_TAGS {
+        return Err(InputError::new(
+            path,
+            format!("{} tags, at most {MAX_TAGS}", tags.len()),
+        ));
+    }
+    for (k, v) in tags {
+        if k.is_empty() || k.chars().count() > MAX_TAG_KEY_CHARS {
+            return Err(InputError::new(
+                path,
+                format!("key {k:?} must be 1 to {MAX_TAG_KEY_CHARS} characters"),
+            ));
+        }
+        if v.chars().count() > MAX_TAG_VALUE_CHARS {
+            return Err(InputError::new(
+                format!("{path}.{k}"),
+                format!("value {v:?} is over {MAX_TAG_VALUE_CHARS} characters"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn parse_task(path: &str, text: &str) -> Result<TaskId, InputError> {
@@ -183,10 +211,12 @@ fn convert(raw: RawInput) -> Result<ClusterState, InputError> {
             }
             (Some(since), Some(now)) => Some(now - since),
         };
+        check_tags(&format!("clients[{i}].tags"), &c.tags)?;
         clients.push(ClientSpec {
             id: ClientId(c.id),
             capacity: c.capacity,
             rack: c.rack,
+            tags: c.tags,
             leaving: c.leaving,
             leaving_for_ms,
             owned_active,
@@ -322,6 +352,18 @@ mod tests {
         assert!(err(r#"{"tasks": [{"id": "0_0", "end_offset_sum": 5}], "clients": [{"id": "a", "offset_sums": {"0_0": -7}}]}"#)
             .starts_with("clients[0].offset_sums.0_0: -7 is not a valid offset sum"));
         assert!(err(r#"{"tasks": [], "clients": []}"#).starts_with("clients: at least one client"));
+        assert_eq!(
+            err(
+                r#"{"tasks": [], "clients": [{"id": "a", "tags": {"a": "1", "b": "1", "c": "1", "d": "1", "e": "1", "f": "1"}}]}"#
+            ),
+            "clients[0].tags: 6 tags, at most 5"
+        );
+        assert_eq!(
+            err(r#"{"tasks": [], "clients": [{"id": "a", "tags": {"zone": "a-value-longer-than-thirty-chars"}}]}"#),
+            "clients[0].tags.zone: value \"a-value-longer-than-thirty-chars\" is over 30 characters"
+        );
+        assert!(err(r#"{"tasks": [], "clients": [{"id": "a"}], "config": {"rack.aware.assignment.tags": ["a", "b", "c", "d", "e", "f"]}}"#)
+            .contains("rack.aware.assignment.tags: 6 keys, at most 5"));
         assert!(
             err(r#"{"tasks": [], "clients": [{"id": "a"}], "confg": {}}"#)
                 .starts_with("confg: unknown field `confg`")

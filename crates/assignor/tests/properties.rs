@@ -412,3 +412,75 @@ proptest! {
         }
     }
 }
+
+/// Clients spread evenly over `zones` zones (tag `zone`), equal threads, and as many copies on
+/// each client: a placement that keeps every task's copies in different zones exists whenever
+/// there are at least as many zones as copies, so `high-availability` must find one. (With
+/// copies that do not divide evenly, which clients take the one extra copy ignores zones, and
+/// balance wins: docs/ASSIGNOR.md.)
+fn zoned(zones: usize, per_zone: usize, tasks: usize, standbys: u32) -> ClusterState {
+    let clients = (0..zones * per_zone)
+        .map(|i| {
+            let mut c = fresh(&format!("c{i:02}"), 1);
+            c.tags.insert("zone".into(), format!("z{}", i % zones));
+            c
+        })
+        .collect();
+    let mut config = config(10_000, 2, standbys);
+    config.rack_aware_assignment_tags = vec!["zone".into()];
+    ClusterState {
+        config,
+        tasks: stateful_tasks(tasks, 4, 1_000),
+        clients,
+    }
+}
+
+/// Every task's copies (active and standbys) are in distinct zones.
+fn zones_apart(state: &ClusterState, a: &baton_assignor::Assignment) -> Result<(), String> {
+    let zone = |id: &baton_assignor::ClientId| {
+        state.clients.iter().find(|c| &c.id == id).unwrap().tags["zone"].clone()
+    };
+    for task in &state.tasks {
+        let zones: Vec<String> = a.holders(task.id).iter().map(|(c, _)| zone(c)).collect();
+        let distinct: std::collections::BTreeSet<&String> = zones.iter().collect();
+        if distinct.len() != zones.len() {
+            return Err(format!("{}: copies in zones {zones:?}", task.id));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn standbys_keep_to_other_zones_when_there_are_enough(
+        zones in 2usize..5,
+        per_zone in 1usize..4,
+        standbys in 1u32..3,
+        joiners in 1usize..3,
+    ) {
+        // Fewer standbys than zones: every copy can have a zone of its own.
+        let standbys = standbys.min(zones as u32 - 1);
+        // Copies divide evenly over the clients before and after the scale-out.
+        let tasks = zones * per_zone * (per_zone + joiners);
+        let state = zoned(zones, per_zone, tasks, standbys);
+        let run = converge(&baton_assignor::HighAvailabilityAssignor, state, 60);
+        prop_assert!(run.converged);
+        let settled = run.state.unwrap();
+        zones_apart(&settled, run.last.as_ref().unwrap()).map_err(TestCaseError::fail)?;
+
+        // Scale out by whole zones' worth of clients: the kept copies stay apart as well.
+        let mut grown = settled.clone();
+        let n = grown.clients.len();
+        for j in 0..joiners * zones {
+            let mut c = fresh(&format!("n{j:02}"), 1);
+            c.tags.insert("zone".into(), format!("z{}", (n + j) % zones));
+            grown.clients.push(c);
+        }
+        let run = converge(&baton_assignor::HighAvailabilityAssignor, grown, 120);
+        prop_assert!(run.converged);
+        zones_apart(run.state.as_ref().unwrap(), run.last.as_ref().unwrap())
+            .map_err(TestCaseError::fail)?;
+    }
+}

@@ -102,6 +102,10 @@ pub struct RunArgs {
     /// `baton inspect`.
     #[arg(long = "client-tag", value_name = "KEY=VALUE")]
     client_tags: Vec<String>,
+    /// rack.aware.assignment.tags: client tag keys (comma-separated, at most 5) whose values a
+    /// task's copies should not share; the standbys go to other values of each.
+    #[arg(long, value_name = "KEY,...", value_delimiter = ',')]
+    rack_aware_assignment_tags: Vec<String>,
     /// The newest rebalance metadata version to subscribe and lead at (7 to 12). 11 speaks
     /// exactly as Kafka Streams 3.x: with it leading, a newer member is read by its header only
     /// and probes down. Without this flag Baton probes down by itself in a mixed group.
@@ -137,6 +141,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             scale_down_timeout_ms: args.scale_down_timeout_ms,
             imbalance_percentage: args.imbalance_percentage,
             rejoin_mode: args.rejoin_mode,
+            rack_aware_assignment_tags: args.rack_aware_assignment_tags,
         },
         session_timeout: Duration::from_millis(args.session_timeout_ms),
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),

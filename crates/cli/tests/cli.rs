@@ -218,6 +218,21 @@ fn bad_racks_and_client_tags_are_refused_before_connecting() {
     let (code, _, err) = baton(&["run", "--bootstrap", "127.0.0.1:1", "--rack", ""], None);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("client.rack"), "{err}");
+    let (code, _, err) = baton(
+        &[
+            "run",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--rack-aware-assignment-tags",
+            "a,b,c,d,e,f",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("rack.aware.assignment.tags: 6 keys, at most 5"),
+        "{err}"
+    );
     for version in ["6", "13"] {
         let (code, _, err) = baton(
             &[

@@ -398,26 +398,83 @@ fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
         metadata_limit: GROUP_METADATA_LIMIT,
         latest_version: BATON_VERSION,
     });
-    assert!(out.rejected.is_empty(), "{:?}", out.rejected);
     let rack_of = |m: &str| if m == "m1" || m == "m2" { "a" } else { "b" };
-    let mut racks: BTreeMap<TaskId, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
+    assert_apart(&out, 4, rack_of);
+}
+
+/// Every task has one active and one standby, on different sides (`side_of` a member).
+fn assert_apart(
+    out: &baton_protocol::leader::LeaderOutput,
+    tasks: usize,
+    side_of: impl Fn(&str) -> &'static str,
+) {
+    assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+    let mut sides: BTreeMap<TaskId, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
     for (member, bytes) in &out.assignments {
         let (_, info) = decode_assignment(bytes).unwrap();
         for t in &info.active_tasks {
-            racks.entry(*t).or_default().0.push(rack_of(member));
+            sides.entry(*t).or_default().0.push(side_of(member));
         }
         for s in &info.standby_tasks {
-            racks.entry(s.task).or_default().1.push(rack_of(member));
+            sides.entry(s.task).or_default().1.push(side_of(member));
         }
     }
-    assert_eq!(racks.len(), 4);
-    for (task, (active, standby)) in &racks {
-        assert_eq!((active.len(), standby.len()), (1, 1), "{task}: {racks:?}");
+    assert_eq!(sides.len(), tasks);
+    for (task, (active, standby)) in &sides {
+        assert_eq!((active.len(), standby.len()), (1, 1), "{task}: {sides:?}");
         assert_ne!(
             active[0], standby[0],
-            "{task}: active and standby on one rack: {racks:?}"
+            "{task}: active and standby on one side: {sides:?}"
         );
     }
+}
+
+/// Client tags reach the assignor: with `rack.aware.assignment.tags = zone`, on one rack, every
+/// standby is in another zone than its active. Without the tags every member looks alike.
+#[test]
+fn client_tags_reach_the_assignor_and_standbys_go_to_another_zone() {
+    use baton_protocol::leader::{encode_subscription, MemberReport};
+    use baton_protocol::ClientTag;
+    let topology = topology(8);
+    let zone_of = |m: &str| if m == "m1" || m == "m2" { "z1" } else { "z2" };
+    let tags = |zone: &str| {
+        [ClientTag {
+            key: "zone".into(),
+            value: zone.into(),
+        }]
+    };
+    let member = |id: &str, pid: u128| JoinedMember {
+        member_id: id.into(),
+        metadata: encode_subscription(
+            &topology,
+            &MemberReport {
+                version: BATON_VERSION,
+                latest_supported: BATON_VERSION,
+                process_id: Uuid::from_u128(pid),
+                user_endpoint: "",
+                offset_sums: &[],
+                leaving: false,
+                leaving_since_ms: None,
+                warmups: &[],
+                owned: &[],
+                generation: -1,
+                unique: 0,
+                rack: Some("a"),
+                client_tags: &tags(zone_of(id)),
+            },
+        ),
+    };
+    let members: Vec<JoinedMember> = (1..=4).map(|i| member(&format!("m{i}"), i)).collect();
+    let ends = ends(8, 100);
+    let out = lead(&LeaderInput {
+        config: AssignmentConfig {
+            num_standby_replicas: 1,
+            rack_aware_assignment_tags: vec!["zone".into()],
+            ..AssignmentConfig::default()
+        },
+        ..input(&members, &topology, &ends)
+    });
+    assert_apart(&out, 8, zone_of);
 }
 
 /// The leader tells a warm-up that falls behind from one that catches up, across rounds.

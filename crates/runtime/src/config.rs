@@ -151,8 +151,8 @@ impl RuntimeConfig {
         if self.rack.as_deref() == Some("") {
             return Err("client.rack: must not be empty when given".into());
         }
-        // Kafka Streams' limits (StreamsConfig): at most 5 tags, keys and values at most 20
-        // characters; `baton.` keys carry Baton's own flags.
+        // Kafka Streams' limits (StreamsConfig): at most 5 tags, keys of at most 20 characters
+        // and values of at most 30; `baton.` keys carry Baton's own flags.
         if self.client_tags.len() > 5 {
             return Err(format!(
                 "client.tag: {} tags, at most 5",
@@ -162,9 +162,9 @@ impl RuntimeConfig {
         let mut keys = std::collections::BTreeSet::new();
         for (i, (k, v)) in self.client_tags.iter().enumerate() {
             let at = format!("client.tag[{i}]");
-            if k.is_empty() || k.chars().count() > 20 || v.chars().count() > 20 {
+            if k.is_empty() || k.chars().count() > 20 || v.chars().count() > 30 {
                 return Err(format!(
-                    "{at}: key and value must be 1 to 20 characters ({k:?}={v:?})"
+                    "{at}: the key must be 1 to 20 characters and the value at most 30 ({k:?}={v:?})"
                 ));
             }
             if k.starts_with("baton.") {

@@ -11,6 +11,7 @@
 //! out moves only the tasks that must move, and a configured standby doubles as the warm-up of
 //! the task it will take over (it costs no warm-up budget).
 
+mod diversity;
 mod flow;
 mod handover;
 mod holders;

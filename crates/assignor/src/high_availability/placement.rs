@@ -12,6 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::diversity::Diversity;
 use super::holders::Holders;
 use super::spread::interleave;
 use crate::cluster::{ClientIx, Cluster, TaskIx};
@@ -50,17 +51,28 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
     }
     let mut holders = Holders::new(tasks, r);
     let mut copies = vec![0u32; cluster.client_count()];
+    let diversity = Diversity::new(cluster, capacities);
 
-    let extras = keep_existing(cluster, capacities, &quotas, &mut holders, &mut copies);
+    // The fill step hands out what the keep step left of the extras.
+    let mut quotas = quotas;
+    quotas.extras = keep_existing(
+        cluster,
+        capacities,
+        &quotas,
+        &diversity,
+        &mut holders,
+        &mut copies,
+    );
     fill_missing(
         cluster,
         capacities,
         &quotas,
-        extras,
         &stateful,
+        &diversity,
         &mut holders,
         &mut copies,
     );
+    diversity.untangle(&stateful, &mut holders);
     holders
 }
 
@@ -120,6 +132,7 @@ fn keep_existing(
     cluster: &Cluster,
     capacities: &[u32],
     quotas: &Quotas,
+    diversity: &Diversity,
     holders: &mut Holders,
     copies: &mut [u32],
 ) -> u32 {
@@ -130,6 +143,11 @@ fn keep_existing(
         for &(_, _, _, c, t) in &claims {
             let ci = c as usize;
             if holders.is_full(t) || holders.contains(t, c) {
+                continue;
+            }
+            // With tags configured a copy stays only where it keeps the task's copies apart
+            // (a moved standby's old copy stays until its replacement caught up: handover.rs).
+            if diversity.by_tags() && !diversity.allows(c, holders.of(t)) {
                 continue;
             }
             if copies[ci] < quotas.base[ci] {
@@ -153,13 +171,12 @@ fn fill_missing(
     cluster: &Cluster,
     capacities: &[u32],
     quotas: &Quotas,
-    mut extras: u32,
     stateful: &[TaskIx],
+    diversity: &Diversity,
     holders: &mut Holders,
     copies: &mut [u32],
 ) {
-    let has_racks = cluster.clients.iter().any(|c| c.rack.is_some());
-
+    let mut extras = quotas.extras;
     let key = |c: ClientIx, n: u32| Reverse((Load::new(n, capacities[c as usize]), c));
     let mut below_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();
     let mut at_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();
@@ -178,54 +195,38 @@ fn fill_missing(
     let mut skipped = Vec::new();
     for &t in stateful {
         while !holders.is_full(t) {
-            let pick = pick_client(
-                cluster,
-                holders,
-                copies,
-                t,
-                has_racks,
-                &mut below_base,
-                &mut skipped,
-            )
-            .or_else(|| {
-                if extras == 0 {
-                    return None;
-                }
-                let c = pick_client(
-                    cluster,
-                    holders,
-                    copies,
-                    t,
-                    has_racks,
-                    &mut at_base,
-                    &mut skipped,
-                )?;
-                extras -= 1;
-                Some(c)
-            })
-            .or_else(|| {
-                let room = |c: ClientIx| {
-                    let ci = c as usize;
-                    capacities[ci] > 0
-                        && (copies[ci] < quotas.base[ci]
-                            || (extras > 0 && copies[ci] == quotas.base[ci]))
-                };
-                let (x, d) = make_room(cluster, capacities, stateful, holders, t, room)?;
-                let di = d as usize;
-                if copies[di] >= quotas.base[di] {
+            let pick = pick_client(holders, copies, t, diversity, &mut below_base, &mut skipped)
+                .or_else(|| {
+                    if extras == 0 {
+                        return None;
+                    }
+                    let c = pick_client(holders, copies, t, diversity, &mut at_base, &mut skipped)?;
                     extras -= 1;
-                }
-                copies[di] += 1;
-                copies[x as usize] -= 1;
-                // d's heap entry is now stale (pick_client drops it); offer d afresh.
-                if copies[di] < quotas.base[di] {
-                    below_base.push(key(d, copies[di]));
-                } else if copies[di] == quotas.base[di] {
-                    at_base.push(key(d, copies[di]));
-                }
-                Some(x)
-            })
-            .or_else(|| least_loaded_without(cluster, capacities, copies, holders, t));
+                    Some(c)
+                })
+                .or_else(|| {
+                    let room = |c: ClientIx| {
+                        let ci = c as usize;
+                        capacities[ci] > 0
+                            && (copies[ci] < quotas.base[ci]
+                                || (extras > 0 && copies[ci] == quotas.base[ci]))
+                    };
+                    let (x, d) = make_room(cluster, capacities, stateful, holders, t, room)?;
+                    let di = d as usize;
+                    if copies[di] >= quotas.base[di] {
+                        extras -= 1;
+                    }
+                    copies[di] += 1;
+                    copies[x as usize] -= 1;
+                    // d's heap entry is now stale (pick_client drops it); offer d afresh.
+                    if copies[di] < quotas.base[di] {
+                        below_base.push(key(d, copies[di]));
+                    } else if copies[di] == quotas.base[di] {
+                        at_base.push(key(d, copies[di]));
+                    }
+                    Some(x)
+                })
+                .or_else(|| least_loaded_without(cluster, capacities, copies, holders, t));
             let Some(c) = pick else {
                 // Fewer eligible clients than copies: r was capped so this cannot happen.
                 debug_assert!(false, "no client can take a copy of task {t}");
@@ -243,26 +244,19 @@ fn fill_missing(
     }
 }
 
-/// Pops the least-loaded client that can take `task`, preferring one on a rack the task is not on yet.
+/// Pops the least-loaded client that can take `task`, preferring one that keeps its copies
+/// apart ([`Diversity`]).
 ///
 /// An entry whose count no longer matches `copies` is stale (its client gained a copy through
 /// [`make_room`] and was offered again) and is dropped.
 fn pick_client(
-    cluster: &Cluster,
     holders: &Holders,
     copies: &[u32],
     task: TaskIx,
-    has_racks: bool,
+    diversity: &Diversity,
     heap: &mut BinaryHeap<Reverse<(Load, ClientIx)>>,
     skipped: &mut Vec<Reverse<(Load, ClientIx)>>,
 ) -> Option<ClientIx> {
-    let rack_is_new = |c: ClientIx| match &cluster.clients[c as usize].rack {
-        None => true,
-        Some(r) => holders
-            .of(task)
-            .iter()
-            .all(|&h| cluster.clients[h as usize].rack.as_ref() != Some(r)),
-    };
     let mut fallback: Option<Reverse<(Load, ClientIx)>> = None;
     let mut chosen = None;
     let mut looked = 0;
@@ -275,7 +269,7 @@ fn pick_client(
             skipped.push(entry);
             continue;
         }
-        if !has_racks || rack_is_new(c) {
+        if !diversity.active() || diversity.allows(c, holders.of(task)) {
             chosen = Some(c);
             break;
         }
