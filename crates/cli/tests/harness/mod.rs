@@ -584,6 +584,12 @@ impl Instance {
     /// The partitions this instance runs as an active now, from its `task state` and
     /// `task released` log lines.
     pub fn running(&self) -> std::collections::BTreeSet<i32> {
+        self.holds("active", "running")
+    }
+
+    /// The partitions whose task this instance holds in `role` and `phase` now (e.g.
+    /// `"standby"`, `"tailing"`), from its `task state` and `task released` log lines.
+    pub fn holds(&self, role: &str, phase: &str) -> std::collections::BTreeSet<i32> {
         let mut out = std::collections::BTreeSet::new();
         for l in self.log_text().lines() {
             let partition = || {
@@ -594,7 +600,7 @@ impl Instance {
             };
             if l.contains("task state") {
                 if let Some(p) = partition() {
-                    if field(l, "role") == "active" && field(l, "to") == "running" {
+                    if field(l, "role") == role && field(l, "to") == phase {
                         out.insert(p);
                     } else {
                         out.remove(&p);
