@@ -54,12 +54,14 @@ async fn main() {
         sent += k;
     }
     let end = n as i64;
+    // The runtime's own fetch size for restores and tailing, for the raw fetch too.
+    let fetch_bytes = baton_runtime::config::RuntimeConfig::default().restore_fetch_bytes;
 
     let start = Instant::now();
     let mut next = 0i64;
     while next < end {
         let f = client
-            .fetch(&leader, "changelog", 0, next, 1024 * 1024, 500)
+            .fetch(&leader, "changelog", 0, next, fetch_bytes, 500)
             .await
             .unwrap();
         next = f.records.last().map(|r| r.offset + 1).unwrap_or(next);
@@ -69,7 +71,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("baton-restore-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = TaskStore::open(&dir, TaskId::new(0, 0), "store").unwrap();
-    let stats = restore(&client, &leader, "changelog", 0, &store, end, 1024 * 1024)
+    let stats = restore(&client, &leader, "changelog", 0, &store, end, fetch_bytes)
         .await
         .unwrap();
     let restore_rate = stats.records as f64 / stats.seconds;
