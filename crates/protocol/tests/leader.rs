@@ -343,34 +343,13 @@ fn without_end_offsets_actives_stay_where_they_run() {
 /// leader gives the assignor each client's rack, so a task's standby lands on another rack.
 #[test]
 fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
-    use baton_protocol::leader::{encode_subscription, MemberReport};
     use baton_protocol::ClientTag;
     let topology = topology(4);
     let tags = [ClientTag {
         key: "zone".into(),
         value: "z1".into(),
     }];
-    let member = |id: &str, pid: u128, rack: &'static str| JoinedMember {
-        member_id: id.into(),
-        metadata: encode_subscription(
-            &topology,
-            &MemberReport {
-                version: BATON_VERSION,
-                latest_supported: BATON_VERSION,
-                process_id: Uuid::from_u128(pid),
-                user_endpoint: "",
-                offset_sums: &[],
-                leaving: false,
-                leaving_since_ms: None,
-                warmups: &[],
-                owned: &[],
-                generation: -1,
-                unique: 0,
-                rack: Some(rack),
-                client_tags: &tags,
-            },
-        ),
-    };
+    let member = |id: &str, pid: u128, rack: &str| reporting(&topology, id, pid, rack, &tags);
     // Two clients on each rack, four tasks, one standby each: every task's standby must sit
     // on the other rack than its active.
     let members = vec![
@@ -400,6 +379,38 @@ fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
     });
     let rack_of = |m: &str| if m == "m1" || m == "m2" { "a" } else { "b" };
     assert_apart(&out, 4, rack_of);
+}
+
+/// A Baton member's JoinGroup metadata with nothing held: its rack and client tags only.
+fn reporting(
+    topology: &Topology,
+    id: &str,
+    pid: u128,
+    rack: &str,
+    tags: &[baton_protocol::ClientTag],
+) -> JoinedMember {
+    use baton_protocol::leader::{encode_subscription, MemberReport};
+    JoinedMember {
+        member_id: id.into(),
+        metadata: encode_subscription(
+            topology,
+            &MemberReport {
+                version: BATON_VERSION,
+                latest_supported: BATON_VERSION,
+                process_id: Uuid::from_u128(pid),
+                user_endpoint: "",
+                offset_sums: &[],
+                leaving: false,
+                leaving_since_ms: None,
+                warmups: &[],
+                owned: &[],
+                generation: -1,
+                unique: 0,
+                rack: Some(rack),
+                client_tags: tags,
+            },
+        ),
+    }
 }
 
 /// Every task has one active and one standby, on different sides (`side_of` a member).
@@ -433,7 +444,6 @@ fn assert_apart(
 /// standby is in another zone than its active. Without the tags every member looks alike.
 #[test]
 fn client_tags_reach_the_assignor_and_standbys_go_to_another_zone() {
-    use baton_protocol::leader::{encode_subscription, MemberReport};
     use baton_protocol::ClientTag;
     let topology = topology(8);
     let zone_of = |m: &str| if m == "m1" || m == "m2" { "z1" } else { "z2" };
@@ -443,27 +453,7 @@ fn client_tags_reach_the_assignor_and_standbys_go_to_another_zone() {
             value: zone.into(),
         }]
     };
-    let member = |id: &str, pid: u128| JoinedMember {
-        member_id: id.into(),
-        metadata: encode_subscription(
-            &topology,
-            &MemberReport {
-                version: BATON_VERSION,
-                latest_supported: BATON_VERSION,
-                process_id: Uuid::from_u128(pid),
-                user_endpoint: "",
-                offset_sums: &[],
-                leaving: false,
-                leaving_since_ms: None,
-                warmups: &[],
-                owned: &[],
-                generation: -1,
-                unique: 0,
-                rack: Some("a"),
-                client_tags: &tags(zone_of(id)),
-            },
-        ),
-    };
+    let member = |id: &str, pid: u128| reporting(&topology, id, pid, "a", &tags(zone_of(id)));
     let members: Vec<JoinedMember> = (1..=4).map(|i| member(&format!("m{i}"), i)).collect();
     let ends = ends(8, 100);
     let out = lead(&LeaderInput {

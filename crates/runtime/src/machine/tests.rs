@@ -663,10 +663,8 @@ fn commits_every_interval_and_on_shutdown_then_leaves() {
     );
 }
 
-/// An old owner's last commit refused (a newer generation started): the task stays claimed,
-/// so no one else gets it, and the commit is retried with the next generation before release.
-#[test]
-fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
+/// A machine whose active `0_0` has processed input up to 10, not committed yet.
+fn processed_to_ten() -> ThreadMachine {
     let (mut m, cmds) = running_with_input(10, S);
     let (_, batch, _) = processes(&cmds)[0].clone();
     m.handle(
@@ -677,17 +675,27 @@ fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
         },
         S,
     );
-    let commit_of = |cmds: &[Command]| {
-        cmds.iter().find_map(|c| match c {
-            Command::Commit {
-                commit,
-                generation,
-                offsets,
-                ..
-            } => Some((*commit, *generation, offsets.clone())),
-            _ => None,
-        })
-    };
+    m
+}
+
+/// The commit among `cmds`: `(id, generation, offsets)`.
+fn commit_of(cmds: &[Command]) -> Option<(RequestId, i32, Vec<(TopicPartition, i64)>)> {
+    cmds.iter().find_map(|c| match c {
+        Command::Commit {
+            commit,
+            generation,
+            offsets,
+            ..
+        } => Some((*commit, *generation, offsets.clone())),
+        _ => None,
+    })
+}
+
+/// An old owner's last commit refused (a newer generation started): the task stays claimed,
+/// so no one else gets it, and the commit is retried with the next generation before release.
+#[test]
+fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
+    let mut m = processed_to_ten();
     let cmds = m.handle(assigned(2, &[], &[], &[], 2 * S), 2 * S);
     let (commit, generation, _) = commit_of(&cmds).expect("the revocation commit");
     assert_eq!(generation, 2);
@@ -709,24 +717,9 @@ fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
 /// the records between were never read again).
 #[test]
 fn positions_held_under_a_forgotten_member_id_are_never_committed() {
-    let (mut m, cmds) = running_with_input(10, S);
-    let (_, batch, _) = processes(&cmds)[0].clone();
-    m.handle(
-        Event::BatchDone {
-            task: task(0),
-            batch,
-            changelogs: vec![(0, 10)],
-        },
-        S,
-    );
-    let commit_id = |cmds: &[Command]| {
-        cmds.iter().find_map(|c| match c {
-            Command::Commit { commit, .. } => Some(*commit),
-            _ => None,
-        })
-    };
+    let mut m = processed_to_ten();
     let cmds = m.handle(assigned(2, &[], &[], &[], 2 * S), 2 * S);
-    let commit = commit_id(&cmds).expect("the revocation commit");
+    let (commit, _, _) = commit_of(&cmds).expect("the revocation commit");
     m.handle(Event::CommitDone { commit, ok: false }, 2 * S);
     assert_eq!(m.report().owned, vec![tp("in", 0)], "still claimed");
     let Event::Assigned(mut again) = assigned(4, &[], &[], &[], 3 * S) else {
@@ -734,7 +727,7 @@ fn positions_held_under_a_forgotten_member_id_are_never_committed() {
     };
     again.member_id = "m-new".into();
     let cmds = m.handle(Event::Assigned(again), 3 * S);
-    assert_eq!(commit_id(&cmds), None, "{cmds:?}");
+    assert_eq!(commit_of(&cmds), None, "{cmds:?}");
     assert!(m.report().owned.is_empty(), "nothing claimed any more");
 }
 
@@ -743,25 +736,10 @@ fn positions_held_under_a_forgotten_member_id_are_never_committed() {
 /// at the committed offset, which would repeat output already acknowledged.
 #[test]
 fn a_task_given_back_after_a_refused_commit_resumes_where_it_was() {
-    let (mut m, cmds) = running_with_input(10, S);
-    let (_, batch, _) = processes(&cmds)[0].clone();
-    m.handle(
-        Event::BatchDone {
-            task: task(0),
-            batch,
-            changelogs: vec![(0, 10)],
-        },
-        S,
-    );
-    let commit_id = |cmds: &[Command]| {
-        cmds.iter().find_map(|c| match c {
-            Command::Commit { commit, .. } => Some(*commit),
-            _ => None,
-        })
-    };
+    let mut m = processed_to_ten();
     // Revoked, kept as a standby; the commit of its position 10 is refused.
     let cmds = m.handle(assigned(2, &[], &[0], &[], 2 * S), 2 * S);
-    let commit = commit_id(&cmds).expect("the revocation commit");
+    let (commit, _, _) = commit_of(&cmds).expect("the revocation commit");
     m.handle(Event::CommitDone { commit, ok: false }, 2 * S);
     // Given back.
     m.handle(assigned(3, &[0], &[], &[], 3 * S), 3 * S);
