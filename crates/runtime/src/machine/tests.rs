@@ -347,16 +347,7 @@ fn processing_goes_on_during_a_ten_second_join_round() {
     assert_eq!(batches, [100, 100]);
     // The round ends: task 1 moves away.
     let cmds = m.handle(assigned(2, &[0], &[], &[], now), now);
-    let commit = cmds.iter().find_map(|c| match c {
-        Command::Commit {
-            commit,
-            generation,
-            offsets,
-            ..
-        } => Some((*commit, *generation, offsets.clone())),
-        _ => None,
-    });
-    let (commit, generation, offsets) = commit.expect("a commit");
+    let (commit, generation, offsets) = commit_of(&cmds).expect("a commit");
     assert_eq!(
         (generation, offsets),
         (2, vec![(tp("in", 1), position[1])]),
@@ -678,8 +669,11 @@ fn processed_to_ten() -> ThreadMachine {
     m
 }
 
+/// A commit command's offsets.
+type Offsets = Vec<(TopicPartition, i64)>;
+
 /// The commit among `cmds`: `(id, generation, offsets)`.
-fn commit_of(cmds: &[Command]) -> Option<(RequestId, i32, Vec<(TopicPartition, i64)>)> {
+fn commit_of(cmds: &[Command]) -> Option<(RequestId, i32, Offsets)> {
     cmds.iter().find_map(|c| match c {
         Command::Commit {
             commit,
