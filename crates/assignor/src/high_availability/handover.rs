@@ -32,6 +32,7 @@ pub fn hand_over(
     capacities: &[u32],
     holders: &Holders,
     target: &[ClientIx],
+    runners: &[ClientIx],
     plan: &mut Plan,
 ) {
     let mut wanted = Vec::new();
@@ -41,7 +42,7 @@ pub fn hand_over(
             plan.push(a, t, Role::Active);
             continue;
         }
-        let runner = runner(cluster, capacities, holders, t, a);
+        let runner = runners[t as usize];
         plan.push(runner, t, Role::Active);
         if !cluster.is_caught_up(runner, t) {
             // Taken from a leaving client past its timeout: the hand-over the drain waited for
@@ -126,9 +127,14 @@ fn place_standbys(
             behind.push(h);
         }
     }
-    let mut old = old_standbys(cluster, capacities, holders, t, runner);
+    // Looked for only when a slot needs one.
+    let mut old: Option<std::vec::IntoIter<ClientIx>> = None;
+    let mut next_old = || {
+        old.get_or_insert_with(|| old_standbys(cluster, capacities, holders, t, runner))
+            .next()
+    };
     for h in behind {
-        match (caught_up < slots).then(|| old.next()).flatten() {
+        match (caught_up < slots).then(&mut next_old).flatten() {
             Some(c) => {
                 plan.push(c, t, Role::Standby);
                 plan.push(h, t, Role::Warmup);
@@ -139,7 +145,7 @@ fn place_standbys(
         }
     }
     if runner_holds && runner != a && caught_up < slots {
-        if let Some(c) = old.next() {
+        if let Some(c) = next_old() {
             plan.push(c, t, Role::Standby);
             plan.standby_moves.push((t, c, a));
         }
@@ -154,52 +160,49 @@ fn old_standbys(
     holders: &Holders,
     task: TaskIx,
     runner: ClientIx,
-) -> impl Iterator<Item = ClientIx> {
-    // Every client, not only those that reported the task: within the acceptable lag an
-    // unreported copy is caught up too.
-    let mut old: Vec<(Lag, ClientIx)> = cluster
-        .client_ixs()
-        .filter(|&c| {
-            c != runner
-                && capacities[c as usize] > 0
-                && !holders.contains(task, c)
-                && cluster.owned_role(c, task) == Some(Role::Standby)
-                && cluster.is_caught_up(c, task)
-        })
-        .map(|c| (cluster.lag(c, task), c))
-        .collect();
-    old.sort_unstable();
-    old.into_iter().map(|(_, c)| c)
+) -> std::vec::IntoIter<ClientIx> {
+    let is_old = |c: ClientIx| {
+        c != runner
+            && capacities[c as usize] > 0
+            && !holders.contains(task, c)
+            && cluster.owned_role(c, task) == Some(Role::Standby)
+            && cluster.is_caught_up(c, task)
+    };
+    // Its reporters; every client when, within the acceptable lag, an unreported copy is
+    // caught up too (as `choose_runner` looks).
+    let mut old: Vec<ClientIx> = if cluster.unreported_is_caught_up(task) {
+        cluster.client_ixs().filter(|&c| is_old(c)).collect()
+    } else {
+        cluster.reporters[task as usize]
+            .iter()
+            .map(|&(c, _)| c)
+            .filter(|&c| is_old(c))
+            .collect()
+    };
+    old.sort_unstable_by_key(|&c| (cluster.lag(c, task), c));
+    old.into_iter()
 }
 
-/// How many stateful actives each client runs now (not its target): while warm-ups are under
-/// way the clients that will hand tasks over still run them.
-pub fn running_counts(
+/// Who runs each stateful task now: its target if that is caught up, else see
+/// [`choose_runner`]. Stateless tasks' entries are unused (they have no target yet).
+pub fn runners(
     cluster: &Cluster,
     capacities: &[u32],
     holders: &Holders,
     target: &[ClientIx],
-) -> Vec<u32> {
-    let mut counts = vec![0; cluster.client_count()];
-    for t in cluster.task_ixs().filter(|&t| cluster.is_stateful(t)) {
-        counts[runner(cluster, capacities, holders, t, target[t as usize]) as usize] += 1;
-    }
-    counts
-}
-
-/// Who runs stateful `task` now: its target `a` if that is caught up.
-fn runner(
-    cluster: &Cluster,
-    capacities: &[u32],
-    holders: &Holders,
-    task: TaskIx,
-    a: ClientIx,
-) -> ClientIx {
-    if cluster.is_caught_up(a, task) {
-        a
-    } else {
-        choose_runner(cluster, capacities, holders, task, a)
-    }
+) -> Vec<ClientIx> {
+    cluster
+        .task_ixs()
+        .map(|t| {
+            let a = target[t as usize];
+            if !cluster.is_stateful(t) || cluster.is_caught_up(a, t) {
+                // Stateless: `a` is still unset here, and never read.
+                a
+            } else {
+                choose_runner(cluster, capacities, holders, t, a)
+            }
+        })
+        .collect()
 }
 
 /// Who runs `task` while its target `a` is not caught up.

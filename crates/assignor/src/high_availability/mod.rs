@@ -66,9 +66,21 @@ impl TaskAssignor for HighAvailabilityAssignor {
 
         let holders = placement::place_copies(cluster, &capacities, r);
         let mut actives = roles::choose_stateful_actives(cluster, &capacities, &holders);
-        let running = handover::running_counts(cluster, &capacities, &holders, &actives.target);
+        // Who runs each stateful task now: the stateless tasks' spares go where fewest run.
+        let runners = handover::runners(cluster, &capacities, &holders, &actives.target);
+        let mut running = vec![0; cluster.client_count()];
+        for t in cluster.task_ixs().filter(|&t| cluster.is_stateful(t)) {
+            running[runners[t as usize] as usize] += 1;
+        }
         roles::assign_stateless(cluster, &capacities, &running, &mut actives);
-        handover::hand_over(cluster, &capacities, &holders, &actives.target, &mut plan);
+        handover::hand_over(
+            cluster,
+            &capacities,
+            &holders,
+            &actives.target,
+            &runners,
+            &mut plan,
+        );
         let followup = !plan.pending.is_empty() || !plan.standby_moves.is_empty();
         plan.finish(cluster, followup)
     }
