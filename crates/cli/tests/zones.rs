@@ -3,6 +3,12 @@
 //! is in another zone than its active, so when both instances of one zone are killed at once,
 //! every task still has a caught-up copy: the ones that ran there resume within the session
 //! timeout plus 2 s, the others do not stop, and nothing is lost.
+//!
+//! Without the tags the layout is apart only by chance (each task's standby on one of five
+//! other instances, four of them in other zones: about half the time; it failed 1 of 3 runs
+//! so, 2026-12-01). The assignor's own tests prove the placement: the zone property test in
+//! `crates/assignor/tests/properties.rs` and the leader test in `crates/protocol/tests/leader.rs`
+//! fail without it; this one proves the runtime carries the tags and survives the outage.
 
 mod harness;
 
