@@ -189,7 +189,7 @@ fn run_random(
                         minimal = minimal.max(run.active_moves as u64);
                     }
                     // A moved standby's old copy stays until the new holder has caught up: a
-                    // round more when that is the last thing pending (measured: 6 of the
+                    // round more when that is the last thing pending (measured: 5 of the
                     // scale-outs with standbys here, never more than one round).
                     let standby_moves = usize::from(state.config.num_standby_replicas > 0);
                     let bound = minimal.div_ceil(w) as usize + 1 + standby_moves;
