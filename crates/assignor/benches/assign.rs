@@ -9,6 +9,9 @@ use baton_assignor::{
 };
 use criterion::{criterion_group, criterion_main, Criterion};
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 /// `tasks` stateful tasks on `old` clients that hold them (1 standby each), plus `new` empty clients.
 fn scale_out(tasks: usize, old: usize, new: usize, standbys: u32) -> Cluster {
     let specs: Vec<TaskSpec> = (0..tasks)
@@ -16,6 +19,7 @@ fn scale_out(tasks: usize, old: usize, new: usize, standbys: u32) -> Cluster {
             id: TaskId::new((i / 100) as u32, (i % 100) as u32),
             stateful: true,
             end_offset_sum: 150_000,
+            partitions: Vec::new(),
         })
         .collect();
     let mut clients: Vec<ClientSpec> = (0..old + new)
@@ -67,5 +71,29 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// `rack.aware.assignment.strategy = min_traffic` over 3 racks: a running application (four in
+/// five tasks run caught up, 1 standby), one partition per task on 1 or 2 racks.
+fn bench_racks(c: &mut Criterion) {
+    for (tasks, clients) in [(1000, 100), (10_000, 1000)] {
+        let cluster = Cluster::new(common::rack_case(tasks, clients, 3, 1, true, 7)).unwrap();
+        let mut g = c.benchmark_group(format!(
+            "min_traffic, {tasks} tasks x {clients} clients over 3 racks, 1 standby"
+        ));
+        g.sample_size(10);
+        g.bench_function("high-availability", |b| {
+            b.iter(|| HighAvailabilityAssignor.assign(black_box(&cluster)))
+        });
+        g.bench_function("kafka", |b| {
+            b.iter(|| KafkaAssignor.assign(black_box(&cluster)))
+        });
+        let mut plain = cluster.clone();
+        plain.config.rack_aware_strategy = baton_assignor::RackStrategy::None;
+        g.bench_function("high-availability, racks off", |b| {
+            b.iter(|| HighAvailabilityAssignor.assign(black_box(&plain)))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench, bench_racks);
 criterion_main!(benches);

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::cluster::{ClientIx, Cluster, TaskIx};
 use crate::model::{ClientId, Role, TaskId};
+use crate::rack::{self, RackCosts, Traffic};
 
 /// What one client is told to run.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
@@ -43,6 +44,9 @@ pub struct Assignment {
     /// Tasks taken from a leaving client past `scale.down.timeout.ms` by a client that is not
     /// caught up: they restore before they run again.
     pub forced: Vec<PendingMove>,
+    /// What the actives read across racks, when `rack.aware.assignment.strategy` is set and
+    /// the input has the racks.
+    pub traffic: Option<Traffic>,
 }
 
 impl Assignment {
@@ -150,6 +154,14 @@ impl Plan {
             let interval = cluster.config.probing_rebalance_interval_ms;
             deadline.map_or(interval, |d| d.min(interval))
         });
+        let traffic = RackCosts::new(cluster).ok().flatten().map(|costs| {
+            let actives = self
+                .active
+                .iter()
+                .enumerate()
+                .flat_map(|(c, ts)| ts.iter().map(move |&t| (t, c as ClientIx)));
+            rack::traffic(&costs, actives)
+        });
         Assignment {
             clients,
             followup_rebalance: followup,
@@ -158,6 +170,7 @@ impl Plan {
             pending,
             standby_moves,
             forced,
+            traffic,
         }
     }
 }

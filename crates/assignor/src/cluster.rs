@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::AssignmentConfig;
-use crate::model::{ClientId, Lag, Role, TaskId};
+use crate::model::{ClientId, Lag, Role, TaskId, TopicPartition};
 
 /// Index of a task in [`Cluster::tasks`].
 pub type TaskIx = u32;
@@ -15,12 +15,22 @@ pub type TaskIx = u32;
 pub type ClientIx = u32;
 
 /// One task of the application.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TaskSpec {
     pub id: TaskId,
     pub stateful: bool,
     /// Sum of the end offsets of the task's changelog partitions (0 for stateless tasks).
     pub end_offset_sum: u64,
+    /// The input partitions the task reads, with the racks of their replicas: what
+    /// `rack.aware.assignment.strategy` weighs. Empty when unknown.
+    pub partitions: Vec<SourcePartition>,
+}
+
+/// An input partition of a task and the racks its replicas are on (from the broker's Metadata).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SourcePartition {
+    pub partition: TopicPartition,
+    pub racks: BTreeSet<String>,
 }
 
 /// One application instance and what it holds now.

@@ -37,7 +37,50 @@ pub struct AssignmentConfig {
     /// the key has enough values. Empty: copies prefer other racks (`client.rack`).
     #[serde(rename = "rack.aware.assignment.tags")]
     pub rack_aware_assignment_tags: Vec<String>,
+    /// Whether actives are placed to cut cross-rack reads of their input partitions (KIP-925).
+    #[serde(rename = "rack.aware.assignment.strategy")]
+    pub rack_aware_strategy: RackStrategy,
+    /// Cost of one input partition read from another rack; default 10 (Kafka's for its
+    /// high-availability assignor).
+    #[serde(rename = "rack.aware.assignment.traffic_cost")]
+    pub rack_aware_traffic_cost: Option<i64>,
+    /// Cost of running a task elsewhere than the balanced, sticky assignment puts it; default 1.
+    #[serde(rename = "rack.aware.assignment.non_overlap_cost")]
+    pub rack_aware_non_overlap_cost: Option<i64>,
 }
+
+/// `rack.aware.assignment.strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RackStrategy {
+    /// Racks play no part in where actives run.
+    #[default]
+    None,
+    /// Least total traffic cost, keeping every client's number of actives.
+    MinTraffic,
+    /// Least total traffic cost, keeping every client's number of actives of each subtopology.
+    BalanceSubtopology,
+}
+
+impl std::str::FromStr for RackStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(RackStrategy::None),
+            "min_traffic" => Ok(RackStrategy::MinTraffic),
+            "balance_subtopology" => Ok(RackStrategy::BalanceSubtopology),
+            other => Err(format!(
+                "{other:?} is not a rack-aware strategy (none, min_traffic or balance_subtopology)"
+            )),
+        }
+    }
+}
+
+/// Kafka's defaults for its high-availability assignor.
+pub const DEFAULT_TRAFFIC_COST: i64 = 10;
+pub const DEFAULT_NON_OVERLAP_COST: i64 = 1;
+/// Costs above this could overflow a sum over 50,000 tasks with many partitions each.
+pub const MAX_RACK_COST: i64 = 1_000_000;
 
 /// Kafka Streams' limits on client tags (StreamsConfig).
 pub const MAX_TAGS: usize = 5;
@@ -82,6 +125,9 @@ impl Default for AssignmentConfig {
             imbalance_percentage: 0,
             rejoin_mode: RejoinMode::Eager,
             rack_aware_assignment_tags: Vec::new(),
+            rack_aware_strategy: RackStrategy::None,
+            rack_aware_traffic_cost: None,
+            rack_aware_non_overlap_cost: None,
         }
     }
 }
@@ -119,6 +165,20 @@ impl AssignmentConfig {
                 ));
             }
         }
+        for (key, cost) in [
+            (
+                "rack.aware.assignment.traffic_cost",
+                self.rack_aware_traffic_cost,
+            ),
+            (
+                "rack.aware.assignment.non_overlap_cost",
+                self.rack_aware_non_overlap_cost,
+            ),
+        ] {
+            if let Some(c) = cost.filter(|c| !(0..=MAX_RACK_COST).contains(c)) {
+                return Err((key, format!("{c} is not 0 to {MAX_RACK_COST}")));
+            }
+        }
         if self.probing_rebalance_interval_ms < 60_000 {
             return Err((
                 "probing.rebalance.interval.ms",
@@ -129,5 +189,16 @@ impl AssignmentConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl AssignmentConfig {
+    /// `(traffic cost, non-overlap cost)`, defaults filled in.
+    pub fn rack_costs(&self) -> (i64, i64) {
+        (
+            self.rack_aware_traffic_cost.unwrap_or(DEFAULT_TRAFFIC_COST),
+            self.rack_aware_non_overlap_cost
+                .unwrap_or(DEFAULT_NON_OVERLAP_COST),
+        )
     }
 }

@@ -27,6 +27,53 @@ struct RawTask {
     #[serde(default = "default_stateful")]
     stateful: bool,
     end_offset_sum: Option<i64>,
+    /// Input partitions and the racks of their replicas, for `rack.aware.assignment.strategy`.
+    #[serde(default)]
+    partitions: Vec<RawPartition>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPartition {
+    topic: String,
+    partition: i32,
+    #[serde(default)]
+    racks: Vec<String>,
+}
+
+fn convert_partitions(
+    path: &str,
+    raw: &[RawPartition],
+) -> Result<Vec<crate::cluster::SourcePartition>, InputError> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for (j, p) in raw.iter().enumerate() {
+        let at = format!("{path}[{j}]");
+        if p.topic.is_empty() {
+            return Err(InputError::new(format!("{at}.topic"), "must not be empty"));
+        }
+        if p.partition < 0 {
+            return Err(InputError::new(
+                format!("{at}.partition"),
+                format!("{} is negative", p.partition),
+            ));
+        }
+        let tp = crate::model::TopicPartition::new(p.topic.clone(), p.partition);
+        if !seen.insert(tp.clone()) {
+            return Err(InputError::new(at, format!("{tp} is listed twice")));
+        }
+        if let Some(k) = p.racks.iter().position(|r| r.is_empty()) {
+            return Err(InputError::new(
+                format!("{at}.racks[{k}]"),
+                "a rack name must not be empty",
+            ));
+        }
+        out.push(crate::cluster::SourcePartition {
+            partition: tp,
+            racks: p.racks.iter().cloned().collect(),
+        });
+    }
+    Ok(out)
 }
 
 fn default_stateful() -> bool {
@@ -146,6 +193,7 @@ fn convert(raw: RawInput) -> Result<ClusterState, InputError> {
             id,
             stateful: t.stateful,
             end_offset_sum: end,
+            partitions: convert_partitions(&format!("tasks[{i}].partitions"), &t.partitions)?,
         });
     }
 

@@ -3,8 +3,9 @@
 //! The target layout is a pure function of tasks, clients and capacities (round robin, then a
 //! skew-reducing loop); stickiness only comes from lags, through warm-ups and standby swaps.
 //! Every tie is broken by task order and client order, as in Kafka: client ids stand in for
-//! process UUIDs and order as Java's `UUID.compareTo` does ([`crate::ClientId`]). Rack
-//! awareness is not reproduced: Kafka's default is `none`. Kafka visits its planned moves in
+//! process UUIDs and order as Java's `UUID.compareTo` does ([`crate::ClientId`]). With
+//! `rack.aware.assignment.strategy`, actives are moved between racks as Kafka's
+//! `optimizeActiveTasks` does, to the same (least) total cost. Kafka visits its planned moves in
 //! the array order of a Java priority queue, not in sorted order; so does the port
 //! ([`java_heap_order`]).
 
@@ -13,6 +14,7 @@ use std::collections::BTreeSet;
 use crate::assignment::Assignment;
 use crate::client_state::{leaving_warning, to_plan, ClientState, PrioritySet};
 use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::rack::{self, RackCosts};
 use crate::TaskAssignor;
 
 /// The `kafka` assignor.
@@ -27,11 +29,21 @@ impl TaskAssignor for KafkaAssignor {
     fn assign(&self, cluster: &Cluster) -> Assignment {
         let mut warnings: Vec<String> = leaving_warning(cluster, "kafka").into_iter().collect();
         let mut run = Run::new(cluster);
+        let racks = match RackCosts::new(cluster) {
+            Ok(costs) => costs,
+            Err(why) => {
+                warnings.push(why);
+                None
+            }
+        };
         let stateful: Vec<TaskIx> = cluster
             .task_ixs()
             .filter(|&t| cluster.is_stateful(t))
             .collect();
         run.assign_active_stateful(&stateful);
+        if let Some(costs) = &racks {
+            run.optimize_actives(costs, &stateful);
+        }
         if let Some(w) = run.assign_standbys(&stateful) {
             warnings.push(w);
         }
@@ -39,6 +51,13 @@ impl TaskAssignor for KafkaAssignor {
         let needed_active = run.active_movements(&mut budget);
         let needed_standby = run.standby_movements(&mut budget);
         run.assign_stateless();
+        if let Some(costs) = &racks {
+            let stateless: Vec<TaskIx> = cluster
+                .task_ixs()
+                .filter(|&t| !cluster.is_stateful(t))
+                .collect();
+            run.optimize_actives(costs, &stateless);
+        }
         let followup = needed_active + needed_standby > 0;
         let mut plan = to_plan(cluster, &run.states, &run.warmups, warnings);
         plan.pending = run.pending;
@@ -121,6 +140,26 @@ impl<'a> Run<'a> {
             self.states[i % n].active.insert(t);
         }
         balance_over_threads(&mut self.states, Kind::Active);
+    }
+
+    /// Kafka's `optimizeActiveTasks`: the same total cost as its min-cost flow (not always the
+    /// same tasks: ties may fall differently).
+    fn optimize_actives(&mut self, costs: &RackCosts, tasks: &[TaskIx]) {
+        let mut target = vec![ClientIx::MAX; self.cluster.task_count()];
+        for (c, state) in self.states.iter().enumerate() {
+            for &t in &state.active {
+                target[t as usize] = c as ClientIx;
+            }
+        }
+        let before = target.clone();
+        rack::optimize(costs, self.cluster, tasks, &mut target);
+        for &t in tasks {
+            let (from, to) = (before[t as usize], target[t as usize]);
+            if from != to {
+                self.states[from as usize].active.remove(&t);
+                self.states[to as usize].active.insert(t);
+            }
+        }
     }
 
     fn assign_standbys(&mut self, stateful: &[TaskIx]) -> Option<String> {

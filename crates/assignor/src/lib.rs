@@ -22,15 +22,16 @@ mod kind;
 mod load;
 pub mod model;
 pub mod output;
+pub mod rack;
 pub mod sticky;
 
 pub use assignment::{Assignment, ClientAssignment, PendingMove};
-pub use cluster::{ClientSpec, Cluster, ClusterState, InputError, TaskSpec};
-pub use config::{AssignmentConfig, RejoinMode};
+pub use cluster::{ClientSpec, Cluster, ClusterState, InputError, SourcePartition, TaskSpec};
+pub use config::{AssignmentConfig, RackStrategy, RejoinMode};
 pub use high_availability::HighAvailabilityAssignor;
 pub use kafka::KafkaAssignor;
 pub use kind::{AssignorKind, UnknownAssignor};
-pub use model::{ClientId, Lag, Role, TaskId};
+pub use model::{ClientId, Lag, Role, TaskId, TopicPartition};
 pub use sticky::StickyAssignor;
 
 /// A task assignor: a pure function from cluster state to assignment.

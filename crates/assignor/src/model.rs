@@ -7,7 +7,7 @@ use std::str::FromStr;
 ///
 /// Ordered by subtopology, then partition, which is Kafka's `TaskId` order and the order every
 /// tie in the assignors is broken by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct TaskId {
     pub subtopology: u32,
     pub partition: u32,
@@ -201,6 +201,40 @@ pub enum Role {
     Standby,
     /// A temporary extra replica that catches up so the task can move here without a stall.
     Warmup,
+}
+
+/// A topic partition.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+/// `topic-partition`, as Kafka writes it.
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
 }
 
 #[cfg(test)]

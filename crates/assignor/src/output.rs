@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::assignment::{Assignment, ClientAssignment, PendingMove};
+use crate::rack::Traffic;
 
 #[derive(Serialize)]
 struct Json<'a> {
@@ -16,6 +17,8 @@ struct Json<'a> {
     standby_moves: &'a [Move<'a>],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     forced: &'a [Move<'a>],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traffic: Option<Traffic>,
 }
 
 /// A standby move, or a move past the scale-down timeout, for the JSON output.
@@ -49,6 +52,7 @@ pub fn to_json<'a>(assignment: &'a Assignment, pretty: bool) -> String {
         warnings: &assignment.warnings,
         standby_moves: &standby_moves,
         forced: &forced,
+        traffic: assignment.traffic,
     };
     let text = if pretty {
         serde_json::to_string_pretty(&json)

@@ -24,6 +24,13 @@ impl TaskAssignor for StickyAssignor {
 
     fn assign(&self, cluster: &Cluster) -> Assignment {
         let mut warnings: Vec<String> = leaving_warning(cluster, "sticky").into_iter().collect();
+        if cluster.config.rack_aware_strategy != crate::RackStrategy::None {
+            warnings.push(
+                "the sticky assignor places actives without racks \
+                 (rack.aware.assignment.strategy is ignored)"
+                    .to_owned(),
+            );
+        }
         let mut run = Run::new(cluster);
         run.assign_active();
         if let Some(w) = run.assign_standby() {

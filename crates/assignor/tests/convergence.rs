@@ -53,6 +53,7 @@ fn random_cluster(rng: &mut Rng, mixed_capacity: bool) -> ClusterState {
                 id: TaskId::new(s, p),
                 stateful,
                 end_offset_sum: if stateful { 150_000 } else { 0 },
+                partitions: Vec::new(),
             });
         }
     }
@@ -249,6 +250,7 @@ fn add_node_and_drop_node_cases() {
                 id: TaskId::new(i / 5, i % 5),
                 stateful: i >= stateless,
                 end_offset_sum: if i >= stateless { 150_000 } else { 0 },
+                partitions: Vec::new(),
             })
             .collect()
     };

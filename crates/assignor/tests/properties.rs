@@ -311,6 +311,7 @@ proptest! {
                     id: baton_assignor::TaskId::new(s as u32, p as u32),
                     stateful: true,
                     end_offset_sum: 1_000,
+                    partitions: Vec::new(),
                 });
             }
         }
@@ -368,6 +369,7 @@ proptest! {
                 id: baton_assignor::TaskId::new((i % 3) as u32, (i / 3) as u32),
                 stateful: true,
                 end_offset_sum: 1_000,
+                partitions: Vec::new(),
             })
             .collect();
         let config = baton_assignor::AssignmentConfig {

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_assignor::{AssignmentConfig, AssignorKind};
+use baton_assignor::config::MAX_RACK_COST;
+use baton_assignor::{AssignmentConfig, AssignorKind, RackStrategy};
 use baton_runtime::{count_per_key, Exit, RuntimeConfig, RuntimeError};
 use clap::Args;
 
@@ -106,6 +107,18 @@ pub struct RunArgs {
     /// task's copies should not share; the standbys go to other values of each.
     #[arg(long, value_name = "KEY,...", value_delimiter = ',')]
     rack_aware_assignment_tags: Vec<String>,
+    /// rack.aware.assignment.strategy: none, min_traffic (run actives where their input
+    /// partitions have replicas) or balance_subtopology (the same, each subtopology kept
+    /// balanced). Replica racks come from the broker's Metadata; every member needs --rack.
+    #[arg(long, value_name = "STRATEGY", default_value = "none")]
+    rack_aware_assignment_strategy: RackStrategy,
+    /// rack.aware.assignment.traffic_cost: cost of one input partition read across racks.
+    #[arg(long, value_name = "COST", value_parser = clap::value_parser!(i64).range(0..=MAX_RACK_COST))]
+    rack_aware_traffic_cost: Option<i64>,
+    /// rack.aware.assignment.non_overlap_cost: cost of moving an active off its balanced, sticky
+    /// client.
+    #[arg(long, value_name = "COST", value_parser = clap::value_parser!(i64).range(0..=MAX_RACK_COST))]
+    rack_aware_non_overlap_cost: Option<i64>,
     /// The newest rebalance metadata version to subscribe and lead at (7 to 12). 11 speaks
     /// exactly as Kafka Streams 3.x: with it leading, a newer member is read by its header only
     /// and probes down. Without this flag Baton probes down by itself in a mixed group.
@@ -142,6 +155,9 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             imbalance_percentage: args.imbalance_percentage,
             rejoin_mode: args.rejoin_mode,
             rack_aware_assignment_tags: args.rack_aware_assignment_tags,
+            rack_aware_strategy: args.rack_aware_assignment_strategy,
+            rack_aware_traffic_cost: args.rack_aware_traffic_cost,
+            rack_aware_non_overlap_cost: args.rack_aware_non_overlap_cost,
         },
         session_timeout: Duration::from_millis(args.session_timeout_ms),
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),

@@ -92,6 +92,13 @@ pub fn render(cluster: &Cluster, assignment: &Assignment, assignor: &str) -> Str
         );
         write_moves(&mut out, assignment, &assignment.standby_moves);
     }
+    if let Some(t) = assignment.traffic {
+        let _ = writeln!(
+            out,
+            "cross-rack reads: {} input partition(s) (traffic cost {})",
+            t.cross_rack_reads, t.cost
+        );
+    }
     for w in &assignment.warnings {
         let _ = writeln!(out, "warning: {w}");
     }

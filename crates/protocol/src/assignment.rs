@@ -25,33 +25,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::TaskId;
+pub use baton_assignor::TopicPartition;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Blob, DecodeError, EncodeError, Reader, Writer};
 use crate::{BATON_VERSION, UNKNOWN_VERSION};
-
-/// A topic partition.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> TopicPartition {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-/// `topic-partition`, as Kafka writes it.
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
 
 /// A member's interactive-query endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

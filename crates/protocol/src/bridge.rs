@@ -162,6 +162,7 @@ pub fn cluster_state_at(
                 id: task,
                 stateful: !s.changelog_topics.is_empty(),
                 end_offset_sum: end,
+                partitions: Vec::new(),
             });
         }
     }

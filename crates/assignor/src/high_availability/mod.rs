@@ -12,7 +12,7 @@
 //! the task it will take over (it costs no warm-up budget).
 
 mod diversity;
-mod flow;
+pub(crate) mod flow;
 mod handover;
 mod holders;
 mod placement;
@@ -22,7 +22,8 @@ mod spread_placement;
 mod tolerance;
 
 use crate::assignment::{Assignment, Plan};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, TaskIx};
+use crate::rack::{self, RackCosts};
 use crate::TaskAssignor;
 
 /// The `high-availability` assignor.
@@ -64,8 +65,19 @@ impl TaskAssignor for HighAvailabilityAssignor {
             ));
         }
 
-        let holders = placement::place_copies(cluster, &capacities, r);
-        let mut actives = roles::choose_stateful_actives(cluster, &capacities, &holders);
+        let racks = match RackCosts::new(cluster) {
+            Ok(costs) => costs,
+            Err(why) => {
+                plan.warnings.push(why);
+                None
+            }
+        };
+        let mut holders = placement::place_copies(cluster, &capacities, r);
+        let mut actives =
+            roles::choose_stateful_actives(cluster, &capacities, &holders, racks.as_ref());
+        if let Some(costs) = &racks {
+            placement::place_new_tasks_by_rack(cluster, costs, &mut holders, &mut actives.target);
+        }
         // Who runs each stateful task now: the stateless tasks' spares go where fewest run.
         let runners = handover::runners(cluster, &capacities, &holders, &actives.target);
         let mut running = vec![0; cluster.client_count()];
@@ -73,6 +85,14 @@ impl TaskAssignor for HighAvailabilityAssignor {
             running[runners[t as usize] as usize] += 1;
         }
         roles::assign_stateless(cluster, &capacities, &running, &mut actives);
+        if let Some(costs) = &racks {
+            // Stateless tasks move state nowhere: they go wherever reads are local.
+            let stateless: Vec<TaskIx> = cluster
+                .task_ixs()
+                .filter(|&t| !cluster.is_stateful(t))
+                .collect();
+            rack::optimize(costs, cluster, &stateless, &mut actives.target);
+        }
         handover::hand_over(
             cluster,
             &capacities,

@@ -18,6 +18,7 @@ use super::spread::interleave;
 use crate::cluster::{ClientIx, Cluster, TaskIx};
 use crate::load::{Load, Quotas};
 use crate::model::{Lag, Role};
+use crate::rack::RackCosts;
 
 /// How strongly a client's existing state argues for keeping a copy there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,6 +75,40 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
     );
     diversity.untangle(&stateful, &mut holders);
     holders
+}
+
+/// Tasks whose state is nowhere yet restore from scratch wherever they go: their actives move
+/// between racks for the least traffic ([`crate::rack`]), each client keeping its number of
+/// actives. A move onto one of the task's standbys swaps the two roles; otherwise the copy moves.
+pub fn place_new_tasks_by_rack(
+    cluster: &Cluster,
+    costs: &RackCosts,
+    holders: &mut Holders,
+    target: &mut [ClientIx],
+) {
+    let new: Vec<TaskIx> = cluster
+        .task_ixs()
+        .filter(|&t| cluster.is_stateful(t) && !has_state_anywhere(cluster, t))
+        .collect();
+    let before: Vec<ClientIx> = new.iter().map(|&t| target[t as usize]).collect();
+    crate::rack::optimize(costs, cluster, &new, target);
+    for (&t, from) in new.iter().zip(before) {
+        let to = target[t as usize];
+        if to != from && !holders.contains(t, to) {
+            holders.replace(t, from, to);
+        }
+    }
+}
+
+/// Whether some client holds `t` in a role or has any of its state on disk.
+fn has_state_anywhere(cluster: &Cluster, t: TaskIx) -> bool {
+    let end = cluster.tasks[t as usize].end_offset_sum;
+    cluster.reporters[t as usize]
+        .iter()
+        .any(|&(_, lag)| lag != Lag::Behind(end) && lag != Lag::Unknown)
+        || cluster
+            .client_ixs()
+            .any(|c| cluster.owned_role(c, t).is_some())
 }
 
 /// Every client's claim on keeping a copy of a stateful task, sorted strongest first:

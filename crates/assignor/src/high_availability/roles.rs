@@ -10,8 +10,10 @@ use std::collections::{BTreeMap, BinaryHeap};
 use super::holders::Holders;
 use super::spread::interleave;
 use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::config::RackStrategy;
 use crate::load::{Load, Quotas};
 use crate::model::Role;
+use crate::rack::RackCosts;
 
 const NONE: ClientIx = ClientIx::MAX;
 
@@ -57,6 +59,7 @@ pub fn choose_stateful_actives(
     cluster: &Cluster,
     capacities: &[u32],
     holders: &Holders,
+    racks: Option<&RackCosts>,
 ) -> Actives {
     let stateful: Vec<TaskIx> = cluster
         .task_ixs()
@@ -105,10 +108,24 @@ pub fn choose_stateful_actives(
     // Within base quotas first, then with the shared extras, so that no client takes an extra
     // while a holder elsewhere still has room below its base.
     for allow_extra in [false, true] {
-        // Keep running actives.
+        // Keep running actives, unless a caught-up holder elsewhere reads the task's input
+        // locally enough to be worth the switch (no state moves: it is a standby's promotion).
+        let worth_switching = |t: TaskIx, c: ClientIx| {
+            racks.is_some_and(|r| {
+                let here = r.traffic_on(t, r.rack_of(c));
+                holders.of(t).iter().any(|&h| {
+                    h != c
+                        && cluster.is_caught_up(h, t)
+                        && r.traffic_on(t, r.rack_of(h)) + r.non_overlap < here
+                })
+            })
+        };
         for c in cluster.client_ixs() {
             for &t in &running[c as usize] {
-                if target[t as usize] == NONE && budget.room(c, count[c as usize], allow_extra) {
+                if target[t as usize] == NONE
+                    && budget.room(c, count[c as usize], allow_extra)
+                    && !worth_switching(t, c)
+                {
                     assign(t, c, &mut target, &mut count, &mut budget, &mut per_sub);
                 }
             }
@@ -129,8 +146,15 @@ pub fn choose_stateful_actives(
                             && budget.room(h, count[h as usize], allow_extra)
                     })
                     .min_by_key(|&h| {
+                        let traffic = racks.map_or(0, |r| r.traffic_on(t, r.rack_of(h)));
+                        let spread = per_sub_count(&per_sub, sub(t), h);
+                        let (first, second) = match racks.map(|r| r.strategy) {
+                            Some(RackStrategy::MinTraffic) => (traffic, spread as i64),
+                            _ => (spread as i64, traffic),
+                        };
                         (
-                            per_sub_count(&per_sub, sub(t), h),
+                            first,
+                            second,
                             Load::new(count[h as usize], capacities[h as usize]),
                             cluster.lag(h, t),
                             h,

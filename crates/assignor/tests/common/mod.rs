@@ -23,6 +23,7 @@ pub fn stateful(ids: &[&str], end: u64) -> Vec<TaskSpec> {
             id: t(s),
             stateful: true,
             end_offset_sum: end,
+            partitions: Vec::new(),
         })
         .collect()
 }
@@ -33,6 +34,7 @@ pub fn stateless(ids: &[&str]) -> Vec<TaskSpec> {
             id: t(s),
             stateful: false,
             end_offset_sum: 0,
+            partitions: Vec::new(),
         })
         .collect()
 }
@@ -419,6 +421,7 @@ pub fn stateful_tasks(n: usize, per_sub: usize, end: u64) -> Vec<TaskSpec> {
             id: TaskId::new((i / per_sub) as u32, (i % per_sub) as u32),
             stateful: true,
             end_offset_sum: end,
+            partitions: Vec::new(),
         })
         .collect()
 }
@@ -448,6 +451,7 @@ pub fn arb_state() -> impl Strategy<Value = ClusterState> {
                     id: TaskId::new(s as u32, p),
                     stateful: is_stateful,
                     end_offset_sum: if is_stateful { rng.below(1000) } else { 0 },
+                    partitions: Vec::new(),
                 });
             }
         }
@@ -536,4 +540,80 @@ pub fn to_input_json(state: &ClusterState) -> String {
         })).collect::<Vec<_>>(),
     })
     .to_string()
+}
+
+/// A rack-aware case: `tasks` tasks (one in five stateless) of 10 partitions per subtopology,
+/// each reading one partition whose 1 or 2 replicas are on random racks; `clients` one-thread
+/// clients spread over `racks` racks. With `history`, four in five tasks already run on a random
+/// client, caught up, with their standbys caught up on others; the rest are new.
+pub fn rack_case(
+    tasks: usize,
+    clients: usize,
+    racks: usize,
+    standbys: u32,
+    history: bool,
+    seed: u64,
+) -> ClusterState {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let rack = |r: u64| format!("r{r}");
+    let specs: Vec<TaskSpec> = (0..tasks)
+        .map(|i| {
+            let id = TaskId::new((i / 10) as u32, (i % 10) as u32);
+            let first = rng.below(racks as u64);
+            let mut replicas = BTreeSet::from([rack(first)]);
+            if rng.below(2) == 0 {
+                replicas.insert(rack(rng.below(racks as u64)));
+            }
+            TaskSpec {
+                id,
+                stateful: i % 5 != 4,
+                end_offset_sum: if i % 5 != 4 { 1_000 } else { 0 },
+                partitions: vec![baton_assignor::SourcePartition {
+                    partition: baton_assignor::TopicPartition::new(
+                        format!("in{}", id.subtopology),
+                        id.partition as i32,
+                    ),
+                    racks: replicas,
+                }],
+            }
+        })
+        .collect();
+    let mut cs: Vec<ClientSpec> = (0..clients)
+        .map(|i| ClientSpec {
+            id: ClientId(format!("c{i:05}")),
+            capacity: 1,
+            rack: Some(rack((i % racks) as u64)),
+            ..Default::default()
+        })
+        .collect();
+    if history {
+        for t in &specs {
+            if rng.below(5) == 0 {
+                continue;
+            }
+            let a = rng.below(clients as u64) as usize;
+            cs[a].owned_active.insert(t.id);
+            if !t.stateful {
+                continue;
+            }
+            cs[a].lags.insert(t.id, Lag::Running);
+            for s in 1..=standbys as usize {
+                let c = (a + s * (1 + rng.below(clients as u64 - 1) as usize)) % clients;
+                if c != a && !cs[c].owned_standby.contains(&t.id) {
+                    cs[c].owned_standby.insert(t.id);
+                    cs[c].lags.insert(t.id, Lag::Behind(10));
+                }
+            }
+        }
+    }
+    ClusterState {
+        config: AssignmentConfig {
+            num_standby_replicas: standbys,
+            acceptable_recovery_lag: 100,
+            rack_aware_strategy: baton_assignor::RackStrategy::MinTraffic,
+            ..AssignmentConfig::default()
+        },
+        tasks: specs,
+        clients: cs,
+    }
 }

@@ -522,6 +522,7 @@ impl<'a> Engine<'a> {
                     id: t.id,
                     stateful: t.stateful,
                     end_offset_sum: t.changelog_end().max(0) as u64,
+                    partitions: Vec::new(),
                 })
                 .collect();
             let clients = instances

@@ -1,0 +1,146 @@
+//! Rack-aware active placement (`rack.aware.assignment.strategy`): quality against Kafka's on
+//! the same inputs, and what it must not cost.
+
+mod common;
+
+use baton_assignor::{Assignment, AssignorKind, Cluster, ClusterState, RackStrategy, Role};
+use common::rack_case;
+use proptest::prelude::*;
+
+fn cost(a: &Assignment) -> i64 {
+    a.traffic.expect("the case has racks").cost
+}
+
+fn active_of(a: &Assignment, t: baton_assignor::TaskId) -> Option<&baton_assignor::ClientId> {
+    a.holders(t)
+        .into_iter()
+        .find(|&(_, r)| r == Role::Active)
+        .map(|(c, _)| c)
+}
+
+/// Stateful actives that run now on a client that was not caught up: state that moves.
+fn restores(cluster: &Cluster, a: &Assignment) -> usize {
+    let caught_up = |c: &baton_assignor::ClientId, t: baton_assignor::TaskId| {
+        let ci = cluster.clients.iter().position(|x| &x.id == c).unwrap() as u32;
+        let ti = cluster.tasks.iter().position(|x| x.id == t).unwrap() as u32;
+        cluster.is_caught_up(ci, ti)
+    };
+    cluster
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| t.stateful && !cluster.reporters[*i].is_empty())
+        .filter(|(_, t)| active_of(a, t.id).is_some_and(|c| !caught_up(c, t.id)))
+        .count()
+}
+
+/// Stateful actives that left the client running them.
+fn moved(cluster: &Cluster, a: &Assignment) -> usize {
+    cluster
+        .tasks
+        .iter()
+        .filter(|t| t.stateful)
+        .filter(|t| {
+            let before = cluster
+                .clients
+                .iter()
+                .find(|c| c.owned_active.contains(&t.id));
+            before.is_some_and(|b| Some(&b.id) != active_of(a, t.id))
+        })
+        .count()
+}
+
+fn run(state: &ClusterState, kind: AssignorKind) -> (Cluster, Assignment) {
+    let cluster = Cluster::new(state.clone()).unwrap();
+    let a = kind.assignor().assign(&cluster);
+    (cluster, a)
+}
+
+fn without_racks(state: &ClusterState) -> ClusterState {
+    let mut s = state.clone();
+    s.config.rack_aware_strategy = RackStrategy::None;
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A new application (no state anywhere): Baton's total traffic is Kafka's or less. Tasks
+    /// divide evenly between clients here: which clients take the extras of an uneven split is
+    /// decided before racks are weighed, so there Baton can read a few partitions more.
+    #[test]
+    fn new_applications_read_no_more_across_racks_than_under_kafka(
+        per_client in 1usize..5, clients in 3usize..16, racks in 2usize..4, standbys in 0u32..2,
+        seed in any::<u64>(),
+    ) {
+        let tasks = 5 * per_client * clients;
+        let state = rack_case(tasks, clients, racks, standbys, false, seed);
+        let (_, ha) = run(&state, AssignorKind::HighAvailability);
+        let (_, kafka) = run(&state, AssignorKind::Kafka);
+        prop_assert!(cost(&ha) <= cost(&kafka), "{} > {}", cost(&ha), cost(&kafka));
+    }
+
+    /// A running application: racks never make traffic worse than without them, never move
+    /// state that would not move anyway (every extra move promotes a caught-up standby), and
+    /// keep actives balanced (stateful and stateless each within one task per client, so at
+    /// most two apart in total).
+    #[test]
+    fn racks_cost_no_state_moves(
+        tasks in 20usize..120, clients in 3usize..16, racks in 2usize..4, standbys in 0u32..2,
+        seed in any::<u64>(),
+    ) {
+        let state = rack_case(tasks, clients, racks, standbys, true, seed);
+        let (cluster, ha) = run(&state, AssignorKind::HighAvailability);
+        let plain = without_racks(&state);
+        let (plain_cluster, plain_ha) = run(&plain, AssignorKind::HighAvailability);
+        let plain_cost = baton_assignor::rack::RackCosts::new(&cluster).unwrap().map(|c| {
+            baton_assignor::rack::traffic(&c, cluster.task_ixs().filter_map(|t| {
+                let id = cluster.tasks[t as usize].id;
+                let c = active_of(&plain_ha, id)?;
+                Some((t, cluster.clients.iter().position(|x| &x.id == c).unwrap() as u32))
+            })).cost
+        }).unwrap();
+        prop_assert!(cost(&ha) <= plain_cost, "{} > {plain_cost}", cost(&ha));
+        prop_assert_eq!(restores(&cluster, &ha), restores(&plain_cluster, &plain_ha));
+        // Of the target: actives run where they are until pending moves' warm-ups catch up.
+        let spread = |a: &Assignment| {
+            let mut counts: std::collections::BTreeMap<&baton_assignor::ClientId, i64> =
+                a.clients.iter().map(|(id, c)| (id, c.active.len() as i64)).collect();
+            for m in &a.pending {
+                *counts.get_mut(&m.from).unwrap() -= 1;
+                *counts.get_mut(&m.to).unwrap() += 1;
+            }
+            counts.values().max().unwrap() - counts.values().min().unwrap()
+        };
+        prop_assert!(spread(&ha) <= spread(&plain_ha).max(2), "{} > {}", spread(&ha), spread(&plain_ha));
+    }
+}
+
+/// The figures of docs/ASSIGNOR.md: `cargo test --release -p baton-assignor --test racks --
+/// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn survey() {
+    println!(
+        "| history | standbys | Baton cost | Kafka cost | ratio | Baton moves | Kafka moves |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for history in [false, true] {
+        for standbys in [0, 1] {
+            let (mut b, mut k, mut bm, mut km) = (0, 0, 0, 0);
+            for seed in 0..20 {
+                let state = rack_case(400, 40, 3, standbys, history, seed);
+                let (cluster, ha) = run(&state, AssignorKind::HighAvailability);
+                let (_, kafka) = run(&state, AssignorKind::Kafka);
+                b += cost(&ha);
+                k += cost(&kafka);
+                bm += moved(&cluster, &ha);
+                km += moved(&cluster, &kafka);
+            }
+            println!(
+                "| {history} | {standbys} | {b} | {k} | {:.2} | {bm} | {km} |",
+                b as f64 / k.max(1) as f64
+            );
+        }
+    }
+}
