@@ -17,6 +17,8 @@ use crate::cluster::{ClientIx, Cluster, TaskIx};
 use crate::rack::{self, RackCosts};
 use crate::TaskAssignor;
 
+mod tag_aware;
+
 /// The `kafka` assignor.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KafkaAssignor;
@@ -139,7 +141,7 @@ impl<'a> Run<'a> {
         for (i, &t) in stateful.iter().enumerate() {
             self.states[i % n].active.insert(t);
         }
-        balance_over_threads(&mut self.states, Kind::Active);
+        balance_over_threads(&mut self.states, Kind::Active, |_, _| true);
     }
 
     /// Kafka's `optimizeActiveTasks`: the same total cost as its min-cost flow (not always the
@@ -167,6 +169,19 @@ impl<'a> Run<'a> {
         if wanted == 0 {
             return None;
         }
+        if !self.cluster.config.rack_aware_assignment_tags.is_empty() {
+            let short = tag_aware::assign_standbys(self.cluster, &mut self.states, stateful);
+            let cluster = self.cluster;
+            balance_over_threads(&mut self.states, Kind::Standby, |src, dst| {
+                tag_aware::same_tags(cluster, src, dst)
+            });
+            return (short > 0).then(|| {
+                format!(
+                    "num.standby.replicas is {wanted} but {short} standby replica(s) could not be \
+                     assigned: too few clients"
+                )
+            });
+        }
         let mut set = PrioritySet::new();
         for c in 0..self.n() {
             set.offer(c, self.states[c as usize].assigned_load());
@@ -183,7 +198,7 @@ impl<'a> Run<'a> {
                 set.offer(c, self.states[c as usize].assigned_load());
             }
         }
-        balance_over_threads(&mut self.states, Kind::Standby);
+        balance_over_threads(&mut self.states, Kind::Standby, |_, _| true);
         (short > 0).then(|| {
             format!(
                 "num.standby.replicas is {wanted} but {short} stateful task(s) could not get all \
@@ -354,14 +369,22 @@ enum Kind {
     Standby,
 }
 
-/// Kafka's `balanceTasksOverThreads`: move tasks from more to less loaded clients until no move helps.
-fn balance_over_threads(states: &mut [ClientState], kind: Kind) {
+/// Kafka's `balanceTasksOverThreads`: move tasks from more to less loaded clients until no move
+/// helps, between clients that `allowed(src, dst)`.
+fn balance_over_threads(
+    states: &mut [ClientState],
+    kind: Kind,
+    allowed: impl Fn(ClientIx, ClientIx) -> bool,
+) {
     let n = states.len();
     loop {
         let mut moved = false;
         for src in 0..n {
             for dst in 0..n {
-                if src == dst || !should_move_a_task(&states[src], &states[dst]) {
+                if src == dst
+                    || !should_move_a_task(&states[src], &states[dst])
+                    || !allowed(src as ClientIx, dst as ClientIx)
+                {
                     continue;
                 }
                 let snapshot: Vec<TaskIx> = match kind {

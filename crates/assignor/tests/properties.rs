@@ -486,3 +486,58 @@ proptest! {
             .map_err(TestCaseError::fail)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// The `kafka` mode with `rack.aware.assignment.tags` (Kafka's
+    /// ClientTagAwareStandbyTaskAssignor): on a new cluster with more zones than standbys, no
+    /// task has two copies in one zone.
+    #[test]
+    fn kafka_mode_standbys_keep_to_other_zones(
+        zones in 2usize..5,
+        per_zone in 1usize..4,
+        standbys in 1u32..3,
+        tasks in 1usize..40,
+    ) {
+        let standbys = standbys.min(zones as u32 - 1);
+        let state = zoned(zones, per_zone, tasks, standbys);
+        let cluster = baton_assignor::Cluster::new(state.clone()).unwrap();
+        let a = AssignorKind::Kafka.assignor().assign(&cluster);
+        zones_apart(&state, &a).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Kafka's example (ClientTagAwareStandbyTaskAssignor): 9 clients over 3 zones x 3 clusters,
+/// 2 standbys: every task's three copies are on three zones and three clusters.
+#[test]
+fn kafka_mode_spreads_copies_over_every_tag_key() {
+    let clients = (0..9)
+        .map(|i| {
+            let mut c = fresh(&format!("c{i}"), 2);
+            c.tags.insert("zone".into(), format!("z{}", i % 3));
+            c.tags.insert("cluster".into(), format!("k{}", i / 3));
+            c
+        })
+        .collect();
+    let mut config = config(10_000, 2, 2);
+    config.rack_aware_assignment_tags = vec!["zone".into(), "cluster".into()];
+    let state = ClusterState {
+        config,
+        tasks: stateful_tasks(18, 3, 1_000),
+        clients,
+    };
+    let cluster = baton_assignor::Cluster::new(state.clone()).unwrap();
+    let a = AssignorKind::Kafka.assignor().assign(&cluster);
+    for task in &state.tasks {
+        let holders = a.holders(task.id);
+        assert_eq!(holders.len(), 3, "{}: {holders:?}", task.id);
+        for key in ["zone", "cluster"] {
+            let values: std::collections::BTreeSet<&String> = holders
+                .iter()
+                .map(|(id, _)| &state.clients.iter().find(|c| &c.id == *id).unwrap().tags[key])
+                .collect();
+            assert_eq!(values.len(), 3, "{}: {key} {values:?}", task.id);
+        }
+    }
+}
