@@ -1,7 +1,7 @@
 //! The client: connections per broker, metadata, the group coordinator, and the requests the
 //! group member and `baton inspect` need. Retriable errors are retried with backoff.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -208,6 +208,35 @@ impl Client {
             brokers.insert(b.node_id.0, format!("{}:{}", b.host.as_str(), b.port));
         }
         Ok(resp)
+    }
+
+    /// The racks of every replica of `topics`' partitions (brokers without a rack add none).
+    pub async fn replica_racks(
+        &self,
+        topics: &[String],
+    ) -> Result<BTreeMap<TopicPartition, BTreeSet<String>>> {
+        let resp = self.metadata(Some(topics)).await?;
+        let racks: BTreeMap<i32, String> = resp
+            .brokers
+            .iter()
+            .filter_map(|b| Some((b.node_id.0, b.rack.as_ref()?.to_string())))
+            .collect();
+        let mut out = BTreeMap::new();
+        for t in &resp.topics {
+            let Some(name) = &t.name else { continue };
+            for p in &t.partitions {
+                let on: BTreeSet<String> = p
+                    .replica_nodes
+                    .iter()
+                    .filter_map(|n| racks.get(&n.0).cloned())
+                    .collect();
+                out.insert(
+                    TopicPartition::new(name.0.to_string(), p.partition_index),
+                    on,
+                );
+            }
+        }
+        Ok(out)
     }
 
     async fn broker_addr(&self, id: BrokerId) -> Result<String> {

@@ -3,10 +3,11 @@
 //! decodes every subscription, fetches changelog end offsets, runs the assignor and hands each
 //! member its `AssignmentInfo`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
+use baton_assignor::{AssignmentConfig, AssignorKind, RackStrategy, TaskId};
 use baton_protocol::bridge::Topology;
 use baton_protocol::leader::{self, JoinedMember, LeaderInput};
 use baton_protocol::{AssignmentInfo, TaskOffsetSum, TopicPartition, BATON_VERSION};
@@ -447,6 +448,23 @@ impl GroupMember {
                 None
             }
         };
+        let racks = if self.cfg.assignment_config.rack_aware_strategy != RackStrategy::None {
+            let sources: BTreeSet<String> = topology
+                .subtopologies
+                .values()
+                .flat_map(|s| s.source_topics.iter().cloned())
+                .collect();
+            let sources: Vec<String> = sources.into_iter().collect();
+            match self.client.replica_racks(&sources).await {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the source partitions' replica racks");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let members: Vec<JoinedMember> = joined
             .iter()
             .map(|m| JoinedMember {
@@ -465,6 +483,7 @@ impl GroupMember {
             now_ms,
             metadata_limit: self.cfg.metadata_limit,
             latest_version: self.latest_version,
+            replica_racks: racks.as_ref(),
         });
         for (member, problem) in &out.rejected {
             tracing::error!(member = %member, problem = %problem, "member gets nothing this round: its subscription is invalid");

@@ -8,7 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton_assignor::{
-    Assignment, AssignmentConfig, ClientId, ClientSpec, ClusterState, Lag, TaskId, TaskSpec,
+    Assignment, AssignmentConfig, ClientId, ClientSpec, ClusterState, Lag, SourcePartition, TaskId,
+    TaskSpec,
 };
 use uuid::Uuid;
 
@@ -124,6 +125,25 @@ pub fn negotiate(members: &[Member]) -> Versions {
     Versions {
         used,
         commonly_supported,
+    }
+}
+
+/// The racks of each partition's replicas, as the broker's Metadata gives them.
+pub type ReplicaRacks = BTreeMap<TopicPartition, BTreeSet<String>>;
+
+/// Lists each task's source partitions with their replica racks, for
+/// `rack.aware.assignment.strategy`. A partition the broker did not describe gets no racks
+/// (the assignor then says why it cannot weigh racks).
+pub fn add_replica_racks(state: &mut ClusterState, topology: &Topology, racks: &ReplicaRacks) {
+    for task in &mut state.tasks {
+        task.partitions = topology
+            .source_partitions(task.id)
+            .into_iter()
+            .map(|tp| SourcePartition {
+                racks: racks.get(&tp).cloned().unwrap_or_default(),
+                partition: tp,
+            })
+            .collect();
     }
 }
 

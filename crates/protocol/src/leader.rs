@@ -14,7 +14,8 @@ use baton_assignor::{AssignmentConfig, AssignorKind, Cluster, TaskId};
 use uuid::Uuid;
 
 use crate::bridge::{
-    cluster_state_at, member_assignments, BridgeError, Member, MemberAssignment, Topology,
+    add_replica_racks, cluster_state_at, member_assignments, BridgeError, Member, MemberAssignment,
+    ReplicaRacks, Topology,
 };
 use crate::consumer::{ConsumerAssignment, ConsumerSubscription};
 use crate::sizing::fit_to_limit;
@@ -47,6 +48,9 @@ pub struct LeaderInput<'a> {
     /// header only, as one client without state, and answered at the leader's version, so it
     /// probes down and rejoins.
     pub latest_version: i32,
+    /// The racks of the source partitions' replicas, from the broker's Metadata, when
+    /// `rack.aware.assignment.strategy` asks for them.
+    pub replica_racks: Option<&'a ReplicaRacks>,
 }
 
 /// What the leader sends: one blob per member (empty: nothing this round).
@@ -288,7 +292,12 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
             input.config.clone(),
             Some(input.now_ms),
         ) {
-            Ok(s) => break s,
+            Ok(mut s) => {
+                if let Some(racks) = input.replica_racks {
+                    add_replica_racks(&mut s, input.topology, racks);
+                }
+                break s;
+            }
             Err(BridgeError::BadMember(id, problem)) => {
                 members.retain(|m| m.member_id != id);
                 out.rejected.push((id, problem));

@@ -117,6 +117,7 @@ fn input<'a>(
         now_ms: 1_000,
         metadata_limit: GROUP_METADATA_LIMIT,
         latest_version: BATON_VERSION,
+        replica_racks: None,
     }
 }
 
@@ -376,6 +377,7 @@ fn racks_reach_the_assignor_and_standbys_go_to_another_rack() {
         now_ms: 0,
         metadata_limit: GROUP_METADATA_LIMIT,
         latest_version: BATON_VERSION,
+        replica_racks: None,
     });
     let rack_of = |m: &str| if m == "m1" || m == "m2" { "a" } else { "b" };
     assert_apart(&out, 4, rack_of);
@@ -494,5 +496,51 @@ fn a_warm_up_that_falls_behind_is_reported() {
     assert!(
         w.is_empty() && seen.is_empty(),
         "a finished warm-up is forgotten"
+    );
+}
+
+/// With `rack.aware.assignment.strategy`, the leader lists each task's source partitions with
+/// the racks of their replicas (from the broker's Metadata), and a new task runs where its
+/// partition has a replica.
+#[test]
+fn replica_racks_reach_the_assignor_and_actives_read_locally() {
+    let topology = topology(4);
+    let member = |id: &str, pid: u128, rack: &str| reporting(&topology, id, pid, rack, &[]);
+    let members = vec![member("m1", 1, "a"), member("m2", 2, "b")];
+    // Partitions 0 and 1 live on rack b, 2 and 3 on rack a.
+    let racks: baton_protocol::bridge::ReplicaRacks = (0..4)
+        .map(|p| {
+            let rack = if p < 2 { "b" } else { "a" };
+            (TopicPartition::new("in", p), [rack.to_owned()].into())
+        })
+        .collect();
+    let ends = ends(4, 100);
+    let mut i = input(&members, &topology, &ends);
+    i.config.rack_aware_strategy = baton_assignor::RackStrategy::MinTraffic;
+    let without = lead(&i);
+    i.replica_racks = Some(&racks);
+    let out = lead(&i);
+    assert_eq!(
+        actives(&out.assignments["m1"]),
+        vec![TaskId::new(0, 2), TaskId::new(0, 3)]
+    );
+    assert_eq!(
+        actives(&out.assignments["m2"]),
+        vec![TaskId::new(0, 0), TaskId::new(0, 1)]
+    );
+    assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+    assert_ne!(
+        actives(&without.assignments["m1"]),
+        actives(&out.assignments["m1"]),
+        "the racks decided it"
+    );
+    // Without the racks of the replicas the leader says why racks were not weighed.
+    assert!(
+        without
+            .warnings
+            .iter()
+            .any(|w| w.contains("no task lists its input partitions")),
+        "{:?}",
+        without.warnings
     );
 }

@@ -990,6 +990,7 @@ impl World {
             now_ms: now.as_millis() as i64,
             metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
             latest_version: baton_protocol::BATON_VERSION,
+            replica_racks: None,
         });
         if self.trace {
             for m in &members {

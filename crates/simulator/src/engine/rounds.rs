@@ -148,6 +148,7 @@ impl Engine<'_> {
             now_ms: now.as_millis() as i64,
             metadata_limit: baton_protocol::sizing::GROUP_METADATA_LIMIT,
             latest_version: baton_protocol::BATON_VERSION,
+            replica_racks: None,
         });
         if !(self.protocol == Protocol::Eager && generation.for_release) {
             self.stats.rebalances += 1;
