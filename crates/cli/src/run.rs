@@ -113,11 +113,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "STRATEGY", default_value = "none")]
     rack_aware_assignment_strategy: RackStrategy,
     /// rack.aware.assignment.traffic_cost: cost of one input partition read across racks.
-    #[arg(long, value_name = "COST", value_parser = clap::value_parser!(i64).range(0..=MAX_RACK_COST))]
+    #[arg(long, value_name = "COST", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(0..=MAX_RACK_COST))]
     rack_aware_traffic_cost: Option<i64>,
     /// rack.aware.assignment.non_overlap_cost: cost of moving an active off its balanced, sticky
     /// client.
-    #[arg(long, value_name = "COST", value_parser = clap::value_parser!(i64).range(0..=MAX_RACK_COST))]
+    #[arg(long, value_name = "COST", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(0..=MAX_RACK_COST))]
     rack_aware_non_overlap_cost: Option<i64>,
     /// The newest rebalance metadata version to subscribe and lead at (7 to 12). 11 speaks
     /// exactly as Kafka Streams 3.x: with it leading, a newer member is read by its header only

@@ -233,6 +233,27 @@ fn bad_racks_and_client_tags_are_refused_before_connecting() {
         err.contains("rack.aware.assignment.tags: 6 keys, at most 5"),
         "{err}"
     );
+    for (flag, value, expected) in [
+        (
+            "--rack-aware-assignment-strategy",
+            "fastest",
+            "is not a rack-aware strategy (none, min_traffic or balance_subtopology)",
+        ),
+        (
+            "--rack-aware-traffic-cost",
+            "-1",
+            "--rack-aware-traffic-cost",
+        ),
+        (
+            "--rack-aware-non-overlap-cost",
+            "-5",
+            "--rack-aware-non-overlap-cost",
+        ),
+    ] {
+        let (code, _, err) = baton(&["run", "--bootstrap", "127.0.0.1:1", flag, value], None);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(expected), "{flag} {value}: {err}");
+    }
     for version in ["6", "13"] {
         let (code, _, err) = baton(
             &[
@@ -418,4 +439,50 @@ fn a_closed_stdout_ends_a_command_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}: {err}", out.status);
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `baton assign` refuses bad rack settings naming the option, and reports the traffic of a
+/// rack-aware assignment.
+#[test]
+fn assign_checks_rack_settings_and_reports_traffic() {
+    let input = |config: &str| {
+        format!(
+            r#"{{"config": {{{config}}},
+ "tasks": [{{"id": "0_0", "stateful": false, "partitions": [{{"topic": "in", "partition": 0, "racks": ["b"]}}]}},
+           {{"id": "0_1", "stateful": false, "partitions": [{{"topic": "in", "partition": 1, "racks": ["a"]}}]}}],
+ "clients": [{{"id": "x", "rack": "a", "owned_active": ["0_0"]}}, {{"id": "y", "rack": "b", "owned_active": ["0_1"]}}]}}"#
+        )
+    };
+    for (config, expected) in [
+        (
+            r#""rack.aware.assignment.strategy": "fastest""#,
+            "config.rack.aware.assignment.strategy: unknown variant `fastest`",
+        ),
+        (
+            r#""rack.aware.assignment.traffic_cost": -3"#,
+            "config.rack.aware.assignment.traffic_cost: -3 is not 0 to 1000000",
+        ),
+        (
+            r#""rack.aware.assignment.non_overlap_cost": -1"#,
+            "config.rack.aware.assignment.non_overlap_cost: -1 is not 0 to 1000000",
+        ),
+        (
+            r#""rack.aware.assignment.tags": ["a", "b", "c", "d", "e", "f"]"#,
+            "config.rack.aware.assignment.tags: 6 keys, at most 5",
+        ),
+    ] {
+        let (code, _, err) = baton(&["assign", "-"], Some(&input(config)));
+        assert_eq!(code, 2, "{config}: {err}");
+        assert!(err.contains(expected), "{config}: {err}");
+    }
+    let (code, out, err) = baton(
+        &["assign", "-"],
+        Some(&input(r#""rack.aware.assignment.strategy": "min_traffic""#)),
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Each task moves to the client on its partition's rack.
+    assert_eq!(v["clients"]["x"]["active"][0], "0_1");
+    assert_eq!(v["clients"]["y"]["active"][0], "0_0");
+    assert_eq!(v["traffic"]["cross_rack_reads"], 0);
 }
