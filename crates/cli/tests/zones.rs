@@ -50,12 +50,15 @@ fn a_zone_outage_leaves_every_task_a_caught_up_copy_elsewhere() {
             let args = [
                 "--num-standby-replicas",
                 "1",
+                "--rack",
+                &zone,
                 "--client-tag",
                 &tag,
                 "--rack-aware-assignment-tags",
                 "zone",
             ];
-            (zone, cluster.spawn(&format!("i{i}"), &args))
+            let instance = cluster.spawn(&format!("i{i}"), &args);
+            (zone, instance)
         })
         .collect();
     cluster.await_all_processing(now_ms(), "zones: six instances");

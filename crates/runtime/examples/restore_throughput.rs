@@ -2,9 +2,12 @@
 //! fetch throughput over the same records, and the store's own bulk-load speed on those records
 //! with no fetching (the ceiling a restore cannot pass on two cores), all in the same run.
 //!
-//! `cargo run --release -p baton-runtime --example restore_throughput [RECORDS] [VALUE_BYTES]`
+//! This machine is noisy (two cores, the broker on them too), so each is measured `REPS` times,
+//! interleaved, each into a fresh store, and the best and the median of each are compared.
+//!
+//! `cargo run --release -p baton-runtime --example restore_throughput [RECORDS] [VALUE_BYTES] [REPS]`
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
 use baton_kafka::client::NewTopic;
@@ -14,16 +17,17 @@ use baton_runtime::catchup::{load_limits, INGEST_BYTES, INGEST_RECORDS};
 use baton_runtime::{restore, TaskStore};
 use bytes::Bytes;
 
+type Records = Vec<(Bytes, Option<Bytes>)>;
+
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
-    let size: usize = std::env::args()
-        .nth(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100);
+    let arg = |i: usize, default: usize| {
+        std::env::args()
+            .nth(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let (n, size, reps) = (arg(1, 200_000), arg(2, 100), arg(3, 5).max(1));
     let broker = Broker::start();
     let client = Client::new(&[&broker.addr], "restore-bench");
     client
@@ -57,27 +61,8 @@ async fn main() {
     // The runtime's own fetch size for restores and tailing, for the raw fetch too.
     let fetch_bytes = baton_runtime::config::RuntimeConfig::default().restore_fetch_bytes;
 
-    let start = Instant::now();
-    let mut next = 0i64;
-    while next < end {
-        let f = client
-            .fetch(&leader, "changelog", 0, next, fetch_bytes, 500)
-            .await
-            .unwrap();
-        next = f.records.last().map(|r| r.offset + 1).unwrap_or(next);
-    }
-    let fetch_rate = n as f64 / start.elapsed().as_secs_f64();
-
-    let dir = std::env::temp_dir().join(format!("baton-restore-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = TaskStore::open(&dir, TaskId::new(0, 0), "store").unwrap();
-    let stats = restore(&client, &leader, "changelog", 0, &store, end, fetch_bytes)
-        .await
-        .unwrap();
-    let restore_rate = stats.records as f64 / stats.seconds;
-
-    // The store alone: the same records, already in memory, bulk-loaded as a restore does.
-    let mut records = Vec::with_capacity(n);
+    // The store alone loads the same records, already in memory.
+    let mut records: Records = Vec::with_capacity(n);
     let mut next = 0i64;
     while next < end {
         let f = client
@@ -87,26 +72,88 @@ async fn main() {
         next = f.records.last().map(|r| r.offset + 1).unwrap_or(next);
         records.extend(f.records.into_iter().map(|r| (r.key.unwrap(), r.value)));
     }
-    // Twice: in the restore's own load sizes (growing), and in full-size loads from the
-    // start, the store's best; the restore is judged against the faster of the two.
+
+    // BATON_BENCH_DIR: where the stores go (default: the temp dir; /dev/shm takes the disk
+    // out of the figures).
+    let base = std::env::var_os("BATON_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("baton-restore-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut fetch, mut restored, mut alone) = (Vec::new(), Vec::new(), Vec::new());
     let full = |_: u32| (INGEST_RECORDS, INGEST_BYTES);
-    let same_rate = load_alone(&dir, "alone-same", records.clone(), &load_limits, end);
-    let full_rate = load_alone(&dir, "alone-full", records, &full, end);
-    let store_rate = same_rate.max(full_rate);
+    for rep in 0..reps {
+        let start = Instant::now();
+        let mut next = 0i64;
+        while next < end {
+            let f = client
+                .fetch(&leader, "changelog", 0, next, fetch_bytes, 500)
+                .await
+                .unwrap();
+            next = f.records.last().map(|r| r.offset + 1).unwrap_or(next);
+        }
+        fetch.push(n as f64 / start.elapsed().as_secs_f64());
+        settle();
+
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), &format!("restore-{rep}")).unwrap();
+        let stats = restore(&client, &leader, "changelog", 0, &store, end, fetch_bytes)
+            .await
+            .unwrap();
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+        restored.push(stats.records as f64 / stats.seconds);
+        settle();
+
+        // The store's best: full-size loads from the start, or the restore's first load
+        // sizes (which grow), whichever is faster this time.
+        let full_rate = load_alone(&dir, &format!("full-{rep}"), records.clone(), &full, end);
+        settle();
+        let grow_rate = load_alone(
+            &dir,
+            &format!("grow-{rep}"),
+            records.clone(),
+            &load_limits,
+            end,
+        );
+        settle();
+        alone.push(full_rate.max(grow_rate));
+        eprintln!(
+            "rep {rep}: raw fetch {:.0}/s, restore {:.0}/s, store alone {:.0}/s (full loads {full_rate:.0}/s, growing {grow_rate:.0}/s)",
+            fetch[rep], restored[rep], alone[rep]
+        );
+    }
+    let (best, median) = (
+        |v: &[f64]| v.iter().copied().fold(0.0, f64::max),
+        |v: &[f64]| {
+            let mut s = v.to_vec();
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        },
+    );
     println!(
-        "{n} records, {size}-byte values: raw fetch {fetch_rate:.0}/s; restore {restore_rate:.0}/s ({:.0}% of raw fetch, {:.0}% of the store alone); store alone, no fetching {store_rate:.0}/s ({:.0}% of raw fetch; {same_rate:.0}/s in the restore's load sizes, {full_rate:.0}/s in full loads)",
-        100.0 * restore_rate / fetch_rate,
-        100.0 * restore_rate / store_rate,
-        100.0 * store_rate / fetch_rate
+        "{n} records, {size}-byte values, {reps} runs each: restore {:.0}/s best, {:.0}/s median; store alone {:.0}/s best, {:.0}/s median; raw fetch {:.0}/s best. Restore / store alone: {:.0}% best to best, {:.0}% median to median",
+        best(&restored),
+        median(&restored),
+        best(&alone),
+        median(&alone),
+        best(&fetch),
+        100.0 * best(&restored) / best(&alone),
+        100.0 * median(&restored) / median(&alone),
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Lets the last store's background work (compaction, writeback) finish before the next
+/// measurement.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(500));
 }
 
 /// Bulk-loads `records` into a fresh store in loads of `limits(n)` for load `n`; records/s.
 fn load_alone(
     dir: &std::path::Path,
     name: &str,
-    mut records: Vec<(Bytes, Option<Bytes>)>,
+    mut records: Records,
     limits: &dyn Fn(u32) -> (usize, usize),
     end: i64,
 ) -> f64 {
@@ -131,5 +178,8 @@ fn load_alone(
             .unwrap();
     }
     store.apply(&[], Some(end)).unwrap();
-    n as f64 / start.elapsed().as_secs_f64()
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+    rate
 }

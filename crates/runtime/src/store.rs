@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use baton_assignor::TaskId;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Slice};
 
 /// The next changelog offset to apply.
 const NEXT_OFFSET: &str = "next_changelog_offset";
@@ -133,7 +133,7 @@ impl TaskStore {
     ///
     /// A crash between the table and the checkpoint leaves the checkpoint behind the data;
     /// replaying the changelog from there rewrites the same values, so it is harmless.
-    pub fn ingest<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    pub fn ingest<K: AsRef<[u8]> + Into<Slice>, V: Into<Slice>>(
         &self,
         mut writes: Vec<(K, Option<V>)>,
         next_changelog_offset: i64,
@@ -147,10 +147,12 @@ impl TaskStore {
                 .data
                 .start_ingestion()
                 .map_err(|e| err(&self.path, e))?;
-            for (k, v) in &writes {
+            // `Bytes` become slices without a copy (fjall's `bytes_1`): a restore's records go
+            // from the fetch buffers to the table writer as they are.
+            for (k, v) in writes {
                 match v {
-                    Some(v) => ingestion.write(k.as_ref(), v.as_ref()),
-                    None => ingestion.write_tombstone(k.as_ref()),
+                    Some(v) => ingestion.write(k, v),
+                    None => ingestion.write_tombstone(k),
                 }
                 .map_err(|e| err(&self.path, e))?;
             }
