@@ -39,69 +39,85 @@ impl TaskAssignor for HighAvailabilityAssignor {
         if let Some(kept) = tolerance::keep_current(cluster) {
             return kept.finish(cluster, false);
         }
-        let mut plan = Plan::new(cluster.client_count());
-        let mut capacities: Vec<u32> = cluster
-            .clients
-            .iter()
-            .map(|c| if c.leaving { 0 } else { c.capacity })
-            .collect();
-        if capacities.iter().all(|&c| c == 0) {
-            plan.warnings.push(
-                "every client is leaving: none can be drained, so all of them keep taking tasks"
-                    .to_owned(),
-            );
-            capacities = cluster.clients.iter().map(|c| c.capacity).collect();
-        }
-        let eligible = capacities.iter().filter(|&&c| c > 0).count();
-        let wanted = 1 + cluster.config.num_standby_replicas as usize;
-        let r = wanted.min(eligible);
-        let has_stateful = cluster.tasks.iter().any(|t| t.stateful);
-        if r < wanted && has_stateful {
-            plan.warnings.push(format!(
-                "num.standby.replicas is {} but only {eligible} client(s) can hold copies: \
-                 assigning {} standby replica(s) per stateful task",
-                wanted - 1,
-                r - 1
-            ));
-        }
-
-        let racks = match RackCosts::new(cluster) {
-            Ok(costs) => costs,
-            Err(why) => {
-                plan.warnings.push(why);
-                None
+        match RackCosts::new(cluster) {
+            Ok(None) => plan(cluster, None),
+            Ok(Some(costs)) => {
+                // Where state is, racks are weighed greedily (a standby's promotion can push
+                // another task off its rack): the plan never reads more than the plan without.
+                let with = plan(cluster, Some(&costs));
+                let without = plan(cluster, None);
+                let cost = |a: &Assignment| a.traffic.map_or(0, |t| t.cost);
+                if cost(&with) <= cost(&without) {
+                    with
+                } else {
+                    without
+                }
             }
-        };
-        let mut holders = placement::place_copies(cluster, &capacities, r);
-        let mut actives =
-            roles::choose_stateful_actives(cluster, &capacities, &holders, racks.as_ref());
-        if let Some(costs) = &racks {
-            placement::place_new_tasks_by_rack(cluster, costs, &mut holders, &mut actives.target);
+            Err(why) => {
+                let mut a = plan(cluster, None);
+                a.warnings.push(why);
+                a
+            }
         }
-        // Who runs each stateful task now: the stateless tasks' spares go where fewest run.
-        let runners = handover::runners(cluster, &capacities, &holders, &actives.target);
-        let mut running = vec![0; cluster.client_count()];
-        for t in cluster.task_ixs().filter(|&t| cluster.is_stateful(t)) {
-            running[runners[t as usize] as usize] += 1;
-        }
-        roles::assign_stateless(cluster, &capacities, &running, &mut actives);
-        if let Some(costs) = &racks {
-            // Stateless tasks move state nowhere: they go wherever reads are local.
-            let stateless: Vec<TaskIx> = cluster
-                .task_ixs()
-                .filter(|&t| !cluster.is_stateful(t))
-                .collect();
-            rack::optimize(costs, cluster, &stateless, &mut actives.target);
-        }
-        handover::hand_over(
-            cluster,
-            &capacities,
-            &holders,
-            &actives.target,
-            &runners,
-            &mut plan,
-        );
-        let followup = !plan.pending.is_empty() || !plan.standby_moves.is_empty();
-        plan.finish(cluster, followup)
     }
+}
+
+/// The assignment, weighing `racks` when given.
+fn plan(cluster: &Cluster, racks: Option<&RackCosts>) -> Assignment {
+    let mut plan = Plan::new(cluster.client_count());
+    let mut capacities: Vec<u32> = cluster
+        .clients
+        .iter()
+        .map(|c| if c.leaving { 0 } else { c.capacity })
+        .collect();
+    if capacities.iter().all(|&c| c == 0) {
+        plan.warnings.push(
+            "every client is leaving: none can be drained, so all of them keep taking tasks"
+                .to_owned(),
+        );
+        capacities = cluster.clients.iter().map(|c| c.capacity).collect();
+    }
+    let eligible = capacities.iter().filter(|&&c| c > 0).count();
+    let wanted = 1 + cluster.config.num_standby_replicas as usize;
+    let r = wanted.min(eligible);
+    let has_stateful = cluster.tasks.iter().any(|t| t.stateful);
+    if r < wanted && has_stateful {
+        plan.warnings.push(format!(
+            "num.standby.replicas is {} but only {eligible} client(s) can hold copies: \
+             assigning {} standby replica(s) per stateful task",
+            wanted - 1,
+            r - 1
+        ));
+    }
+
+    let mut holders = placement::place_copies(cluster, &capacities, r, racks);
+    let mut actives = roles::choose_stateful_actives(cluster, &capacities, &holders, racks);
+    if let Some(costs) = racks {
+        placement::place_new_tasks_by_rack(cluster, costs, &mut holders, &mut actives.target);
+    }
+    // Who runs each stateful task now: the stateless tasks' spares go where fewest run.
+    let runners = handover::runners(cluster, &capacities, &holders, &actives.target);
+    let mut running = vec![0; cluster.client_count()];
+    for t in cluster.task_ixs().filter(|&t| cluster.is_stateful(t)) {
+        running[runners[t as usize] as usize] += 1;
+    }
+    roles::assign_stateless(cluster, &capacities, &running, &mut actives);
+    if let Some(costs) = racks {
+        // Stateless tasks move state nowhere: they go wherever reads are local.
+        let stateless: Vec<TaskIx> = cluster
+            .task_ixs()
+            .filter(|&t| !cluster.is_stateful(t))
+            .collect();
+        rack::optimize(costs, cluster, &stateless, &mut actives.target);
+    }
+    handover::hand_over(
+        cluster,
+        &capacities,
+        &holders,
+        &actives.target,
+        &runners,
+        &mut plan,
+    );
+    let followup = !plan.pending.is_empty() || !plan.standby_moves.is_empty();
+    plan.finish(cluster, followup)
 }

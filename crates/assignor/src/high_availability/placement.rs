@@ -18,7 +18,7 @@ use super::spread::interleave;
 use crate::cluster::{ClientIx, Cluster, TaskIx};
 use crate::load::{Load, Quotas};
 use crate::model::{Lag, Role};
-use crate::rack::RackCosts;
+use crate::rack::{RackCosts, RackIx};
 
 /// How strongly a client's existing state argues for keeping a copy there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -34,7 +34,12 @@ pub(super) enum Claim {
 /// How many pops a rack-diverse search may look through before settling for any client.
 const RACK_SEARCH_LIMIT: usize = 32;
 
-pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders {
+pub fn place_copies(
+    cluster: &Cluster,
+    capacities: &[u32],
+    r: usize,
+    racks: Option<&RackCosts>,
+) -> Holders {
     let tasks = cluster.task_count();
     let stateful: Vec<TaskIx> = cluster
         .task_ixs()
@@ -64,11 +69,54 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
         &mut holders,
         &mut copies,
     );
+    if let Some(costs) = racks {
+        // Tasks with no copy yet (new ones) get their first copy first, moved between racks to
+        // read their input locally; their standbys then keep to other racks than it, as a
+        // task's other copies do. The roles phase makes that first copy the active.
+        let new: Vec<TaskIx> = stateful
+            .iter()
+            .copied()
+            .filter(|&t| holders.of(t).is_empty())
+            .collect();
+        quotas.extras = fill_missing(
+            cluster,
+            capacities,
+            &quotas,
+            Want {
+                tasks: &new,
+                copies_each: 1,
+            },
+            &diversity,
+            &mut holders,
+            &mut copies,
+        );
+        let mut first = vec![ClientIx::MAX; tasks];
+        for &t in &new {
+            if let Some(&c) = holders.of(t).first() {
+                first[t as usize] = c;
+            }
+        }
+        let placed: Vec<TaskIx> = new
+            .into_iter()
+            .filter(|&t| first[t as usize] != ClientIx::MAX)
+            .collect();
+        let before = first.clone();
+        crate::rack::optimize(costs, cluster, &placed, &mut first);
+        for &t in &placed {
+            let (from, to) = (before[t as usize], first[t as usize]);
+            if from != to {
+                holders.replace(t, from, to);
+            }
+        }
+    }
     fill_missing(
         cluster,
         capacities,
         &quotas,
-        &stateful,
+        Want {
+            tasks: &stateful,
+            copies_each: r,
+        },
         &diversity,
         &mut holders,
         &mut copies,
@@ -79,19 +127,36 @@ pub fn place_copies(cluster: &Cluster, capacities: &[u32], r: usize) -> Holders 
 
 /// Tasks whose state is nowhere yet restore from scratch wherever they go: their actives move
 /// between racks for the least traffic ([`crate::rack`]), each client keeping its number of
-/// actives. A move onto one of the task's standbys swaps the two roles; otherwise the copy moves.
+/// actives, never onto a rack where one of their standbys is. A move onto one of the task's
+/// standbys swaps the two roles; otherwise the copy moves.
 pub fn place_new_tasks_by_rack(
     cluster: &Cluster,
     costs: &RackCosts,
     holders: &mut Holders,
     target: &mut [ClientIx],
 ) {
+    // With tag keys configured, copies keep apart by tags, which racks cannot see: tasks with
+    // standbys keep the holder the roles phase chose (the one that reads most locally).
+    let by_tags = !cluster.config.rack_aware_assignment_tags.is_empty();
     let new: Vec<TaskIx> = cluster
         .task_ixs()
         .filter(|&t| cluster.is_stateful(t) && !has_state_anywhere(cluster, t))
+        .filter(|&t| !by_tags || holders.of(t).len() == 1)
         .collect();
     let before: Vec<ClientIx> = new.iter().map(|&t| target[t as usize]).collect();
-    crate::rack::optimize(costs, cluster, &new, target);
+    // An active never joins its own standby's rack.
+    let mut standby_racks: Vec<Vec<RackIx>> = vec![Vec::new(); cluster.task_count()];
+    for &t in &new {
+        standby_racks[t as usize] = holders
+            .of(t)
+            .iter()
+            .filter(|&&h| h != target[t as usize])
+            .map(|&h| costs.rack_of(h))
+            .collect();
+    }
+    crate::rack::optimize_avoiding(costs, cluster, &new, target, |t| {
+        standby_racks[t as usize].clone()
+    });
     for (&t, from) in new.iter().zip(before) {
         let to = target[t as usize];
         if to != from && !holders.contains(t, to) {
@@ -202,15 +267,25 @@ fn keep_existing(
     extras
 }
 
+/// Which tasks [`fill_missing`] gives copies, and how many each ends with (at most `r`).
+struct Want<'a> {
+    tasks: &'a [TaskIx],
+    copies_each: usize,
+}
+
 fn fill_missing(
     cluster: &Cluster,
     capacities: &[u32],
     quotas: &Quotas,
-    stateful: &[TaskIx],
+    want: Want,
     diversity: &Diversity,
     holders: &mut Holders,
     copies: &mut [u32],
-) {
+) -> u32 {
+    let Want {
+        tasks: stateful,
+        copies_each: upto,
+    } = want;
     let mut extras = quotas.extras;
     let key = |c: ClientIx, n: u32| Reverse((Load::new(n, capacities[c as usize]), c));
     let mut below_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();
@@ -229,7 +304,7 @@ fn fill_missing(
 
     let mut skipped = Vec::new();
     for &t in stateful {
-        while !holders.is_full(t) {
+        while holders.of(t).len() < upto && !holders.is_full(t) {
             let pick = pick_client(holders, copies, t, diversity, &mut below_base, &mut skipped)
                 .or_else(|| {
                     if extras == 0 {
@@ -277,6 +352,7 @@ fn fill_missing(
             }
         }
     }
+    extras
 }
 
 /// Pops the least-loaded client that can take `task`, preferring one that keeps its copies

@@ -147,6 +147,11 @@ pub fn choose_stateful_actives(
                     })
                     .min_by_key(|&h| {
                         let traffic = racks.map_or(0, |r| r.traffic_on(t, r.rack_of(h)));
+                        // With racks, a new task's first copy was placed to read locally and
+                        // its standbys kept off that rack (placement.rs): it is the active.
+                        let later_copy = racks.map_or(0, |_| {
+                            holders.of(t).iter().position(|&x| x == h).unwrap_or(0)
+                        });
                         let spread = per_sub_count(&per_sub, sub(t), h);
                         let (first, second) = match racks.map(|r| r.strategy) {
                             Some(RackStrategy::MinTraffic) => (traffic, spread as i64),
@@ -154,6 +159,7 @@ pub fn choose_stateful_actives(
                         };
                         (
                             first,
+                            later_copy,
                             second,
                             Load::new(count[h as usize], capacities[h as usize]),
                             cluster.lag(h, t),

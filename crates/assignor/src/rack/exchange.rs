@@ -22,14 +22,25 @@ use std::collections::{BTreeMap, BinaryHeap};
 use super::costs::{RackCosts, RackIx};
 use crate::cluster::{ClientIx, TaskIx};
 
-/// One active to place: its task, the client the balanced assignment gave it, and a group
-/// (clients keep their number of actives within each group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One active to place: its task, the client the balanced assignment gave it, a group
+/// (clients keep their number of actives within each group), and racks it must not move to
+/// (where its standbys are: a zone outage must not take both).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
     pub task: TaskIx,
     pub client: ClientIx,
     pub group: u32,
+    pub blocked: Vec<RackIx>,
 }
+
+/// The cost of a blocked move: more than any cycle of allowed moves can save, so no negative
+/// cycle uses one (costs are at most 10^6 per partition, see `MAX_RACK_COST`).
+const BLOCKED: i64 = 1 << 50;
+
+/// A bound on cancelled cycles, against pathological inputs: each cancels at least one unit of
+/// cost, and in practice each item moves once or twice. Past it the result is still valid
+/// (counts kept), only perhaps not the least cost.
+const MAX_ROUNDS_PER_ITEM: usize = 8;
 
 /// The client each item runs on after the exchange, in item order. Deterministic: ties go to
 /// the lower item index.
@@ -43,7 +54,7 @@ pub fn exchange(costs: &RackCosts, items: &[Item]) -> Vec<ClientIx> {
         groups.entry(item.group).or_default().push(i);
     }
     for members in groups.values() {
-        let group: Vec<Item> = members.iter().map(|&i| items[i]).collect();
+        let group: Vec<Item> = members.iter().map(|&i| items[i].clone()).collect();
         for (&i, c) in members.iter().zip(solve(costs, &group)) {
             out[i] = c;
         }
@@ -71,13 +82,16 @@ impl Solver<'_> {
     fn cost(&self, i: usize, r: RackIx) -> i64 {
         let moved = if r == self.home[i] {
             0
+        } else if self.items[i].blocked.contains(&r) {
+            BLOCKED
         } else {
             self.costs.non_overlap
         };
         self.costs.traffic_on(self.items[i].task, r) + moved
     }
 
-    /// The cost of item `i` on a rack that holds none of its partitions and is not its home.
+    /// The cost of item `i` on a rack that holds none of its partitions, is not its home and is
+    /// not blocked.
     fn generic_cost(&self, i: usize) -> i64 {
         self.costs.traffic * self.costs.partitions(self.items[i].task) as i64
             + self.costs.non_overlap
@@ -94,8 +108,11 @@ impl Solver<'_> {
         let specials: Vec<RackIx> = self
             .costs
             .replica_racks(task)
+            .chain(self.items[i].blocked.iter().copied())
             .chain(std::iter::once(home))
             .filter(|&b| b != a)
+            .collect::<std::collections::BTreeSet<RackIx>>()
+            .into_iter()
             .collect();
         for b in specials {
             let d = self.cost(i, b) - here;
@@ -117,10 +134,21 @@ impl Solver<'_> {
     /// The cheapest move from `a` to `b`: `(cost increase, item)`.
     fn edge(&mut self, a: usize, b: usize) -> Option<(i64, usize)> {
         let special = Self::top(&mut self.special[a * self.racks + b], &self.at, a as RackIx);
-        let generic = Self::top(&mut self.generic[a], &self.at, a as RackIx);
+        // The generic entries of items blocked from `b` understate their move there (their
+        // special entry holds the true cost): set them aside while looking.
+        let mut aside = Vec::new();
+        let generic = loop {
+            match Self::top(&mut self.generic[a], &self.at, a as RackIx) {
+                Some((_, i)) if self.items[i].blocked.contains(&(b as RackIx)) => {
+                    aside.extend(self.generic[a].pop());
+                }
+                top => break top,
+            }
+        };
+        self.generic[a].extend(aside);
         match (special, generic) {
-            // A generic entry of an item special for `b` overstates its move there; its
-            // special entry is at most that, so the minimum of the two heaps is exact.
+            // Otherwise a generic entry of a replica rack or home overstates the move there;
+            // its special entry is at most that, so the minimum of the two heaps is exact.
             (Some(s), Some(g)) => Some(s.min(g)),
             (s, g) => s.or(g),
         }
@@ -160,6 +188,7 @@ impl Solver<'_> {
         let mut x = last?;
         for _ in 0..r {
             x = parent[x];
+            debug_assert!(x != usize::MAX, "the walk back stays on relaxed racks");
         }
         let mut cycle = Vec::new();
         let mut y = x;
@@ -190,7 +219,12 @@ fn solve(costs: &RackCosts, items: &[Item]) -> Vec<ClientIx> {
     for i in 0..items.len() {
         s.file(i);
     }
+    let mut rounds = items.len() * MAX_ROUNDS_PER_ITEM;
     while let Some(cycle) = s.negative_cycle() {
+        if rounds == 0 {
+            break;
+        }
+        rounds -= 1;
         // The cycle's items were read before any of them moved: one per rack, so distinct.
         for (to, i) in cycle {
             s.at[i] = to as RackIx;

@@ -17,6 +17,17 @@ use crate::config::RackStrategy;
 /// the least traffic cost; each client keeps its number of them (of each subtopology, with
 /// `balance_subtopology`). Non-overlap is counted against `target` as given.
 pub fn optimize(costs: &RackCosts, cluster: &Cluster, tasks: &[TaskIx], target: &mut [ClientIx]) {
+    optimize_avoiding(costs, cluster, tasks, target, |_| Vec::new());
+}
+
+/// As [`optimize`], with no task moved to a rack in `blocked(task)`.
+pub fn optimize_avoiding(
+    costs: &RackCosts,
+    cluster: &Cluster,
+    tasks: &[TaskIx],
+    target: &mut [ClientIx],
+    blocked: impl Fn(TaskIx) -> Vec<RackIx>,
+) {
     let per_subtopology = costs.strategy == RackStrategy::BalanceSubtopology;
     let items: Vec<Item> = tasks
         .iter()
@@ -28,6 +39,7 @@ pub fn optimize(costs: &RackCosts, cluster: &Cluster, tasks: &[TaskIx], target: 
             } else {
                 0
             },
+            blocked: blocked(t),
         })
         .collect();
     for (item, c) in items.iter().zip(exchange(costs, &items)) {

@@ -73,7 +73,7 @@ fn total(costs: &RackCosts, items: &[Item], placed: &[ClientIx]) -> i64 {
 fn reference(costs: &RackCosts, items: &[Item], clients: usize) -> i64 {
     let mut groups: BTreeMap<u32, Vec<Item>> = BTreeMap::new();
     for it in items {
-        groups.entry(it.group).or_default().push(*it);
+        groups.entry(it.group).or_default().push(it.clone());
     }
     let mut sum = 0;
     for group in groups.values() {
@@ -131,11 +131,13 @@ fn a_task_on_the_wrong_rack_swaps_with_one_that_reads_nothing_locally() {
             task: 0,
             client: 0,
             group: 0,
+            blocked: Vec::new(),
         },
         Item {
             task: 1,
             client: 1,
             group: 0,
+            blocked: Vec::new(),
         },
     ];
     assert_eq!(total(&costs, &items, &[0, 1]), 20);
@@ -151,6 +153,17 @@ fn a_task_on_the_wrong_rack_swaps_with_one_that_reads_nothing_locally() {
     );
     let costs = RackCosts::new(&c).unwrap().unwrap();
     assert_eq!(exchange(&costs, &items), vec![0, 1]);
+    // A blocked rack (a standby is there) is never taken, however much it would save.
+    let c = cluster(
+        &[vec![vec![1]], vec![vec![0]]],
+        &[0, 1],
+        RackStrategy::MinTraffic,
+        (10, 1),
+    );
+    let costs = RackCosts::new(&c).unwrap().unwrap();
+    let mut blocked = items.clone();
+    blocked[0].blocked = vec![1];
+    assert_eq!(exchange(&costs, &blocked), vec![0, 1]);
 }
 
 #[test]
@@ -215,6 +228,7 @@ proptest! {
                 task: t as TaskIx,
                 client: start[t],
                 group: if per_sub { c.tasks[t].id.subtopology } else { 0 },
+                blocked: Vec::new(),
             })
             .collect();
         let placed = exchange(&costs, &items);
