@@ -71,10 +71,11 @@ struct Solver<'a> {
     racks: usize,
     home: Vec<RackIx>,
     at: Vec<RackIx>,
-    /// Per rack: moves of its items to any rack where they read nothing locally and that is not
-    /// their home (all such racks cost the same).
+    /// Per rack: moves of its items to any rack where they read nothing locally and that is
+    /// neither their home nor blocked (all such racks cost the same).
     generic: Vec<Moves>,
-    /// Per (from, to): moves to a rack that is special for the item (a replica rack or home).
+    /// Per (from, to): moves to a rack that is special for the item (a replica rack, its home,
+    /// or a blocked one).
     special: Vec<Moves>,
 }
 
