@@ -107,6 +107,18 @@ impl Plan {
 
     /// Sorts everything into the public form. `followup` decides the probing schedule.
     pub fn finish(self, cluster: &Cluster, followup: bool) -> Assignment {
+        let racks = RackCosts::new(cluster).ok().flatten();
+        self.finish_with_racks(cluster, followup, racks.as_ref())
+    }
+
+    /// As [`Plan::finish`], reporting the traffic by `racks` (the assignor's own costs, not
+    /// built again).
+    pub fn finish_with_racks(
+        self,
+        cluster: &Cluster,
+        followup: bool,
+        racks: Option<&RackCosts>,
+    ) -> Assignment {
         let ids = |v: &[TaskIx]| -> Vec<TaskId> {
             let mut out: Vec<TaskId> = v.iter().map(|&t| cluster.tasks[t as usize].id).collect();
             out.sort_unstable();
@@ -154,13 +166,13 @@ impl Plan {
             let interval = cluster.config.probing_rebalance_interval_ms;
             deadline.map_or(interval, |d| d.min(interval))
         });
-        let traffic = RackCosts::new(cluster).ok().flatten().map(|costs| {
+        let traffic = racks.map(|costs| {
             let actives = self
                 .active
                 .iter()
                 .enumerate()
                 .flat_map(|(c, ts)| ts.iter().map(move |&t| (t, c as ClientIx)));
-            rack::traffic(&costs, actives)
+            rack::traffic(costs, actives)
         });
         Assignment {
             clients,

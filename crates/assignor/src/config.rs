@@ -62,17 +62,34 @@ pub enum RackStrategy {
     BalanceSubtopology,
 }
 
+impl RackStrategy {
+    pub const ALL: [RackStrategy; 3] = [
+        RackStrategy::None,
+        RackStrategy::MinTraffic,
+        RackStrategy::BalanceSubtopology,
+    ];
+
+    /// Kafka's name for it, as in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            RackStrategy::None => "none",
+            RackStrategy::MinTraffic => "min_traffic",
+            RackStrategy::BalanceSubtopology => "balance_subtopology",
+        }
+    }
+}
+
 impl std::str::FromStr for RackStrategy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "none" => Ok(RackStrategy::None),
-            "min_traffic" => Ok(RackStrategy::MinTraffic),
-            "balance_subtopology" => Ok(RackStrategy::BalanceSubtopology),
-            other => Err(format!(
-                "{other:?} is not a rack-aware strategy (none, min_traffic or balance_subtopology)"
-            )),
-        }
+        RackStrategy::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "{s:?} is not a rack-aware strategy (none, min_traffic or balance_subtopology)"
+                )
+            })
     }
 }
 
@@ -200,5 +217,25 @@ impl AssignmentConfig {
             self.rack_aware_non_overlap_cost
                 .unwrap_or(DEFAULT_NON_OVERLAP_COST),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rack_strategy_names_are_the_config_names() {
+        for k in RackStrategy::ALL {
+            assert_eq!(k.name().parse::<RackStrategy>(), Ok(k));
+            assert_eq!(
+                serde_json::to_string(&k).unwrap(),
+                format!("\"{}\"", k.name())
+            );
+        }
+        assert!("fastest"
+            .parse::<RackStrategy>()
+            .unwrap_err()
+            .contains("none, min_traffic or balance_subtopology"));
     }
 }

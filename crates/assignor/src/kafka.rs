@@ -63,7 +63,7 @@ impl TaskAssignor for KafkaAssignor {
         let followup = needed_active + needed_standby > 0;
         let mut plan = to_plan(cluster, &run.states, &run.warmups, warnings);
         plan.pending = run.pending;
-        plan.finish(cluster, followup)
+        plan.finish_with_racks(cluster, followup, racks.as_ref())
     }
 }
 

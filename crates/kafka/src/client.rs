@@ -1,7 +1,7 @@
 //! The client: connections per broker, metadata, the group coordinator, and the requests the
 //! group member and `baton inspect` need. Retriable errors are retried with backoff.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +18,7 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::ResponseError;
 use tokio::sync::Mutex;
 
+use baton_protocol::bridge::ReplicaRacks;
 use baton_protocol::TopicPartition;
 
 use crate::connection::Connection;
@@ -211,10 +212,7 @@ impl Client {
     }
 
     /// The racks of every replica of `topics`' partitions (brokers without a rack add none).
-    pub async fn replica_racks(
-        &self,
-        topics: &[String],
-    ) -> Result<BTreeMap<TopicPartition, BTreeSet<String>>> {
+    pub async fn replica_racks(&self, topics: &[String]) -> Result<ReplicaRacks> {
         let resp = self.metadata(Some(topics)).await?;
         let racks: BTreeMap<i32, String> = resp
             .brokers
@@ -225,7 +223,7 @@ impl Client {
         for t in &resp.topics {
             let Some(name) = &t.name else { continue };
             for p in &t.partitions {
-                let on: BTreeSet<String> = p
+                let on: std::collections::BTreeSet<String> = p
                     .replica_nodes
                     .iter()
                     .filter_map(|n| racks.get(&n.0).cloned())

@@ -196,12 +196,7 @@ pub async fn inspect(
         match decode_member(&metadata, &assignment) {
             Ok((sub, generation, rack, assignment)) => {
                 view.rack = rack;
-                view.client_tags = sub
-                    .client_tags
-                    .iter()
-                    .filter(|t| !t.key.starts_with("baton."))
-                    .map(|t| (t.key.clone(), t.value.clone()))
-                    .collect();
+                view.client_tags = sub.user_tags();
                 view.process_id = Some(sub.process_id.to_string());
                 view.subscription_version = Some(sub.version);
                 view.generation = Some(generation);

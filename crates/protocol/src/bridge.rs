@@ -209,13 +209,7 @@ pub fn cluster_state_at(
             client.rack = m.rack.clone().filter(|r| !r.is_empty());
         }
         if client.tags.is_empty() {
-            // The user's `client.tag.<key>` values; `baton.` keys are Baton's own flags.
-            client.tags = s
-                .client_tags
-                .iter()
-                .filter(|t| !t.key.starts_with("baton."))
-                .map(|t| (t.key.clone(), t.value.clone()))
-                .collect();
+            client.tags = s.user_tags();
         }
         if s.tag(TAG_LEAVING) == Some("true") {
             client.leaving = true;

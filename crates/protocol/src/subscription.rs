@@ -175,6 +175,15 @@ impl SubscriptionInfo {
             .map(|t| t.value.as_str())
     }
 
+    /// The user's `client.tag.<key>` values: every tag but Baton's own `baton.` flags.
+    pub fn user_tags(&self) -> std::collections::BTreeMap<String, String> {
+        self.client_tags
+            .iter()
+            .filter(|t| !t.key.starts_with("baton."))
+            .map(|t| (t.key.clone(), t.value.clone()))
+            .collect()
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(bytes, Blob::Subscription);
         let version = r.i32("version")?;

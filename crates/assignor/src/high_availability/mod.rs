@@ -40,12 +40,12 @@ impl TaskAssignor for HighAvailabilityAssignor {
             return kept.finish(cluster, false);
         }
         match RackCosts::new(cluster) {
-            Ok(None) => plan(cluster, None),
+            Ok(None) => plan(cluster, None, None),
             Ok(Some(costs)) => {
                 // Where state is, racks are weighed greedily (a standby's promotion can push
                 // another task off its rack): the plan never reads more than the plan without.
-                let with = plan(cluster, Some(&costs));
-                let without = plan(cluster, None);
+                let with = plan(cluster, Some(&costs), Some(&costs));
+                let without = plan(cluster, None, Some(&costs));
                 let cost = |a: &Assignment| a.traffic.map_or(0, |t| t.cost);
                 if cost(&with) <= cost(&without) {
                     with
@@ -54,7 +54,7 @@ impl TaskAssignor for HighAvailabilityAssignor {
                 }
             }
             Err(why) => {
-                let mut a = plan(cluster, None);
+                let mut a = plan(cluster, None, None);
                 a.warnings.push(why);
                 a
             }
@@ -62,8 +62,8 @@ impl TaskAssignor for HighAvailabilityAssignor {
     }
 }
 
-/// The assignment, weighing `racks` when given.
-fn plan(cluster: &Cluster, racks: Option<&RackCosts>) -> Assignment {
+/// The assignment, weighing `racks` when given; its traffic is reported by `report`.
+fn plan(cluster: &Cluster, racks: Option<&RackCosts>, report: Option<&RackCosts>) -> Assignment {
     let mut plan = Plan::new(cluster.client_count());
     let mut capacities: Vec<u32> = cluster
         .clients
@@ -90,10 +90,11 @@ fn plan(cluster: &Cluster, racks: Option<&RackCosts>) -> Assignment {
         ));
     }
 
-    let mut holders = placement::place_copies(cluster, &capacities, r, racks);
+    let rack_plan = racks.map(|costs| placement::RackPlan::new(cluster, costs));
+    let mut holders = placement::place_copies(cluster, &capacities, r, rack_plan.as_ref());
     let mut actives = roles::choose_stateful_actives(cluster, &capacities, &holders, racks);
-    if let Some(costs) = racks {
-        placement::place_new_tasks_by_rack(cluster, costs, &mut holders, &mut actives.target);
+    if let Some(rack_plan) = &rack_plan {
+        placement::place_new_tasks_by_rack(cluster, rack_plan, &mut holders, &mut actives.target);
     }
     // Who runs each stateful task now: the stateless tasks' spares go where fewest run.
     let runners = handover::runners(cluster, &capacities, &holders, &actives.target);
@@ -119,5 +120,5 @@ fn plan(cluster: &Cluster, racks: Option<&RackCosts>) -> Assignment {
         &mut plan,
     );
     let followup = !plan.pending.is_empty() || !plan.standby_moves.is_empty();
-    plan.finish(cluster, followup)
+    plan.finish_with_racks(cluster, followup, report)
 }

@@ -34,11 +34,43 @@ pub(super) enum Claim {
 /// How many pops a rack-diverse search may look through before settling for any client.
 const RACK_SEARCH_LIMIT: usize = 32;
 
+/// What the placement weighs when racks count: the costs, and the tasks whose state is nowhere
+/// yet (they restore from scratch wherever they go, so they may go where reads are local).
+pub struct RackPlan<'a> {
+    pub costs: &'a RackCosts,
+    pub new: Vec<TaskIx>,
+}
+
+impl<'a> RackPlan<'a> {
+    pub fn new(cluster: &Cluster, costs: &'a RackCosts) -> Self {
+        let mut has_state = vec![false; cluster.task_count()];
+        for view in &cluster.views {
+            for &(t, _) in &view.owned {
+                has_state[t as usize] = true;
+            }
+        }
+        for (t, reports) in cluster.reporters.iter().enumerate() {
+            let end = cluster.tasks[t].end_offset_sum;
+            if reports
+                .iter()
+                .any(|&(_, lag)| lag != Lag::Behind(end) && lag != Lag::Unknown)
+            {
+                has_state[t] = true;
+            }
+        }
+        let new = cluster
+            .task_ixs()
+            .filter(|&t| cluster.is_stateful(t) && !has_state[t as usize])
+            .collect();
+        RackPlan { costs, new }
+    }
+}
+
 pub fn place_copies(
     cluster: &Cluster,
     capacities: &[u32],
     r: usize,
-    racks: Option<&RackCosts>,
+    racks: Option<&RackPlan>,
 ) -> Holders {
     let tasks = cluster.task_count();
     let stateful: Vec<TaskIx> = cluster
@@ -69,21 +101,16 @@ pub fn place_copies(
         &mut holders,
         &mut copies,
     );
-    if let Some(costs) = racks {
-        // Tasks with no copy yet (new ones) get their first copy first, moved between racks to
-        // read their input locally; their standbys then keep to other racks than it, as a
-        // task's other copies do. The roles phase makes that first copy the active.
-        let new: Vec<TaskIx> = stateful
-            .iter()
-            .copied()
-            .filter(|&t| holders.of(t).is_empty())
-            .collect();
+    if let Some(RackPlan { costs, new }) = racks {
+        // New tasks get their first copy first, moved between racks to read their input
+        // locally; their standbys then keep to other racks than it, as a task's other copies
+        // do. The roles phase makes that first copy the active.
         quotas.extras = fill_missing(
             cluster,
             capacities,
             &quotas,
             Want {
-                tasks: &new,
+                tasks: new,
                 copies_each: 1,
             },
             &diversity,
@@ -91,13 +118,14 @@ pub fn place_copies(
             &mut copies,
         );
         let mut first = vec![ClientIx::MAX; tasks];
-        for &t in &new {
+        for &t in new {
             if let Some(&c) = holders.of(t).first() {
                 first[t as usize] = c;
             }
         }
         let placed: Vec<TaskIx> = new
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|&t| first[t as usize] != ClientIx::MAX)
             .collect();
         let before = first.clone();
@@ -131,16 +159,18 @@ pub fn place_copies(
 /// standbys swaps the two roles; otherwise the copy moves.
 pub fn place_new_tasks_by_rack(
     cluster: &Cluster,
-    costs: &RackCosts,
+    racks: &RackPlan,
     holders: &mut Holders,
     target: &mut [ClientIx],
 ) {
+    let costs = racks.costs;
     // With tag keys configured, copies keep apart by tags, which racks cannot see: tasks with
     // standbys keep the holder the roles phase chose (the one that reads most locally).
     let by_tags = !cluster.config.rack_aware_assignment_tags.is_empty();
-    let new: Vec<TaskIx> = cluster
-        .task_ixs()
-        .filter(|&t| cluster.is_stateful(t) && !has_state_anywhere(cluster, t))
+    let new: Vec<TaskIx> = racks
+        .new
+        .iter()
+        .copied()
         .filter(|&t| !by_tags || holders.of(t).len() == 1)
         .collect();
     let before: Vec<ClientIx> = new.iter().map(|&t| target[t as usize]).collect();
@@ -155,7 +185,7 @@ pub fn place_new_tasks_by_rack(
             .collect();
     }
     crate::rack::optimize_avoiding(costs, cluster, &new, target, |t| {
-        standby_racks[t as usize].clone()
+        std::mem::take(&mut standby_racks[t as usize])
     });
     for (&t, from) in new.iter().zip(before) {
         let to = target[t as usize];
@@ -163,17 +193,6 @@ pub fn place_new_tasks_by_rack(
             holders.replace(t, from, to);
         }
     }
-}
-
-/// Whether some client holds `t` in a role or has any of its state on disk.
-fn has_state_anywhere(cluster: &Cluster, t: TaskIx) -> bool {
-    let end = cluster.tasks[t as usize].end_offset_sum;
-    cluster.reporters[t as usize]
-        .iter()
-        .any(|&(_, lag)| lag != Lag::Behind(end) && lag != Lag::Unknown)
-        || cluster
-            .client_ixs()
-            .any(|c| cluster.owned_role(c, t).is_some())
 }
 
 /// Every client's claim on keeping a copy of a stateful task, sorted strongest first:

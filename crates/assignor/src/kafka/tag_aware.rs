@@ -37,13 +37,20 @@ pub fn assign_standbys(cluster: &Cluster, states: &mut [ClientState], stateful: 
         }
     };
 
+    let mut active_of = vec![ClientIx::MAX; cluster.task_count()];
+    for (c, state) in states.iter().enumerate() {
+        for &t in &state.active {
+            active_of[t as usize] = c as ClientIx;
+        }
+    }
     let mut set = PrioritySet::new();
     let mut pending: Vec<(TaskIx, u32)> = Vec::new();
     for &t in stateful {
-        let Some(active) = (0..n).find(|&c| states[c as usize].active.contains(&t)) else {
+        let active = active_of[t as usize];
+        if active == ClientIx::MAX {
             pending.push((t, wanted));
             continue;
-        };
+        }
         offer_all(&mut set, states);
         let mut used: BTreeSet<(&str, &str)> = BTreeSet::new();
         let mut used_clients = 1usize;
@@ -78,11 +85,8 @@ pub fn assign_standbys(cluster: &Cluster, states: &mut [ClientState], stateful: 
     let mut short = 0;
     if !pending.is_empty() {
         offer_all(&mut set, states);
-        let ids: Vec<TaskId> = stateful
-            .iter()
-            .map(|&t| cluster.tasks[t as usize].id)
-            .collect();
-        for (t, left) in java_hash_map_order(&ids, pending, |t| cluster.tasks[t as usize].id) {
+        let order = java_hash_map_order(stateful.len(), pending, |t| cluster.tasks[t as usize].id);
+        for (t, left) in order {
             let mut placed = 0;
             while placed < left {
                 let Some(c) = set.poll(|c| !states[c as usize].has_assigned(t)) else {
@@ -107,17 +111,17 @@ pub fn same_tags(cluster: &Cluster, src: ClientIx, dst: ClientIx) -> bool {
         .all(|(k, v)| dst_tags.get(k) == Some(v))
 }
 
-/// The order a Java `HashMap<TaskId, _>` filled with `all` (in sorted order, by
-/// `Collectors.toMap`) iterates the entries of `items`: by bucket, then by insertion. `TaskId`
-/// hashes as `Objects.hash(subtopology, partition, null)`; the table starts at 16 buckets and
-/// doubles whenever it is more than three quarters full.
+/// The order a Java `HashMap<TaskId, _>` once filled with `filled` entries (in sorted order, by
+/// `Collectors.toMap`; removals never shrink it) iterates the entries of `items`: by bucket,
+/// then by insertion. `TaskId` hashes as `Objects.hash(subtopology, partition, null)`; the table
+/// starts at 16 buckets and doubles whenever it is more than three quarters full.
 fn java_hash_map_order<T: Copy>(
-    all: &[TaskId],
+    filled: usize,
     items: Vec<(T, u32)>,
     id: impl Fn(T) -> TaskId,
 ) -> Vec<(T, u32)> {
     let mut buckets: usize = 16;
-    while all.len() * 4 > buckets * 3 {
+    while filled * 4 > buckets * 3 {
         buckets *= 2;
     }
     let bucket = |t: TaskId| {
@@ -144,7 +148,7 @@ mod tests {
     fn pending_tasks_come_in_java_hash_map_order() {
         let all: Vec<TaskId> = (0..20).map(|p| TaskId::new(0, p)).collect();
         let items: Vec<(TaskId, u32)> = all.iter().map(|&t| (t, 1)).collect();
-        let order: Vec<u32> = java_hash_map_order(&all, items, |t| t)
+        let order: Vec<u32> = java_hash_map_order(all.len(), items, |t| t)
             .iter()
             .map(|(t, _)| t.partition)
             .collect();

@@ -31,10 +31,7 @@ impl RackCosts {
         if strategy == RackStrategy::None {
             return Ok(None);
         }
-        let name = match strategy {
-            RackStrategy::MinTraffic => "min_traffic",
-            _ => "balance_subtopology",
-        };
+        let name = strategy.name();
         let skip = |why: String| {
             Err(format!(
                 "rack.aware.assignment.strategy is {name} but {why}: actives are placed without racks"

@@ -26,7 +26,7 @@ pub fn optimize_avoiding(
     cluster: &Cluster,
     tasks: &[TaskIx],
     target: &mut [ClientIx],
-    blocked: impl Fn(TaskIx) -> Vec<RackIx>,
+    mut blocked: impl FnMut(TaskIx) -> Vec<RackIx>,
 ) {
     let per_subtopology = costs.strategy == RackStrategy::BalanceSubtopology;
     let items: Vec<Item> = tasks

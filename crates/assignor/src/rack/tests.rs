@@ -116,51 +116,35 @@ fn counts(items: &[Item], placed: &[ClientIx]) -> BTreeMap<(u32, ClientIx), u32>
     m
 }
 
-#[test]
-fn a_task_on_the_wrong_rack_swaps_with_one_that_reads_nothing_locally() {
-    // Task 0 reads from rb but runs on the ra client; task 1 reads from ra... and runs on rb.
+/// Two one-thread clients on racks ra and rb; task 0 reads from rb, task 1 from ra.
+fn crossed(traffic: i64, non_overlap: i64) -> RackCosts {
     let c = cluster(
         &[vec![vec![1]], vec![vec![0]]],
         &[0, 1],
         RackStrategy::MinTraffic,
-        (10, 1),
+        (traffic, non_overlap),
     );
-    let costs = RackCosts::new(&c).unwrap().unwrap();
-    let items = [
-        Item {
-            task: 0,
-            client: 0,
-            group: 0,
-            blocked: Vec::new(),
-        },
-        Item {
-            task: 1,
-            client: 1,
-            group: 0,
-            blocked: Vec::new(),
-        },
-    ];
+    RackCosts::new(&c).unwrap().unwrap()
+}
+
+#[test]
+fn a_task_on_the_wrong_rack_swaps_with_one_that_reads_nothing_locally() {
+    // Each task runs on the other one's rack.
+    let item = |task| Item {
+        task,
+        client: task,
+        group: 0,
+        blocked: Vec::new(),
+    };
+    let items = [item(0), item(1)];
+    let costs = crossed(10, 1);
     assert_eq!(total(&costs, &items, &[0, 1]), 20);
     let placed = exchange(&costs, &items);
     assert_eq!(placed, vec![1, 0]);
     assert_eq!(total(&costs, &items, &placed), 2);
     // When moving costs more than it saves, nothing moves.
-    let c = cluster(
-        &[vec![vec![1]], vec![vec![0]]],
-        &[0, 1],
-        RackStrategy::MinTraffic,
-        (1, 5),
-    );
-    let costs = RackCosts::new(&c).unwrap().unwrap();
-    assert_eq!(exchange(&costs, &items), vec![0, 1]);
+    assert_eq!(exchange(&crossed(1, 5), &items), vec![0, 1]);
     // A blocked rack (a standby is there) is never taken, however much it would save.
-    let c = cluster(
-        &[vec![vec![1]], vec![vec![0]]],
-        &[0, 1],
-        RackStrategy::MinTraffic,
-        (10, 1),
-    );
-    let costs = RackCosts::new(&c).unwrap().unwrap();
     let mut blocked = items.clone();
     blocked[0].blocked = vec![1];
     assert_eq!(exchange(&costs, &blocked), vec![0, 1]);
