@@ -171,15 +171,26 @@ impl Connection {
                 "{api:?}: response of {len} bytes exceeds the {MAX_FRAME}-byte limit"
             )));
         }
-        let mut buf = vec![0u8; len];
-        self.stream
-            .read_exact(&mut buf)
-            .await
-            .map_err(|source| Error::Io {
-                addr: self.addr.clone(),
-                source,
-            })?;
-        let mut buf = bytes::Bytes::from(buf);
+        // Read into spare capacity, not a zeroed buffer: a fetch answer is a megabyte or more.
+        let mut buf = BytesMut::with_capacity(len);
+        while buf.len() < len {
+            let want = len - buf.len();
+            let n = self
+                .stream
+                .read_buf(&mut (&mut buf).limit(want))
+                .await
+                .map_err(|source| Error::Io {
+                    addr: self.addr.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                return Err(Error::Io {
+                    addr: self.addr.clone(),
+                    source: std::io::ErrorKind::UnexpectedEof.into(),
+                });
+            }
+        }
+        let mut buf = buf.freeze();
         let header_version = <R::Response as HeaderVersion>::header_version(version);
         let header = ResponseHeader::decode(&mut buf, header_version).map_err(codec)?;
         if header.correlation_id != correlation_id {

@@ -1,6 +1,7 @@
 //! Baton's Kafka layer: a small async client on `kafka-protocol` messages, and a group member
 //! that runs the classic rebalance protocol with Baton's assignor on the leader.
 
+pub mod batch;
 pub mod client;
 pub mod connection;
 pub mod error;

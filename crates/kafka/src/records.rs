@@ -8,8 +8,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
-    Compression, Record as WireRecord, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType,
+    Compression, Record as WireRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
 use crate::client::Client;
@@ -183,7 +182,8 @@ impl Client {
                     }),
                     Some(p) => {
                         check(ApiKey::Fetch, p.error_code)?;
-                        let (records, next_offset) = decode_batches(p.records.clone(), w.offset)?;
+                        let (records, next_offset) =
+                            crate::batch::decode_batches(p.records.clone(), w.offset)?;
                         Ok(Fetched {
                             records,
                             high_watermark: p.high_watermark,
@@ -242,44 +242,6 @@ pub struct FetchWant {
     pub partition: i32,
     pub offset: i64,
     pub max_bytes: i32,
-}
-
-/// The records at or after `offset` in a fetched record set, and the offset after its last
-/// whole batch.
-fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Result<(Vec<Record>, Option<i64>)> {
-    let mut records = Vec::new();
-    let mut next_offset = None;
-    let Some(mut bytes) = bytes else {
-        return Ok((records, next_offset));
-    };
-    // A fetch may end inside a batch; RecordBatchDecoder needs whole batches.
-    while bytes.len() >= 12 {
-        let len = i32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if len < 0 || bytes.len() < 12 + len as usize {
-            break;
-        }
-        let mut one = bytes.split_to(12 + len as usize);
-        let set = RecordBatchDecoder::decode(&mut one).map_err(|e| Error::Codec {
-            api: ApiKey::Fetch,
-            message: format!("{e:#}"),
-        })?;
-        if let Some(last) = set.records.iter().map(|r| r.offset).max() {
-            next_offset = Some(next_offset.unwrap_or(offset).max(last + 1));
-        }
-        // A batch that starts before `offset` is returned whole.
-        records.extend(
-            set.records
-                .into_iter()
-                .filter(|r| r.offset >= offset && !r.control)
-                .map(|r| Record {
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                    key: r.key,
-                    value: r.value,
-                }),
-        );
-    }
-    Ok((records, next_offset))
 }
 
 /// Kafka's default `message.max.bytes`, less room to spare: the first guess at how large a

@@ -28,6 +28,11 @@ pub struct Broker {
 }
 
 impl Broker {
+    /// The broker's process id (benches read its CPU time).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn start() -> Broker {
         Broker::try_start().unwrap_or_else(|e| panic!("{e}"))
     }

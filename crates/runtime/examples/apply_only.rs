@@ -36,7 +36,7 @@ fn main() {
     let start = Instant::now();
     for (i, chunk) in writes.chunks(INGEST_RECORDS).enumerate() {
         store
-            .ingest(chunk.to_vec(), ((i + 1) * INGEST_RECORDS) as i64)
+            .ingest(&mut chunk.to_vec(), ((i + 1) * INGEST_RECORDS) as i64)
             .unwrap();
     }
     store.apply(&[], Some(n as i64)).unwrap();

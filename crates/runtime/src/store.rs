@@ -133,9 +133,12 @@ impl TaskStore {
     ///
     /// A crash between the table and the checkpoint leaves the checkpoint behind the data;
     /// replaying the changelog from there rewrites the same values, so it is harmless.
+    ///
+    /// `writes` is left empty with its allocation kept, for the next load to reuse; after an
+    /// error its contents are unspecified (the caller restores from the checkpoint).
     pub fn ingest<K: AsRef<[u8]> + Into<Slice>, V: Into<Slice>>(
         &self,
-        mut writes: Vec<(K, Option<V>)>,
+        writes: &mut Vec<(K, Option<V>)>,
         next_changelog_offset: i64,
     ) -> Result<()> {
         if !writes.is_empty() {
@@ -149,7 +152,7 @@ impl TaskStore {
                 .map_err(|e| err(&self.path, e))?;
             // `Bytes` become slices without a copy (fjall's `bytes_1`): a restore's records go
             // from the fetch buffers to the table writer as they are.
-            for (k, v) in writes {
+            for (k, v) in writes.drain(..) {
                 match v {
                     Some(v) => ingestion.write(k, v),
                     None => ingestion.write_tombstone(k),
@@ -248,7 +251,7 @@ mod tests {
             .unwrap();
         store
             .ingest(
-                vec![
+                &mut vec![
                     w("b", Some("1")),
                     w("a", Some("2")),
                     w("b", Some("3")),
@@ -265,7 +268,9 @@ mod tests {
         assert_eq!(store.get(b"gone").unwrap(), None);
         assert_eq!(store.checkpoint().unwrap(), Some(8));
         // A second load, and a write after it, each win over what came before.
-        store.ingest(vec![w("a", Some("5"))], 9).unwrap();
+        let mut load = vec![w("a", Some("5"))];
+        store.ingest(&mut load, 9).unwrap();
+        assert!(load.is_empty(), "the load takes every write");
         store.apply(&[w("b", Some("6"))], Some(10)).unwrap();
         assert_eq!(store.get(b"a").unwrap(), Some(b"5".to_vec()));
         assert_eq!(store.get(b"b").unwrap(), Some(b"6".to_vec()));

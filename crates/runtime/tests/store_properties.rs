@@ -41,7 +41,7 @@ proptest! {
                 };
             }
             if bulk {
-                store.ingest(chunk.to_vec(), offset as i64).unwrap();
+                store.ingest(&mut chunk.to_vec(), offset as i64).unwrap();
             } else {
                 store.apply_lazily(chunk, Some(offset as i64)).unwrap();
             }

@@ -1,0 +1,311 @@
+//! Reading v2 record batches out of a fetch response without a copy: each record's key and
+//! value are slices of the response's own buffer.
+//!
+//! `kafka-protocol` decodes batches too, but builds a full record (headers map, producer
+//! fields) per record and then a second vector of them; on a restore that was most of the
+//! client's CPU, on the core the store's bulk load shares with the fetching (measured:
+//! docs/BENCHMARKS.md). Uncompressed v2 batches, what changelogs hold, are read here;
+//! compressed and legacy ones go to `kafka-protocol`.
+//!
+//! Every declared length and count is checked against the bytes that remain before it is
+//! used, so a corrupt response is an error naming the batch, never a panic or a large
+//! allocation.
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::records::RecordBatchDecoder;
+
+use crate::error::{Error, Result};
+use crate::records::Record;
+
+/// Base offset and batch length: what precedes every batch, of any version.
+const LOG_OVERHEAD: usize = 12;
+/// A v2 batch header after [`LOG_OVERHEAD`]: epoch, magic, CRC, attributes, last offset
+/// delta, two timestamps, producer id and epoch, base sequence, record count.
+const V2_HEADER: usize = 49;
+/// Where the CRC-covered part of a v2 batch starts (the attributes), from the batch's start.
+const CRC_START: usize = 21;
+/// The smallest record: length, attributes, timestamp delta, offset delta, key length,
+/// value length and header count, one byte each.
+const MIN_RECORD: usize = 7;
+
+const COMPRESSION_MASK: i16 = 0x07;
+const LOG_APPEND_TIME: i16 = 1 << 3;
+const CONTROL: i16 = 1 << 5;
+
+/// The records at or after `offset` in a fetched record set, control records left out, and
+/// the offset after its last whole batch: where the next fetch starts. A fetch may end
+/// inside a batch; that part is left for the next fetch.
+pub fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Result<(Vec<Record>, Option<i64>)> {
+    let mut records = Vec::new();
+    let mut next_offset = None;
+    let Some(mut rest) = bytes else {
+        return Ok((records, next_offset));
+    };
+    while rest.len() >= LOG_OVERHEAD {
+        let base = i64::from_be_bytes(rest[0..8].try_into().expect("8 bytes"));
+        let len = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
+        let len =
+            usize::try_from(len).map_err(|_| corrupt(base, format!("a batch length of {len}")))?;
+        if rest.len() - LOG_OVERHEAD < len {
+            break;
+        }
+        let batch = rest.split_to(LOG_OVERHEAD + len);
+        let end = match Batch::parse(base, &batch)? {
+            Some(header) if header.control => header.end(),
+            Some(header) if header.compressed => {
+                through_kafka_protocol(batch, offset, &mut records)?;
+                header.end()
+            }
+            Some(header) => {
+                header.records(&batch, offset, &mut records)?;
+                header.end()
+            }
+            None => through_kafka_protocol(batch, offset, &mut records)?,
+        };
+        if let Some(end) = end {
+            next_offset = Some(next_offset.unwrap_or(offset).max(end));
+        }
+    }
+    Ok((records, next_offset))
+}
+
+/// The header of a v2 batch.
+#[derive(Debug)]
+struct Batch {
+    base_offset: i64,
+    last_offset_delta: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    log_append_time: bool,
+    control: bool,
+    compressed: bool,
+    count: usize,
+}
+
+impl Batch {
+    /// The header of `batch` (length-checked by the caller), or `None` when it is not a v2
+    /// batch.
+    fn parse(base_offset: i64, batch: &[u8]) -> Result<Option<Batch>> {
+        let at = |i: usize, n: usize| &batch[i..i + n];
+        let magic = batch.get(16).copied();
+        if magic != Some(2) {
+            return Ok(None);
+        }
+        if batch.len() < LOG_OVERHEAD + V2_HEADER {
+            return Err(corrupt(
+                base_offset,
+                format!("{} bytes, less than a header", batch.len()),
+            ));
+        }
+        let attributes = i16::from_be_bytes(at(21, 2).try_into().expect("2 bytes"));
+        let compressed = attributes & COMPRESSION_MASK != 0;
+        let crc = u32::from_be_bytes(at(17, 4).try_into().expect("4 bytes"));
+        let actual = crc32c::crc32c(&batch[CRC_START..]);
+        if crc != actual {
+            return Err(corrupt(
+                base_offset,
+                format!("CRC {actual:#010x}, the header says {crc:#010x}"),
+            ));
+        }
+        let count = i32::from_be_bytes(at(57, 4).try_into().expect("4 bytes"));
+        // A compressed batch's records may take less room than the smallest record each.
+        let room = match compressed {
+            true => usize::MAX,
+            false => (batch.len() - LOG_OVERHEAD - V2_HEADER) / MIN_RECORD,
+        };
+        let count = usize::try_from(count)
+            .ok()
+            .filter(|&c| c <= room)
+            .ok_or_else(|| {
+                corrupt(
+                    base_offset,
+                    format!("{count} records declared, room for at most {room}"),
+                )
+            })?;
+        Ok(Some(Batch {
+            base_offset,
+            last_offset_delta: i32::from_be_bytes(at(23, 4).try_into().expect("4 bytes")),
+            base_timestamp: i64::from_be_bytes(at(27, 8).try_into().expect("8 bytes")),
+            max_timestamp: i64::from_be_bytes(at(35, 8).try_into().expect("8 bytes")),
+            log_append_time: attributes & LOG_APPEND_TIME != 0,
+            control: attributes & CONTROL != 0,
+            compressed,
+            count,
+        }))
+    }
+
+    /// The offset after this batch. Compaction may remove a batch's last records but keeps
+    /// its last offset delta, so this is past them too.
+    fn end(&self) -> Option<i64> {
+        self.base_offset
+            .checked_add(i64::from(self.last_offset_delta))
+            .and_then(|last| last.checked_add(1))
+    }
+
+    /// Appends the batch's records at or after `from` to `out`.
+    fn records(&self, batch: &Bytes, from: i64, out: &mut Vec<Record>) -> Result<()> {
+        out.reserve(self.count);
+        let mut r = Reader {
+            buf: batch,
+            pos: LOG_OVERHEAD + V2_HEADER,
+            end: batch.len(),
+        };
+        for i in 0..self.count {
+            let fail = |what: String| corrupt(self.base_offset, format!("record {i}: {what}"));
+            let len = r
+                .length()
+                .map_err(fail)?
+                .ok_or_else(|| fail("null".into()))?;
+            let mut rec = r.sub(len).map_err(fail)?;
+            let _attributes = rec.take(1).map_err(fail)?;
+            let timestamp_delta = rec.varlong().map_err(fail)?;
+            let offset_delta = rec.varint().map_err(fail)?;
+            let key = rec.nullable().map_err(fail)?;
+            let value = rec.nullable().map_err(fail)?;
+            let headers = rec.varint().map_err(fail)?;
+            for _ in 0..headers.max(0) {
+                let key_len = rec.length().map_err(fail)?;
+                rec.skip(key_len.unwrap_or(0)).map_err(fail)?;
+                let value_len = rec.length().map_err(fail)?;
+                rec.skip(value_len.unwrap_or(0)).map_err(fail)?;
+            }
+            if headers < 0 || rec.pos != rec.end {
+                return Err(fail(format!(
+                    "{headers} headers, {} bytes left over",
+                    rec.end - rec.pos
+                )));
+            }
+            let offset = self.base_offset + i64::from(offset_delta);
+            if offset >= from {
+                out.push(Record {
+                    offset,
+                    timestamp: if self.log_append_time {
+                        self.max_timestamp
+                    } else {
+                        self.base_timestamp.wrapping_add(timestamp_delta)
+                    },
+                    key: key.map(|k| batch.slice(k)),
+                    value: value.map(|v| batch.slice(v)),
+                });
+            }
+        }
+        if r.pos != r.end {
+            return Err(corrupt(
+                self.base_offset,
+                format!("{} bytes after its last record", r.end - r.pos),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The records of one batch at or after `from`, control records left out, decoded by
+/// `kafka-protocol` (compressed and pre-v2 batches); the offset after its last record.
+pub fn through_kafka_protocol(
+    mut batch: Bytes,
+    from: i64,
+    out: &mut Vec<Record>,
+) -> Result<Option<i64>> {
+    let set = RecordBatchDecoder::decode(&mut batch).map_err(|e| Error::Codec {
+        api: ApiKey::Fetch,
+        message: format!("{e:#}"),
+    })?;
+    let end = set.records.iter().map(|r| r.offset + 1).max();
+    out.extend(
+        set.records
+            .into_iter()
+            .filter(|r| r.offset >= from && !r.control)
+            .map(|r| Record {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key,
+                value: r.value,
+            }),
+    );
+    Ok(end)
+}
+
+fn corrupt(base_offset: i64, what: String) -> Error {
+    Error::Codec {
+        api: ApiKey::Fetch,
+        message: format!("record batch at offset {base_offset}: {what}"),
+    }
+}
+
+/// A cursor over `buf[pos..end]`.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    end: usize,
+}
+
+type Step<T> = std::result::Result<T, String>;
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Step<std::ops::Range<usize>> {
+        let left = self.end - self.pos;
+        if n > left {
+            return Err(format!("{n} bytes declared, {left} remain"));
+        }
+        self.pos += n;
+        Ok(self.pos - n..self.pos)
+    }
+
+    fn skip(&mut self, n: usize) -> Step<()> {
+        self.take(n).map(|_| ())
+    }
+
+    /// The next `n` bytes, as a reader of their own.
+    fn sub(&mut self, n: usize) -> Step<Reader<'a>> {
+        let range = self.take(n)?;
+        Ok(Reader {
+            buf: self.buf,
+            pos: range.start,
+            end: range.end,
+        })
+    }
+
+    /// A zigzag varlong (at most 10 bytes).
+    fn varlong(&mut self) -> Step<i64> {
+        let mut raw = 0u64;
+        for i in 0..10 {
+            let Some(&b) = self.buf[..self.end].get(self.pos) else {
+                return Err("a varint runs past the end".into());
+            };
+            self.pos += 1;
+            raw |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
+            }
+        }
+        Err("a varint longer than 10 bytes".into())
+    }
+
+    /// A zigzag varint that must fit 32 bits.
+    fn varint(&mut self) -> Step<i32> {
+        let v = self.varlong()?;
+        i32::try_from(v).map_err(|_| format!("a varint of {v} does not fit 32 bits"))
+    }
+
+    /// A length: `None` for -1 (null), an error below that.
+    fn length(&mut self) -> Step<Option<usize>> {
+        match self.varint()? {
+            -1 => Ok(None),
+            n => usize::try_from(n)
+                .map(Some)
+                .map_err(|_| format!("a length of {n}")),
+        }
+    }
+
+    /// A length-prefixed byte string that may be null: its place in the buffer.
+    fn nullable(&mut self) -> Step<Option<std::ops::Range<usize>>> {
+        match self.length()? {
+            None => Ok(None),
+            Some(n) => self.take(n).map(Some),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
