@@ -270,9 +270,10 @@ impl<'a> Reader<'a> {
     fn varlong(&mut self) -> Step<i64> {
         let mut raw = 0u64;
         for i in 0..10 {
-            let Some(&b) = self.buf[..self.end].get(self.pos) else {
+            if self.pos >= self.end {
                 return Err("a varint runs past the end".into());
-            };
+            }
+            let b = self.buf[self.pos];
             self.pos += 1;
             raw |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {

@@ -28,7 +28,9 @@ fn wire(base: i64, specs: &[Spec], control: bool) -> Vec<WireRecord> {
             producer_epoch: if control { 0 } else { -1 },
             timestamp_type: TimestampType::Creation,
             offset: base + i as i64,
-            sequence: if control { 0 } else { -1 },
+            // kafka-protocol starts a new batch wherever offset - sequence changes: this keeps
+            // each spec list in one batch.
+            sequence: i as i32 - 1,
             timestamp: 1_700_000_000_000 + ts,
             key: key.clone().map(Bytes::from),
             value: value.clone().map(Bytes::from),
@@ -78,6 +80,16 @@ fn reference(bytes: &Bytes, from: i64) -> (Vec<Record>, Option<i64>) {
     (out, next)
 }
 
+fn batch_count(bytes: &Bytes) -> usize {
+    let (mut rest, mut n) = (bytes.clone(), 0);
+    while rest.len() >= LOG_OVERHEAD {
+        let len = i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+        let _ = rest.split_to(LOG_OVERHEAD + len);
+        n += 1;
+    }
+    n
+}
+
 fn spec() -> impl Strategy<Value = Spec> {
     let bytes = || proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40));
     (
@@ -104,6 +116,7 @@ proptest! {
     #[test]
     fn agrees_with_kafka_protocol(base in 0i64..1_000, batches in batches(), skip in 0i64..30) {
         let bytes = encode(base, &batches, Compression::None);
+        prop_assert_eq!(batch_count(&bytes), batches.len(), "one batch per spec list");
         let (records, next) = decode_batches(Some(bytes.clone()), base + skip).unwrap();
         let (want, want_next) = reference(&bytes, base + skip);
         prop_assert_eq!(&records, &want);
