@@ -82,6 +82,7 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     let (mut fetch, mut restored, mut alone) = (Vec::new(), Vec::new(), Vec::new());
     let full = |_: u32| (INGEST_RECORDS, INGEST_BYTES);
+    settle(&client, &leader, fetch_bytes).await;
     for rep in 0..reps {
         let start = Instant::now();
         let cpu = Cpu::start(broker.pid());
@@ -95,7 +96,7 @@ async fn main() {
         }
         let fetch_cpu = cpu.stop();
         fetch.push(n as f64 / start.elapsed().as_secs_f64());
-        settle();
+        settle(&client, &leader, fetch_bytes).await;
 
         let store = TaskStore::open(&dir, TaskId::new(0, 0), &format!("restore-{rep}")).unwrap();
         let cpu = Cpu::start(broker.pid());
@@ -106,12 +107,12 @@ async fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         let restore_cpu = cpu.stop();
         restored.push(stats.records as f64 / stats.seconds);
-        settle();
+        settle(&client, &leader, fetch_bytes).await;
 
         // The store's best: full-size loads from the start, or the restore's first load
         // sizes (which grow), whichever is faster this time.
         let full_rate = load_alone(&dir, &format!("full-{rep}"), records.clone(), &full, end);
-        settle();
+        settle(&client, &leader, fetch_bytes).await;
         let grow_rate = load_alone(
             &dir,
             &format!("grow-{rep}"),
@@ -119,7 +120,7 @@ async fn main() {
             &load_limits,
             end,
         );
-        settle();
+        settle(&client, &leader, fetch_bytes).await;
         alone.push(full_rate.max(grow_rate));
         eprintln!(
             "rep {rep}: raw fetch {:.0}/s ({fetch_cpu}), restore {:.0}/s ({restore_cpu}), store alone {:.0}/s (full loads {full_rate:.0}/s, growing {grow_rate:.0}/s)",
@@ -147,10 +148,19 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Lets the last store's background work (compaction, writeback) finish before the next
-/// measurement.
-fn settle() {
-    std::thread::sleep(Duration::from_millis(500));
+/// Lets the last store's background work (compaction, writeback) finish, then warms up for
+/// the next measurement, the same way before each of the three: on this VM a fetch after half a
+/// second idle took 35 to 42 ms against 8 ms warm (after 2 s idle: 80 ms), and the next few
+/// were slow too, which charged the cold start to whichever measurement came next.
+async fn settle(client: &Client, leader: &str, fetch_bytes: i32) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_millis(100) {
+        client
+            .fetch(leader, "changelog", 0, 0, fetch_bytes, 500)
+            .await
+            .unwrap();
+    }
 }
 
 /// Bulk-loads `records` into a fresh store in loads of `limits(n)` for load `n`; records/s.
