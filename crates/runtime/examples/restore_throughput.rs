@@ -1,6 +1,7 @@
 //! Restore throughput (records/s into the store from the changelog) beside the client's raw
-//! fetch throughput over the same records, and the store's own bulk-load speed on those records
-//! with no fetching (the ceiling a restore cannot pass on two cores), all in the same run.
+//! fetch throughput over the same records, the store's own bulk-load speed on those records
+//! with no fetching (the ceiling a restore cannot pass on two cores), and the restore's
+//! catch-up fed from memory (its load schedule with no fetching), all in the same run.
 //!
 //! This machine is noisy (two cores, the broker on them too), so each is measured `REPS` times,
 //! interleaved, each into a fresh store, and the best and the median of each are compared.
@@ -11,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
 use baton_kafka::client::NewTopic;
+use baton_kafka::records::Fetched;
 use baton_kafka::testing::Broker;
 use baton_kafka::Client;
-use baton_runtime::catchup::{load_limits, INGEST_BYTES, INGEST_RECORDS};
+use baton_runtime::catchup::{load_limits, Catchup, INGEST_BYTES, INGEST_RECORDS};
 use baton_runtime::{restore, TaskStore};
 use bytes::Bytes;
 
@@ -61,17 +63,23 @@ async fn main() {
     // The runtime's own fetch size for restores and tailing, for the raw fetch too.
     let fetch_bytes = baton_runtime::config::RuntimeConfig::default().restore_fetch_bytes;
 
-    // The store alone loads the same records, already in memory.
-    let mut records: Records = Vec::with_capacity(n);
+    // The store alone loads the same records, already in memory; the catch-up from memory
+    // takes the same fetched chunks.
+    let mut chunks: Vec<Fetched> = Vec::new();
     let mut next = 0i64;
     while next < end {
         let f = client
-            .fetch(&leader, "changelog", 0, next, 1024 * 1024, 500)
+            .fetch(&leader, "changelog", 0, next, fetch_bytes, 500)
             .await
             .unwrap();
         next = f.records.last().map(|r| r.offset + 1).unwrap_or(next);
-        records.extend(f.records.into_iter().map(|r| (r.key.unwrap(), r.value)));
+        chunks.push(f);
     }
+    let records: Records = chunks
+        .iter()
+        .flat_map(|f| &f.records)
+        .map(|r| (r.key.clone().unwrap(), r.value.clone()))
+        .collect();
 
     // BATON_BENCH_DIR: where the stores go (default: the temp dir; /dev/shm takes the disk
     // out of the figures).
@@ -80,7 +88,8 @@ async fn main() {
         .unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("baton-restore-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (mut fetch, mut restored, mut alone) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut fetch, mut restored, mut alone, mut from_memory) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let full = |_: u32| (INGEST_RECORDS, INGEST_BYTES);
     settle(&client, &leader, fetch_bytes).await;
     for rep in 0..reps {
@@ -122,9 +131,16 @@ async fn main() {
         );
         settle(&client, &leader, fetch_bytes).await;
         alone.push(full_rate.max(grow_rate));
+        from_memory.push(catchup_from_memory(
+            &dir,
+            &format!("memory-{rep}"),
+            chunks.clone(),
+            end,
+        ));
+        settle(&client, &leader, fetch_bytes).await;
         eprintln!(
-            "rep {rep}: raw fetch {:.0}/s ({fetch_cpu}), restore {:.0}/s ({restore_cpu}), store alone {:.0}/s (full loads {full_rate:.0}/s, growing {grow_rate:.0}/s)",
-            fetch[rep], restored[rep], alone[rep]
+            "rep {rep}: raw fetch {:.0}/s ({fetch_cpu}), restore {:.0}/s ({restore_cpu}), store alone {:.0}/s (full loads {full_rate:.0}/s, growing {grow_rate:.0}/s), catch-up from memory {:.0}/s",
+            fetch[rep], restored[rep], alone[rep], from_memory[rep]
         );
     }
     let (best, median) = (
@@ -136,7 +152,7 @@ async fn main() {
         },
     );
     println!(
-        "{n} records, {size}-byte values, {reps} runs each: restore {:.0}/s best, {:.0}/s median; store alone {:.0}/s best, {:.0}/s median; raw fetch {:.0}/s best. Restore / store alone: {:.0}% best to best, {:.0}% median to median",
+        "{n} records, {size}-byte values, {reps} runs each: restore {:.0}/s best, {:.0}/s median; store alone {:.0}/s best, {:.0}/s median; raw fetch {:.0}/s best. Restore / store alone: {:.0}% best to best, {:.0}% median to median. Catch-up from memory / store alone: {:.0}% best to best",
         best(&restored),
         median(&restored),
         best(&alone),
@@ -144,6 +160,7 @@ async fn main() {
         best(&fetch),
         100.0 * best(&restored) / best(&alone),
         100.0 * median(&restored) / median(&alone),
+        100.0 * best(&from_memory) / best(&alone),
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -161,6 +178,23 @@ async fn settle(client: &Client, leader: &str, fetch_bytes: i32) {
             .await
             .unwrap();
     }
+}
+
+/// The restore's own catch-up ([`Catchup`]) fed with already fetched chunks, its loads on
+/// their own thread as in a restore: what the load schedule costs or gains with no fetching
+/// beside it; records/s.
+fn catchup_from_memory(dir: &std::path::Path, name: &str, chunks: Vec<Fetched>, end: i64) -> f64 {
+    let store = TaskStore::open(dir, TaskId::new(0, 0), name).unwrap();
+    let start = Instant::now();
+    let mut catchup = Catchup::new(0);
+    for chunk in chunks {
+        catchup.absorb(&store, chunk, end).unwrap();
+    }
+    store.apply(&[], Some(end)).unwrap();
+    let rate = end as f64 / start.elapsed().as_secs_f64();
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+    rate
 }
 
 /// Bulk-loads `records` into a fresh store in loads of `limits(n)` for load `n`; records/s.
