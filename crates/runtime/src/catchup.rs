@@ -23,9 +23,11 @@ pub const INGEST_BYTES: usize = 32 << 20;
 /// [`INGEST_RECORDS`] and [`INGEST_BYTES`], and each next one twice the last up to them. The
 /// store works only while a load runs, so a large first load left it idle for that whole
 /// load's fetch (measured: restores of 100-byte values at 80% of the store's own speed, with
-/// two loads of 500,000); a small first load starts it almost at once. An idle store, at the
-/// start or between loads, takes one at half these limits ([`Catchup::absorb`]): at the start
-/// that is the first 4 MiB fetch.
+/// two loads of 500,000); a small first load starts it almost at once. A store left idle
+/// between loads takes one at half these limits ([`Catchup::absorb`]). Starting the first load
+/// at half too (on the first 4 MiB fetch) gained about 2 points, within the noise, and moved a
+/// warm-up's catch-up enough to add a round to the broker's hand-overs (`sim_agreement`, 7
+/// rebalances in 4 of 8 runs): not kept.
 pub fn load_limits(loads: u32) -> (usize, usize) {
     let shift = 3u32.saturating_sub(loads);
     (INGEST_RECORDS >> shift, INGEST_BYTES >> shift)
@@ -165,10 +167,9 @@ impl Catchup {
             (self.buffer, self.spare) = (Vec::new(), Vec::new());
         } else if self.buffer.len() >= load_records
             || self.buffered_bytes >= load_bytes
-            || (self.loading.is_none() && {
-                // The store is idle (the first load too): a half-size load now beats waiting
-                // for a full one (the store, not the fetch, is the bottleneck: measured,
-                // docs/BENCHMARKS.md).
+            || (self.loading.is_none() && self.loads > 0 && {
+                // The store is idle: a half-size load now beats waiting for a full one (the
+                // store, not the fetch, is the bottleneck: measured, docs/BENCHMARKS.md).
                 self.buffer.len() >= load_records / 2 || self.buffered_bytes >= load_bytes / 2
             })
         {
@@ -326,12 +327,6 @@ mod tests {
         );
         c.wait().unwrap();
         assert_eq!(c.position(), 1_000_002);
-        // At the start the store is idle too: half of the first load's limits starts it.
-        let mut c = Catchup::new(10);
-        let offsets: Vec<i64> = (10..10 + load_limits(0).0 as i64 / 2).collect();
-        c.absorb(&store, fetched(&offsets, None), i64::MAX).unwrap();
-        assert!(c.loading.is_some() && c.loads == 1, "the first chunk loads");
-        c.wait().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 
