@@ -263,6 +263,14 @@ mod tests {
         assert!(!c.busy(1 << 20), "the load is done: absorb would not wait");
     }
 
+    /// An empty store in a directory of its own; the test removes the directory.
+    fn fresh_store(name: &str) -> (std::path::PathBuf, TaskStore) {
+        let dir = std::env::temp_dir().join(format!("baton-catchup-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        (dir, store)
+    }
+
     fn fetched(offsets: &[i64], next_offset: Option<i64>) -> Fetched {
         Fetched {
             records: offsets
@@ -308,9 +316,7 @@ mod tests {
 
     #[test]
     fn an_idle_store_takes_a_half_size_load_at_once() {
-        let dir = std::env::temp_dir().join(format!("baton-catchup-idle-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let (dir, store) = fresh_store("idle");
         let mut c = Catchup::new(0);
         c.loads = 1;
         let half = load_limits(1).0 / 2;
@@ -332,9 +338,7 @@ mod tests {
 
     #[test]
     fn a_loads_buffer_serves_the_next_load_and_is_freed_once_caught_up() {
-        let dir = std::env::temp_dir().join(format!("baton-catchup-spare-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let (dir, store) = fresh_store("spare");
         // From offset 10: every record has a key (see `fetched`).
         let mut c = Catchup::new(10);
         let (first, _) = load_limits(0);
@@ -361,9 +365,7 @@ mod tests {
 
     #[test]
     fn a_store_far_behind_loads_in_bulk_and_one_near_the_end_applies_at_once() {
-        let dir = std::env::temp_dir().join(format!("baton-catchup-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let (dir, store) = fresh_store("bulk");
         let mut c = Catchup::new(0);
         // Far behind: gathered, not yet in the store, checkpoint unmoved.
         let a = c.absorb(&store, fetched(&[0, 1, 2, 3], None), 10).unwrap();
