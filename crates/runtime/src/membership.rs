@@ -46,16 +46,23 @@ impl MembershipTask {
         // Kafka's rule: a member not given back everything it claimed rejoins, once its
         // machine has taken the assignment in (so the next claim is right). Otherwise a task
         // held back for a claim it no longer backs would wait for nobody.
-        let mut rejoin_after: Option<i32> = None;
+        // A claim the machine still backs (revoked actives it is releasing) is the machine's to
+        // settle: it rejoins once they are released, and an earlier join would claim them again.
+        let mut rejoin_after: Option<(i32, Vec<TopicPartition>)> = None;
         loop {
             let request = tokio::select! {
                 // A request the machine made wins, and serves a pending rejoin with it.
                 biased;
                 r = self.requests.recv() => r,
                 _ = async {
-                    let g = rejoin_after.unwrap_or(i32::MAX);
+                    let g = rejoin_after.as_ref().map_or(i32::MAX, |(g, _)| *g);
                     let _ = self.report.wait_for(|r| r.generation >= g).await;
                 }, if rejoin_after.is_some() => {
+                    let short = rejoin_after.take().map(|(_, s)| s).unwrap_or_default();
+                    let report = self.report.borrow().clone();
+                    if short.iter().any(|tp| report.owned.contains(tp)) {
+                        continue;
+                    }
                     Some(Request::Join("claimed partitions were not all given back".into()))
                 }
                 _ = tokio::time::sleep_until(next_heartbeat), if joined => {
@@ -93,7 +100,7 @@ impl MembershipTask {
                     let Some((assigned, short)) = self.round(&reason, next_heartbeat).await else {
                         return;
                     };
-                    rejoin_after = short.then_some(assigned.generation);
+                    rejoin_after = (!short.is_empty()).then_some((assigned.generation, short));
                     joined = true;
                     // Keep the beat the round kept, rather than restart it.
                     let since = self
@@ -110,10 +117,14 @@ impl MembershipTask {
         }
     }
 
-    /// One join round, retried until it succeeds (or the thread is gone). Also says whether
-    /// the assignment left out partitions the join claimed.
+    /// One join round, retried until it succeeds (or the thread is gone). Also returns the
+    /// partitions the join claimed that the assignment left out.
     /// `due` is when the next heartbeat is due: the round keeps the beat going from there.
-    async fn round(&mut self, reason: &str, due: tokio::time::Instant) -> Option<(Assigned, bool)> {
+    async fn round(
+        &mut self,
+        reason: &str,
+        due: tokio::time::Instant,
+    ) -> Option<(Assigned, Vec<TopicPartition>)> {
         let mut due = due;
         loop {
             let report = self.report.borrow().clone();
@@ -157,7 +168,10 @@ impl MembershipTask {
                     );
                     self.latest = Some((m.generation, m.partitions.clone()));
                     self.publish(&m);
-                    let short = claimed.iter().any(|tp| !m.partitions.contains(tp));
+                    let short = claimed
+                        .into_iter()
+                        .filter(|tp| !m.partitions.contains(tp))
+                        .collect();
                     return Some((self.assigned(&m), short));
                 }
                 Err(e) => {

@@ -483,7 +483,15 @@ impl ThreadMachine {
                     // heartbeats would start another (a storm seen live, at one round per
                     // heartbeat interval). If a new round did start, the next heartbeat says so.
                     if !self.is_joining() && at >= self.assigned_at {
-                        out.push(self.join("the group is rebalancing"));
+                        if self.unreleased.is_empty() {
+                            out.push(self.join("the group is rebalancing"));
+                        } else {
+                            // As a Kafka consumer finishes revoking before it sends JoinGroup:
+                            // joining now would claim the revoked actives again, and the round
+                            // would hold them back from their new owner for one more round.
+                            // The round waits for this member; the commit has a deadline.
+                            self.rejoin_when_released = true;
+                        }
                     }
                 }
                 // During a round this only says the round ended; its answer is on the way.
@@ -638,7 +646,12 @@ impl ThreadMachine {
             return;
         }
         self.check_lapse(now, out);
-        if self.probe_at.is_some_and(|t| now >= t) && !self.is_joining() {
+        // A member still releasing revoked actives joins once they are released (see the
+        // heartbeat's "rebalancing" answer above), not on the leader's probe.
+        if self.probe_at.is_some_and(|t| now >= t)
+            && !self.is_joining()
+            && self.unreleased.is_empty()
+        {
             self.probe_at = None;
             out.push(self.join("probing rebalance"));
         }

@@ -704,6 +704,50 @@ fn a_refused_revocation_commit_is_retried_before_the_task_is_released() {
     assert!(m.report().owned.is_empty(), "released");
 }
 
+/// A member still committing a revoked active joins only once it is released, as a Kafka
+/// consumer finishes revoking before it sends JoinGroup: joining on a "rebalancing" answer or
+/// a due probe would claim the task again, and the leader would hold it back from its new
+/// owner for one more round (seen on the broker as a 3 s gap, one heartbeat interval).
+#[test]
+fn a_member_releasing_a_revoked_active_joins_only_once_it_is_released() {
+    let mut m = processed_to_ten();
+    let Event::Assigned(mut revoke) = assigned(2, &[], &[], &[], 2 * S) else {
+        unreachable!()
+    };
+    revoke.probe_at = Some(2 * S + ms(500));
+    let cmds = m.handle(Event::Assigned(revoke), 2 * S);
+    let (commit, _, _) = commit_of(&cmds).expect("the revocation commit");
+    assert!(joins(&cmds).is_empty(), "{cmds:?}");
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Rebalancing,
+            at: 2 * S + ms(100),
+        },
+        2 * S + ms(100),
+    );
+    assert!(joins(&cmds).is_empty(), "not while unreleased: {cmds:?}");
+    let cmds = m.handle(Event::Tick, 3 * S);
+    assert!(joins(&cmds).is_empty(), "the probe waits too: {cmds:?}");
+    assert_eq!(m.report().owned, vec![tp("in", 0)], "still claimed");
+    let cmds = m.handle(Event::CommitDone { commit, ok: true }, 3 * S);
+    assert_eq!(joins(&cmds), ["released revoked actives"]);
+    let report = cmds
+        .iter()
+        .find_map(|c| match c {
+            Command::Join { report, .. } => Some(report.clone()),
+            _ => None,
+        })
+        .expect("a join");
+    assert!(
+        report.owned.is_empty(),
+        "the join claims nothing: {report:?}"
+    );
+    assert!(
+        joins(&m.handle(Event::Tick, 4 * S)).is_empty(),
+        "one join serves the probe, the round and the release"
+    );
+}
+
 /// Found by the schedule fuzzer (seed 500473): an old owner whose revocation commit was
 /// refused is forgotten by the coordinator and joins again under a new member id. Generations
 /// passed without its claim, so the task may have run elsewhere since: its old position is not
