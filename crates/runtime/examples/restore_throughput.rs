@@ -8,6 +8,7 @@
 //!
 //! `cargo run --release -p baton-runtime --example restore_throughput [RECORDS] [VALUE_BYTES] [REPS]`
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
@@ -122,6 +123,7 @@ async fn main() {
         // sizes (which grow), whichever is faster this time.
         let full_rate = load_alone(&dir, &format!("full-{rep}"), records.clone(), &full, end);
         settle(&client, &leader, fetch_bytes).await;
+        let cpu = Cpu::start(broker.pid());
         let grow_rate = load_alone(
             &dir,
             &format!("grow-{rep}"),
@@ -129,6 +131,7 @@ async fn main() {
             &load_limits,
             end,
         );
+        let alone_cpu = cpu.stop();
         settle(&client, &leader, fetch_bytes).await;
         alone.push(full_rate.max(grow_rate));
         from_memory.push(catchup_from_memory(
@@ -139,7 +142,7 @@ async fn main() {
         ));
         settle(&client, &leader, fetch_bytes).await;
         eprintln!(
-            "rep {rep}: raw fetch {:.0}/s ({fetch_cpu}), restore {:.0}/s ({restore_cpu}), store alone {:.0}/s (full loads {full_rate:.0}/s, growing {grow_rate:.0}/s), catch-up from memory {:.0}/s",
+            "rep {rep}: raw fetch {:.0}/s ({fetch_cpu}), restore {:.0}/s ({restore_cpu}), store alone {:.0}/s (full loads {full_rate:.0}/s, growing {grow_rate:.0}/s: {alone_cpu}), catch-up from memory {:.0}/s",
             fetch[rep], restored[rep], alone[rep], from_memory[rep]
         );
     }
@@ -234,31 +237,75 @@ fn load_alone(
 }
 
 /// CPU time used by this process and by the broker over one measurement, from
-/// `/proc/<pid>/stat` (Linux; in USER_HZ ticks, 10 ms): where the two cores went.
+/// `/proc/<pid>/stat` (Linux; in USER_HZ ticks, 10 ms): where the two cores went. This
+/// process's time is also split by thread name (`fjall:worker` is the store's flushing and
+/// compaction); threads that ended meanwhile (the bulk loads) count as "ended".
 struct Cpu {
     broker: u32,
     at: Option<(f64, f64)>,
+    threads: BTreeMap<u32, (String, f64)>,
 }
 
 impl Cpu {
     fn start(broker: u32) -> Cpu {
-        let at = cpu_seconds(std::process::id()).zip(cpu_seconds(broker));
-        Cpu { broker, at }
+        let at = cpu_seconds(&format!("/proc/{}/stat", std::process::id()))
+            .zip(cpu_seconds(&format!("/proc/{broker}/stat")));
+        Cpu {
+            broker,
+            at,
+            threads: threads(),
+        }
     }
 
     fn stop(self) -> String {
-        let now = cpu_seconds(std::process::id()).zip(cpu_seconds(self.broker));
-        match (self.at, now) {
-            (Some((p0, b0)), Some((p1, b1))) => {
-                format!("CPU: {:.2} s here, {:.2} s broker", p1 - p0, b1 - b0)
-            }
-            _ => "CPU: not known".into(),
+        let now = cpu_seconds(&format!("/proc/{}/stat", std::process::id()))
+            .zip(cpu_seconds(&format!("/proc/{}/stat", self.broker)));
+        let (Some((p0, b0)), Some((p1, b1))) = (self.at, now) else {
+            return "CPU: not known".into();
+        };
+        let mut by_name: BTreeMap<String, f64> = BTreeMap::new();
+        let mut live = 0.0;
+        for (tid, (name, t1)) in threads() {
+            let t0 = self.threads.get(&tid).map_or(0.0, |(_, t)| *t);
+            live += t1 - t0;
+            *by_name.entry(name).or_default() += t1 - t0;
         }
+        let mut split: Vec<String> = by_name
+            .into_iter()
+            .filter(|(_, t)| *t > 0.0)
+            .map(|(name, t)| format!("{name} {t:.2}"))
+            .collect();
+        split.push(format!("ended {:.2}", (p1 - p0 - live).max(0.0)));
+        format!(
+            "CPU: {:.2} s here ({}), {:.2} s broker",
+            p1 - p0,
+            split.join(", "),
+            b1 - b0
+        )
     }
 }
 
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// This process's threads: id to name and CPU seconds so far.
+fn threads() -> BTreeMap<u32, (String, f64)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let path = entry.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if let Some(t) = cpu_seconds(&path.join("stat").display().to_string()) {
+            out.insert(tid, (name.trim().to_owned(), t));
+        }
+    }
+    out
+}
+
+fn cpu_seconds(stat: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(stat).ok()?;
     // Fields after the command name, which may hold spaces: utime and stime are 12 and 13.
     let fields: Vec<&str> = stat
         .get(stat.rfind(')')? + 2..)?
