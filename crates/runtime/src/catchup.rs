@@ -2,15 +2,16 @@
 //! restore and tailing and by the standalone [`crate::restore()`], so the restore benchmark
 //! measures the path the runtime runs.
 //!
-//! A store near the end applies each chunk as a batch. A store far behind gathers chunks and
-//! bulk-loads them ([`TaskStore::ingest`]), which is faster; only then does its checkpoint move.
-//! A bulk load runs on a thread of its own while the next chunks are fetched and gathered, so
-//! on two cores a restore runs at the store's own speed, not store plus fetch.
+//! A store near the end applies each chunk as a batch. A store far behind gathers chunks, each
+//! sorted into a run as it comes, and bulk-loads them ([`TaskStore::ingest_runs`]), which is
+//! faster; only then does its checkpoint move. A bulk load runs on a thread of its own while
+//! the next chunks are fetched, sorted and gathered, so the store works while the fetching
+//! does, rather than after it.
 
 use baton_kafka::records::Fetched;
 use bytes::Bytes;
 
-use crate::store::{StoreError, TaskStore, Write};
+use crate::store::{Runs, StoreError, TaskStore, Write};
 
 /// Records gathered before one bulk load into the store. Larger loads mean fewer tables for
 /// the LSM to compact later; this many small records is about 30 MB.
@@ -39,13 +40,16 @@ pub struct Catchup {
     position: i64,
     /// The next changelog offset to fetch: ahead of `position` by what `buffer` holds.
     fetched_to: i64,
-    /// Records fetched but not yet in the store, gathered for one bulk load.
-    buffer: Vec<(Bytes, Option<Bytes>)>,
+    /// Records fetched but not yet in the store, gathered for one bulk load: one run per
+    /// chunk, sorted as it comes, so the load only merges them.
+    buffer: Runs<Bytes, Bytes>,
     /// The last load's buffer, emptied, kept for the next one while catching up: a fresh
     /// buffer of this size costs thousands of page faults on the thread that fetches.
-    spare: Vec<(Bytes, Option<Bytes>)>,
+    spare: Runs<Bytes, Bytes>,
     /// Key and value bytes in `buffer`.
     buffered_bytes: usize,
+    /// Records taken into `buffer`, the later writes of a key that a run dropped included.
+    buffered_records: u64,
     /// The bulk load in progress, and the position the store reaches with it. It hands its
     /// buffer back, empty.
     loading: Option<(std::thread::JoinHandle<Loaded>, i64)>,
@@ -53,7 +57,7 @@ pub struct Catchup {
     loads: u32,
 }
 
-type Loaded = Result<Vec<(Bytes, Option<Bytes>)>, StoreError>;
+type Loaded = Result<Runs<Bytes, Bytes>, StoreError>;
 
 /// What one chunk did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,9 +76,10 @@ impl Catchup {
         Catchup {
             position,
             fetched_to: position,
-            buffer: Vec::new(),
-            spare: Vec::new(),
+            buffer: Runs::default(),
+            spare: Runs::default(),
             buffered_bytes: 0,
+            buffered_records: 0,
             loading: None,
             loads: 0,
         }
@@ -146,25 +151,29 @@ impl Catchup {
         if self.buffer.capacity() == 0 {
             self.buffer = std::mem::take(&mut self.spare);
         }
-        for r in records {
-            match r.key {
-                Some(key) => {
-                    self.buffered_bytes += key.len() + r.value.as_ref().map_or(0, Bytes::len);
-                    self.buffer.push((key, r.value));
-                }
-                None => out.skipped += 1,
+        // Sorted as a run here, beside the load in progress, rather than by the next load.
+        let (bytes, taken) = (&mut self.buffered_bytes, &mut self.buffered_records);
+        self.buffer.push_run(records.filter_map(|r| match r.key {
+            Some(key) => {
+                *bytes += key.len() + r.value.as_ref().map_or(0, Bytes::len);
+                *taken += 1;
+                Some((key, r.value))
             }
-        }
+            None => {
+                out.skipped += 1;
+                None
+            }
+        }));
         let (load_records, load_bytes) = load_limits(self.loads);
         if next >= end {
             // The last chunk: everything fetched is in the store when this returns.
             self.wait()?;
-            out.applied = self.buffer.len() as u64;
+            out.applied = std::mem::take(&mut self.buffered_records);
             self.buffered_bytes = 0;
-            store.ingest(&mut self.buffer, next)?;
+            store.ingest_runs(&mut self.buffer, next)?;
             self.position = next;
             // Caught up: the buffers' memory goes back, and later chunks go straight in.
-            (self.buffer, self.spare) = (Vec::new(), Vec::new());
+            (self.buffer, self.spare) = (Runs::default(), Runs::default());
         } else if self.buffer.len() >= load_records
             || self.buffered_bytes >= load_bytes
             || (self.loading.is_none() && self.loads > 0 && {
@@ -176,14 +185,14 @@ impl Catchup {
             // One load at a time: it bounds memory to two buffers.
             self.wait()?;
             self.loads += 1;
-            out.applied = self.buffer.len() as u64;
+            out.applied = std::mem::take(&mut self.buffered_records);
             self.buffered_bytes = 0;
             let spare = std::mem::take(&mut self.spare);
             let mut batch = std::mem::replace(&mut self.buffer, spare);
             let (path, store) = (store.path().display().to_string(), store.clone());
             let handle = std::thread::Builder::new()
                 .name("baton-load".into())
-                .spawn(move || store.ingest(&mut batch, next).map(|()| batch))
+                .spawn(move || store.ingest_runs(&mut batch, next).map(|()| batch))
                 .map_err(|e| StoreError::Store {
                     path,
                     message: format!("cannot start a bulk load: {e}"),
@@ -243,7 +252,7 @@ mod tests {
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
             let _ = wait.recv();
-            Ok(Vec::new())
+            Ok(Runs::default())
         });
         c.loading = Some((handle, 10));
         c.loads = 3; // the next load may be a full one
@@ -254,13 +263,20 @@ mod tests {
             "the chunk would fill the buffer: absorb would wait"
         );
         c.buffered_bytes = 0;
-        c.buffer = vec![(Bytes::from_static(b"k"), None); INGEST_RECORDS - 100];
+        c.buffer.push_run(keys(INGEST_RECORDS - 100));
         assert!(c.busy(1 << 20), "too many records to take another chunk");
         release.send(()).unwrap();
         while !c.loading.as_ref().unwrap().0.is_finished() {
             std::thread::yield_now();
         }
         assert!(!c.busy(1 << 20), "the load is done: absorb would not wait");
+    }
+
+    /// `n` tombstones of distinct keys, in key order.
+    fn keys(n: usize) -> Vec<(Bytes, Option<Bytes>)> {
+        (0..n)
+            .map(|i| (Bytes::from(format!("key-{i:09}")), None))
+            .collect()
     }
 
     /// An empty store in a directory of its own; the test removes the directory.
@@ -320,7 +336,7 @@ mod tests {
         let mut c = Catchup::new(0);
         c.loads = 1;
         let half = load_limits(1).0 / 2;
-        c.buffer = vec![(Bytes::from_static(b"k"), None); half - 2];
+        c.buffer.push_run(keys(half - 2));
         // Two records short of half: the first chunk is gathered, the second starts a load.
         c.fetched_to = 1_000_000;
         let chunk = |o: i64| fetched(&[o], None);

@@ -141,11 +141,42 @@ impl TaskStore {
         writes: &mut Vec<(K, Option<V>)>,
         next_changelog_offset: i64,
     ) -> Result<()> {
+        sort_run(writes, 0);
+        self.write_sorted(writes, next_changelog_offset)
+    }
+
+    /// As [`TaskStore::ingest`], for writes gathered as [`Runs`]. Runs that follow one
+    /// another in key order (a changelog written in key order, or each run a key range of its
+    /// own) are written as they are; otherwise they are merged, which costs less than sorting
+    /// them afresh. A restore sorts each fetched chunk while the previous load runs, so its
+    /// load does only this. `runs` is left empty with its allocation kept.
+    pub fn ingest_runs<K: AsRef<[u8]> + Into<Slice>, V: Into<Slice>>(
+        &self,
+        runs: &mut Runs<K, V>,
+        next_changelog_offset: i64,
+    ) -> Result<()> {
+        let writes = &mut runs.writes;
+        let ordered = runs.starts.iter().all(|&at| {
+            at == 0 || at >= writes.len() || writes[at - 1].0.as_ref() < writes[at].0.as_ref()
+        });
+        if !ordered {
+            // Each run ascends without repeats: reversed, each descends strictly, which the
+            // standard sort takes as a run of its own; it merges them stably, so each key's
+            // latest write (from the latest run) comes first, and the dedup keeps it.
+            sort_run(writes, 0);
+        }
+        runs.starts.clear();
+        self.write_sorted(writes, next_changelog_offset)
+    }
+
+    /// Writes `writes`, sorted by key with no key twice, as one table, then the checkpoint.
+    fn write_sorted<K: AsRef<[u8]> + Into<Slice>, V: Into<Slice>>(
+        &self,
+        writes: &mut Vec<(K, Option<V>)>,
+        next_changelog_offset: i64,
+    ) -> Result<()> {
+        debug_assert!(writes.windows(2).all(|w| w[0].0.as_ref() < w[1].0.as_ref()));
         if !writes.is_empty() {
-            // Reversed, a stable sort puts each key's latest write first; dedup keeps it.
-            writes.reverse();
-            writes.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
-            writes.dedup_by(|later, first| later.0.as_ref() == first.0.as_ref());
             let mut ingestion = self
                 .data
                 .start_ingestion()
@@ -191,6 +222,66 @@ impl TaskStore {
             }
         }
     }
+}
+
+/// Writes gathered for one bulk load ([`TaskStore::ingest_runs`]) as runs, one per
+/// [`Runs::push_run`], each sorted by key as it comes with only each key's last write kept.
+/// Only this type builds runs, so a load can trust them.
+#[derive(Debug)]
+pub struct Runs<K, V> {
+    writes: Vec<(K, Option<V>)>,
+    /// Where each run starts in `writes`.
+    starts: Vec<usize>,
+}
+
+impl<K, V> Default for Runs<K, V> {
+    fn default() -> Self {
+        Runs {
+            writes: Vec::new(),
+            starts: Vec::new(),
+        }
+    }
+}
+
+impl<K: AsRef<[u8]>, V> Runs<K, V> {
+    /// Writes kept: each run's repeats of a key are gone.
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.writes.capacity()
+    }
+
+    /// Adds `writes`, in changelog order and later than every run before, as a run.
+    pub fn push_run(&mut self, writes: impl IntoIterator<Item = (K, Option<V>)>) {
+        let start = self.writes.len();
+        self.writes.extend(writes);
+        sort_run(&mut self.writes, start);
+        self.starts.push(start);
+    }
+}
+
+/// Sorts `writes[from..]`, writes in changelog order, by key and keeps only each key's last
+/// write.
+fn sort_run<K: AsRef<[u8]>, V>(writes: &mut Vec<(K, Option<V>)>, from: usize) {
+    let from = from.min(writes.len());
+    let run = &mut writes[from..];
+    // Reversed, a stable sort puts each key's latest write first; the dedup below keeps it.
+    run.reverse();
+    run.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+    let mut kept = from;
+    for i in from..writes.len() {
+        if kept == from || writes[i].0.as_ref() != writes[kept - 1].0.as_ref() {
+            writes.swap(kept, i);
+            kept += 1;
+        }
+    }
+    writes.truncate(kept);
 }
 
 fn err(path: &Path, e: fjall::Error) -> StoreError {
@@ -239,6 +330,42 @@ mod tests {
 
     fn w(k: &str, v: Option<&str>) -> Write {
         (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))
+    }
+
+    /// Runs in key order go in as they are; overlapping runs are merged, the later run's write
+    /// of a key winning, its tombstone too.
+    #[test]
+    fn ingest_runs_writes_ordered_runs_as_they_are_and_merges_the_rest() {
+        let dir = std::env::temp_dir().join(format!("baton-store-runs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let mut runs = Runs::default();
+        runs.push_run([w("b", Some("1")), w("a", Some("0")), w("a", Some("2"))]);
+        assert_eq!(runs.len(), 2, "a run keeps a key's last write");
+        runs.push_run([w("c", Some("3")), w("d", Some("4"))]);
+        assert!(runs.starts.len() == 2 && runs.writes[1].0 < runs.writes[2].0);
+        store.ingest_runs(&mut runs, 4).unwrap();
+        assert!(runs.is_empty() && runs.starts.is_empty());
+        runs.push_run([w("d", Some("5")), w("a", Some("6"))]);
+        runs.push_run([w("a", None), w("b", Some("7"))]);
+        runs.push_run([w("d", Some("8"))]);
+        store.ingest_runs(&mut runs, 9).unwrap();
+        let got: Vec<Option<Vec<u8>>> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|k| store.get(k.as_bytes()).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                None,
+                Some(b"7".to_vec()),
+                Some(b"3".to_vec()),
+                Some(b"8".to_vec())
+            ]
+        );
+        assert_eq!(store.checkpoint().unwrap(), Some(9));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The store ends up holding exactly what replaying its changelog into a map gives, however the
-//! records are split into chunks and whichever way (batch or bulk load) each chunk goes in.
+//! records are split into chunks and whichever way (batch, bulk load, or bulk load of sorted
+//! runs) each chunk goes in.
 
 use std::collections::BTreeMap;
 
 use baton_assignor::TaskId;
-use baton_runtime::store::Write;
+use baton_runtime::store::{Runs, Write};
 use baton_runtime::TaskStore;
 use proptest::prelude::*;
 
@@ -23,7 +24,8 @@ proptest! {
     #[test]
     fn any_mix_of_batches_and_bulk_loads_replays_the_changelog(
         records in prop::collection::vec(record(), 0..60),
-        cuts in prop::collection::vec((1usize..12, any::<bool>()), 1..12),
+        cuts in prop::collection::vec((1usize..12, 0u8..3), 1..12),
+        run_lens in prop::collection::vec(1usize..5, 1..8),
     ) {
         let dir = tempdir();
         let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
@@ -31,7 +33,7 @@ proptest! {
         let mut offset = 0usize;
         let mut chunks = cuts.iter().cycle();
         while offset < records.len() {
-            let &(len, bulk) = chunks.next().unwrap();
+            let &(len, mode) = chunks.next().unwrap();
             let chunk = &records[offset..(offset + len).min(records.len())];
             offset += chunk.len();
             for (k, v) in chunk {
@@ -40,10 +42,24 @@ proptest! {
                     None => model.remove(k),
                 };
             }
-            if bulk {
-                store.ingest(&mut chunk.to_vec(), offset as i64).unwrap();
-            } else {
-                store.apply_lazily(chunk, Some(offset as i64)).unwrap();
+            match mode {
+                0 => store.apply_lazily(chunk, Some(offset as i64)).unwrap(),
+                1 => store.ingest(&mut chunk.to_vec(), offset as i64).unwrap(),
+                _ => {
+                    // As a restore gathers fetched chunks: runs in changelog order.
+                    let mut runs = Runs::default();
+                    let mut at = 0;
+                    for &n in run_lens.iter().cycle() {
+                        if at >= chunk.len() {
+                            break;
+                        }
+                        let end = (at + n).min(chunk.len());
+                        runs.push_run(chunk[at..end].iter().cloned());
+                        at = end;
+                    }
+                    store.ingest_runs(&mut runs, offset as i64).unwrap();
+                    prop_assert!(runs.is_empty());
+                }
             }
         }
         for k in 0u8..8 {
