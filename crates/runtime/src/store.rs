@@ -149,7 +149,7 @@ impl TaskStore {
     /// another in key order (a changelog written in key order, or each run a key range of its
     /// own) are written as they are; otherwise they are merged, which costs less than sorting
     /// them afresh. A restore sorts each fetched chunk while the previous load runs, so its
-    /// load does only this. `runs` is left empty with its allocation kept.
+    /// load does only this. `runs` is left empty with its allocation kept, after an error too.
     pub fn ingest_runs<K: AsRef<[u8]> + Into<Slice>, V: Into<Slice>>(
         &self,
         runs: &mut Runs<K, V>,
@@ -166,7 +166,12 @@ impl TaskStore {
             sort_run(writes, 0);
         }
         runs.starts.clear();
-        self.write_sorted(writes, next_changelog_offset)
+        let written = self.write_sorted(writes, next_changelog_offset);
+        if written.is_err() {
+            // What a failed load left would not be runs any more.
+            writes.clear();
+        }
+        written
     }
 
     /// Writes `writes`, sorted by key with no key twice, as one table, then the checkpoint.
