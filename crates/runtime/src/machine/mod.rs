@@ -830,7 +830,6 @@ impl ThreadMachine {
     }
 
     fn absorbed(&mut self, task: TaskId, changelog: usize, stored: i64, out: &mut Vec<Command>) {
-        let acceptable = self.cfg.acceptable_recovery_lag;
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
@@ -844,30 +843,48 @@ impl ThreadMachine {
             t.failures = 0;
         }
         c.stored = c.stored.max(stored);
-        if t.role == Role::Warmup
-            && !t.reported_caught_up
-            && t.lag() <= acceptable
-            && t.restored_end_known()
-        {
-            t.reported_caught_up = true;
-            let all = self
-                .tasks
-                .values()
-                .all(|w| w.role != Role::Warmup || w.reported_caught_up);
-            let due = match self.cfg.rejoin_mode {
-                RejoinMode::Eager => true,
-                RejoinMode::Stable => all,
-                RejoinMode::Probing => false,
-            };
-            if due && !self.is_joining() {
-                out.push(
-                    self.join(if all && self.cfg.rejoin_mode == RejoinMode::Stable {
-                        "every warm-up caught up"
-                    } else {
-                        "a warm-up caught up"
-                    }),
-                );
+        self.signal_caught_up_warmups(out);
+    }
+
+    /// Asks for the follow-up rebalance once a warm-up has caught up. Not during a join: the
+    /// join under way carries the subscription from when it was sent, which said behind, so
+    /// the warm-up is signalled once that round has ended (the leader hears of it only then).
+    fn signal_caught_up_warmups(&mut self, out: &mut Vec<Command>) {
+        if self.is_joining() {
+            return;
+        }
+        let acceptable = self.cfg.acceptable_recovery_lag;
+        let mut newly = false;
+        for t in self.tasks.values_mut() {
+            if t.role == Role::Warmup
+                && !t.reported_caught_up
+                && t.lag() <= acceptable
+                && t.restored_end_known()
+            {
+                t.reported_caught_up = true;
+                newly = true;
             }
+        }
+        if !newly {
+            return;
+        }
+        let all = self
+            .tasks
+            .values()
+            .all(|w| w.role != Role::Warmup || w.reported_caught_up);
+        let due = match self.cfg.rejoin_mode {
+            RejoinMode::Eager => true,
+            RejoinMode::Stable => all,
+            RejoinMode::Probing => false,
+        };
+        if due {
+            out.push(
+                self.join(if all && self.cfg.rejoin_mode == RejoinMode::Stable {
+                    "every warm-up caught up"
+                } else {
+                    "a warm-up caught up"
+                }),
+            );
         }
     }
 
@@ -1104,6 +1121,8 @@ impl ThreadMachine {
         } else if self.leaving && !self.reported_leaving {
             out.push(self.join("drain requested"));
         }
+        // A warm-up that caught up during the round (its join said behind) asks now.
+        self.signal_caught_up_warmups(out);
     }
 
     /// Counts a failure of `task`; the wait before its retry.

@@ -1002,3 +1002,57 @@ fn a_stable_rejoin_waits_for_every_warm_up() {
         }
     }
 }
+
+/// A warm-up that catches up while a join is under way: that join said it was behind, so the
+/// leader cannot hand over yet. It asks once the round has ended, rather than never (then the
+/// hand-over waited for the probing rebalance, ten minutes in the simulator's drains).
+#[test]
+fn a_warm_up_that_catches_up_during_a_join_asks_once_the_round_ends() {
+    let mut m = machine();
+    m.handle(assigned(1, &[], &[], &[2], S), S);
+    let cmds = m.handle(
+        Event::Opened {
+            task: task(2),
+            checkpoints: vec![0],
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).unwrap();
+    m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![FetchResult {
+                tp: tp("app-counts-changelog", 2),
+                from: 0,
+                next: 1000,
+                high_watermark: Some(1000),
+            }],
+        },
+        S,
+    );
+    let cmds = m.handle(
+        Event::Heartbeat {
+            answer: Heartbeat::Rebalancing,
+            at: 2 * S,
+        },
+        2 * S,
+    );
+    assert_eq!(
+        joins(&cmds),
+        ["the group is rebalancing"],
+        "behind at the join"
+    );
+    let cmds = m.handle(
+        Event::Absorbed {
+            task: task(2),
+            changelog: 0,
+            stored: 1000,
+        },
+        2 * S,
+    );
+    assert!(joins(&cmds).is_empty(), "a join is under way: {cmds:?}");
+    let cmds = m.handle(assigned(2, &[], &[], &[2], 3 * S), 3 * S);
+    assert_eq!(joins(&cmds), ["a warm-up caught up"]);
+    let cmds = m.handle(assigned(3, &[], &[], &[2], 4 * S), 4 * S);
+    assert!(joins(&cmds).is_empty(), "asked once: {cmds:?}");
+}
