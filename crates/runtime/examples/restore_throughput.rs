@@ -121,17 +121,23 @@ async fn main() {
 
         // The store's best: full-size loads from the start, or the restore's first load
         // sizes (which grow), whichever is faster this time.
-        let full_rate = load_alone(&dir, &format!("full-{rep}"), records.clone(), &full, end);
+        let (full_rate, _) = load_alone(
+            &dir,
+            &format!("full-{rep}"),
+            records.clone(),
+            &full,
+            end,
+            broker.pid(),
+        );
         settle(&client, &leader, fetch_bytes).await;
-        let cpu = Cpu::start(broker.pid());
-        let grow_rate = load_alone(
+        let (grow_rate, alone_cpu) = load_alone(
             &dir,
             &format!("grow-{rep}"),
             records.clone(),
             &load_limits,
             end,
+            broker.pid(),
         );
-        let alone_cpu = cpu.stop();
         settle(&client, &leader, fetch_bytes).await;
         alone.push(full_rate.max(grow_rate));
         from_memory.push(catchup_from_memory(
@@ -200,7 +206,8 @@ fn catchup_from_memory(dir: &std::path::Path, name: &str, chunks: Vec<Fetched>, 
     rate
 }
 
-/// Bulk-loads `records` into a fresh store in loads of `limits(n)` for load `n`; records/s.
+/// Bulk-loads `records` into a fresh store in loads of `limits(n)` for load `n`; records/s,
+/// and the CPU the loading used (after the cutting, like the clock).
 /// The records are cut into loads before the clock starts: cutting is the bench's work, not
 /// the store's (cutting inside the timed loop once cost the "store alone" figure a quarter).
 fn load_alone(
@@ -209,7 +216,8 @@ fn load_alone(
     mut records: Records,
     limits: &dyn Fn(u32) -> (usize, usize),
     end: i64,
-) -> f64 {
+    broker: u32,
+) -> (f64, String) {
     let n = records.len();
     let mut loads: Vec<(Records, i64)> = Vec::new();
     let mut loaded = 0;
@@ -225,15 +233,17 @@ fn load_alone(
         loads.push((records.drain(..take).collect(), loaded as i64));
     }
     let store = TaskStore::open(dir, TaskId::new(0, 0), name).unwrap();
+    let cpu = Cpu::start(broker);
     let start = Instant::now();
     for (mut load, next) in loads {
         store.ingest(&mut load, next).unwrap();
     }
     store.apply(&[], Some(end)).unwrap();
     let rate = n as f64 / start.elapsed().as_secs_f64();
+    let used = cpu.stop();
     drop(store);
     let _ = std::fs::remove_dir_all(dir);
-    rate
+    (rate, used)
 }
 
 /// CPU time used by this process and by the broker over one measurement, from

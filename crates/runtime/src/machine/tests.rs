@@ -384,8 +384,9 @@ fn processing_goes_on_during_a_ten_second_join_round() {
     assert_eq!(ps[0].0, task(0), "task 1 is no longer processed");
 }
 
-#[test]
-fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
+/// A machine holding task 2 as a warm-up, its store opened at checkpoint 0: the pending
+/// fetch of its changelog.
+fn warming_up() -> (ThreadMachine, RequestId) {
     let mut m = machine();
     m.handle(assigned(1, &[], &[], &[2], S), S);
     let cmds = m.handle(
@@ -396,6 +397,12 @@ fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
         S,
     );
     let (f, _) = fetch_of(&cmds).unwrap();
+    (m, f)
+}
+
+#[test]
+fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
+    let (mut m, f) = warming_up();
     let result = |from, next| FetchResult {
         tp: tp("app-counts-changelog", 2),
         from,
@@ -1008,16 +1015,7 @@ fn a_stable_rejoin_waits_for_every_warm_up() {
 /// hand-over waited for the probing rebalance, ten minutes in the simulator's drains).
 #[test]
 fn a_warm_up_that_catches_up_during_a_join_asks_once_the_round_ends() {
-    let mut m = machine();
-    m.handle(assigned(1, &[], &[], &[2], S), S);
-    let cmds = m.handle(
-        Event::Opened {
-            task: task(2),
-            checkpoints: vec![0],
-        },
-        S,
-    );
-    let (f, _) = fetch_of(&cmds).unwrap();
+    let (mut m, f) = warming_up();
     m.handle(
         Event::Fetched {
             fetch: f,
