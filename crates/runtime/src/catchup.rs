@@ -6,7 +6,12 @@
 //! sorted into a run as it comes, and bulk-loads them ([`TaskStore::ingest_runs`]), which is
 //! faster; only then does its checkpoint move. A bulk load runs on a thread of its own while
 //! the next chunks are fetched, sorted and gathered, so the store works while the fetching
-//! does, rather than after it.
+//! does, rather than after it. The next load may start before the last one has ended (it was
+//! waiting for its disk, or there is nothing left to fetch): it writes its table meanwhile and
+//! registers it only after the earlier one, so a key's later write still shadows its earlier.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use baton_kafka::records::Fetched;
 use bytes::Bytes;
@@ -50,14 +55,30 @@ pub struct Catchup {
     buffered_bytes: usize,
     /// Records taken into `buffer`, the later writes of a key that a run dropped included.
     buffered_records: u64,
-    /// The bulk load in progress, and the position the store reaches with it. It hands its
-    /// buffer back, empty.
-    loading: Option<(std::thread::JoinHandle<Loaded>, i64)>,
+    /// The latest bulk load in progress. It may have started while the one before it was
+    /// still running; it then registers its table only after that one, and ends with it.
+    loading: Option<Load>,
     /// Bulk loads started so far: they grow (see [`load_limits`]).
     loads: u32,
 }
 
+/// A bulk load's outcome: its buffer, emptied.
 type Loaded = Result<Runs<Bytes, Bytes>, StoreError>;
+
+#[derive(Debug)]
+struct Load {
+    handle: std::thread::JoinHandle<Loaded>,
+    /// The position the store reaches with this load.
+    to: i64,
+    /// Set while the load still waits for the one before it: two loads are then under way.
+    behind: Arc<AtomicBool>,
+}
+
+impl Load {
+    fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+}
 
 /// What one chunk did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,16 +110,17 @@ impl Catchup {
         self.position
     }
 
-    /// Whether a chunk of up to `chunk_bytes` more would make [`Catchup::absorb`] wait for the
-    /// bulk load in progress. The thread then leaves this changelog out of its next fetch, so
+    /// Whether a chunk of up to `chunk_bytes` more would make [`Catchup::absorb`] wait for a
+    /// bulk load (two are under way). The thread then leaves this changelog out of its next fetch, so
     /// that the actives it also runs are not held up behind a warm-up's load.
     pub fn busy(&self, chunk_bytes: usize) -> bool {
-        let Some((handle, _)) = &self.loading else {
+        let Some(load) = &self.loading else {
             return false;
         };
         // Records are at least a few bytes; 16 per record over-counts a chunk's records.
         let (records, bytes) = load_limits(self.loads);
-        !handle.is_finished()
+        load.behind.load(Ordering::Acquire)
+            && !load.is_finished()
             && (self.buffered_bytes + chunk_bytes >= bytes
                 || self.buffer.len() + chunk_bytes / 16 >= records)
     }
@@ -129,7 +151,7 @@ impl Catchup {
         out.progressed = true;
         self.fetched_to = next;
         let records = fetched.records.into_iter().take_while(|r| r.offset < end);
-        if self.loading.as_ref().is_some_and(|(h, _)| h.is_finished()) {
+        if self.loading.as_ref().is_some_and(Load::is_finished) {
             self.wait()?;
         }
         if self.buffer.is_empty() && self.loading.is_none() && next >= end {
@@ -166,11 +188,25 @@ impl Catchup {
         }));
         let (load_records, load_bytes) = load_limits(self.loads);
         if next >= end {
-            // The last chunk: everything fetched is in the store when this returns.
-            self.wait()?;
+            // The last chunk: everything fetched is in the store when this returns. With
+            // nothing left to fetch, its load writes its table while the load before it
+            // finishes, on the core the fetching used; the tables register in changelog order.
             out.applied = std::mem::take(&mut self.buffered_records);
             self.buffered_bytes = 0;
-            store.ingest_runs(&mut self.buffer, next)?;
+            let mut last = std::mem::take(&mut self.buffer);
+            let loading = self.loading.take();
+            let mut loaded_to = None;
+            let result = store.ingest_runs_after(&mut last, next, || {
+                if let Some(load) = loading {
+                    join(load.handle)?;
+                    loaded_to = Some(load.to);
+                }
+                Ok(())
+            });
+            if let Some(to) = loaded_to {
+                self.position = to;
+            }
+            result?;
             self.position = next;
             // Caught up: the buffers' memory goes back, and later chunks go straight in.
             (self.buffer, self.spare) = (Runs::default(), Runs::default());
@@ -182,34 +218,56 @@ impl Catchup {
                 self.buffer.len() >= load_records / 2 || self.buffered_bytes >= load_bytes / 2
             })
         {
-            // One load at a time: it bounds memory to two buffers.
-            self.wait()?;
+            // Two loads at most, the later registering after the earlier: memory stays
+            // bounded by three buffers, and a load that waits for its disk does not hold up
+            // the fetching. (One at a time kept the fetching waiting for each full load.)
+            if self
+                .loading
+                .as_ref()
+                .is_some_and(|l| l.behind.load(Ordering::Acquire))
+            {
+                self.wait()?;
+            }
+            let earlier = self.loading.take();
             self.loads += 1;
             out.applied = std::mem::take(&mut self.buffered_records);
             self.buffered_bytes = 0;
             let spare = std::mem::take(&mut self.spare);
             let mut batch = std::mem::replace(&mut self.buffer, spare);
             let (path, store) = (store.path().display().to_string(), store.clone());
+            let behind = Arc::new(AtomicBool::new(earlier.is_some()));
+            let waiting = behind.clone();
             let handle = std::thread::Builder::new()
                 .name("baton-load".into())
-                .spawn(move || store.ingest_runs(&mut batch, next).map(|()| batch))
+                .spawn(move || {
+                    let written = store.ingest_runs_after(&mut batch, next, || {
+                        let Some(load) = earlier else {
+                            return Ok(());
+                        };
+                        let joined = join(load.handle);
+                        waiting.store(false, Ordering::Release);
+                        joined.map(drop)
+                    });
+                    written.map(|()| batch)
+                })
                 .map_err(|e| StoreError::Store {
                     path,
                     message: format!("cannot start a bulk load: {e}"),
                 })?;
-            self.loading = Some((handle, next));
+            self.loading = Some(Load {
+                handle,
+                to: next,
+                behind,
+            });
         }
         Ok(out)
     }
 
     /// Waits for the bulk load in progress, if any; the checkpoint moves with it.
     pub fn wait(&mut self) -> Result<(), StoreError> {
-        if let Some((handle, to)) = self.loading.take() {
-            self.spare = handle.join().map_err(|_| StoreError::Store {
-                path: String::new(),
-                message: "a bulk load panicked".into(),
-            })??;
-            self.position = to;
+        if let Some(load) = self.loading.take() {
+            self.spare = join(load.handle)?;
+            self.position = load.to;
         }
         Ok(())
     }
@@ -223,6 +281,14 @@ impl Catchup {
         self.position = next;
         self.fetched_to = next;
     }
+}
+
+/// The outcome of a bulk load: its buffer, emptied.
+fn join(handle: std::thread::JoinHandle<Loaded>) -> Loaded {
+    handle.join().map_err(|_| StoreError::Store {
+        path: String::new(),
+        message: "a bulk load panicked".into(),
+    })?
 }
 
 /// Where a reader at `from` stands after `fetched`: past its last record below `end`, and past
@@ -246,7 +312,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn busy_while_a_load_runs_and_another_chunk_would_wait_for_it() {
+    fn busy_while_two_loads_run_and_another_chunk_would_wait_for_them() {
         let mut c = Catchup::new(0);
         assert!(!c.busy(4 << 20), "no load: never busy");
         let (release, wait) = std::sync::mpsc::channel::<()>();
@@ -254,10 +320,20 @@ mod tests {
             let _ = wait.recv();
             Ok(Runs::default())
         });
-        c.loading = Some((handle, 10));
+        let behind = Arc::new(AtomicBool::new(false));
+        c.loading = Some(Load {
+            handle,
+            to: 10,
+            behind: behind.clone(),
+        });
         c.loads = 3; // the next load may be a full one
-        assert!(!c.busy(1 << 20), "room for a chunk beside the load");
         c.buffered_bytes = INGEST_BYTES - (1 << 20);
+        assert!(
+            !c.busy(1 << 20),
+            "one load: the next one may start beside it"
+        );
+        behind.store(true, Ordering::Release);
+        assert!(!c.busy(512 << 10), "room for a chunk beside the loads");
         assert!(
             c.busy(1 << 20),
             "the chunk would fill the buffer: absorb would wait"
@@ -266,10 +342,114 @@ mod tests {
         c.buffer.push_run(keys(INGEST_RECORDS - 100));
         assert!(c.busy(1 << 20), "too many records to take another chunk");
         release.send(()).unwrap();
-        while !c.loading.as_ref().unwrap().0.is_finished() {
+        while !c.loading.as_ref().unwrap().is_finished() {
             std::thread::yield_now();
         }
-        assert!(!c.busy(1 << 20), "the load is done: absorb would not wait");
+        assert!(
+            !c.busy(1 << 20),
+            "the loads are done: absorb would not wait"
+        );
+    }
+
+    /// A load of `key` = `value` up to offset `to`, held until `gate` says go.
+    fn gated_load(store: &TaskStore, key: &str, value: &str, to: i64) -> (Load, impl FnOnce()) {
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let (store, key, value) = (store.clone(), key.to_owned(), value.to_owned());
+        let handle = std::thread::spawn(move || {
+            let _ = gate.recv();
+            let mut runs = Runs::default();
+            runs.push_run([(Bytes::from(key), Some(Bytes::from(value)))]);
+            store.ingest_runs(&mut runs, to).map(|()| runs)
+        });
+        let behind = Arc::new(AtomicBool::new(false));
+        let release = move || {
+            // Late: the load after it has long written its table by then.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let _ = go.send(());
+        };
+        (Load { handle, to, behind }, release)
+    }
+
+    #[test]
+    fn a_load_that_starts_while_the_one_before_runs_registers_after_it() {
+        let (dir, store) = fresh_store("chained");
+        let mut c = Catchup::new(0);
+        let (earlier, release) = gated_load(&store, "k100", "old", 100);
+        c.loading = Some(earlier);
+        c.fetched_to = 100;
+        // A full first load's worth: it starts at once, beside the earlier one.
+        let (first, _) = load_limits(0);
+        let offsets: Vec<i64> = (100..100 + first as i64).collect();
+        c.absorb(&store, fetched(&offsets, None), i64::MAX).unwrap();
+        let load = c.loading.as_ref().expect("a load started");
+        assert!(
+            load.behind.load(Ordering::Acquire),
+            "behind the earlier one"
+        );
+        assert_eq!(c.position(), 0, "neither has registered");
+        let releaser = std::thread::spawn(release);
+        c.wait().unwrap();
+        releaser.join().unwrap();
+        assert_eq!(c.position(), 100 + first as i64);
+        assert_eq!(
+            store.get(b"k100").unwrap(),
+            Some(b"v100".to_vec()),
+            "the later write shadows the earlier, though its table was written first"
+        );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_last_chunk_registers_after_the_load_before_it() {
+        let (dir, store) = fresh_store("last");
+        let mut c = Catchup::new(0);
+        let (earlier, release) = gated_load(&store, "k100", "old", 100);
+        c.loading = Some(earlier);
+        c.fetched_to = 100;
+        let releaser = std::thread::spawn(release);
+        c.absorb(&store, fetched(&[100, 101], None), 102).unwrap();
+        releaser.join().unwrap();
+        assert_eq!(c.position(), 102);
+        assert_eq!(store.get(b"k100").unwrap(), Some(b"v100".to_vec()));
+        assert_eq!(store.checkpoint().unwrap(), Some(102));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_earlier_load_fails_the_one_after_it() {
+        let (dir, store) = fresh_store("failed");
+        let mut c = Catchup::new(0);
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            let _ = gate.recv();
+            Err(StoreError::Store {
+                path: "p".into(),
+                message: "disk full".into(),
+            })
+        });
+        c.loading = Some(Load {
+            handle,
+            to: 100,
+            behind: Arc::new(AtomicBool::new(false)),
+        });
+        c.fetched_to = 100;
+        let (first, _) = load_limits(0);
+        let offsets: Vec<i64> = (100..100 + first as i64).collect();
+        c.absorb(&store, fetched(&offsets, None), i64::MAX).unwrap();
+        go.send(()).unwrap();
+        let e = c.wait().unwrap_err();
+        assert!(e.to_string().contains("disk full"), "{e}");
+        assert_eq!(c.position(), 0);
+        assert_eq!(
+            store.get(b"k100").unwrap(),
+            None,
+            "nothing after a gap is registered"
+        );
+        assert_eq!(store.checkpoint().unwrap(), None);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `n` tombstones of distinct keys, in key order.

@@ -142,7 +142,7 @@ impl TaskStore {
         next_changelog_offset: i64,
     ) -> Result<()> {
         sort_run(writes, 0);
-        self.write_sorted(writes, next_changelog_offset)
+        self.write_sorted(writes, next_changelog_offset, || Ok(()))
     }
 
     /// As [`TaskStore::ingest`], for writes gathered as [`Runs`]. Runs that follow one
@@ -155,6 +155,19 @@ impl TaskStore {
         runs: &mut Runs<K, V>,
         next_changelog_offset: i64,
     ) -> Result<()> {
+        self.ingest_runs_after(runs, next_changelog_offset, || Ok(()))
+    }
+
+    /// As [`TaskStore::ingest_runs`], but the table is registered, and the checkpoint moved,
+    /// only after `earlier` returns: it waits for a load of earlier writes, which must come
+    /// first (a key's later write shadows its earlier one). The table is written meanwhile, so
+    /// the two loads use two cores. `earlier` runs even when writing the table fails.
+    pub fn ingest_runs_after<K: AsRef<[u8]> + Into<Slice>, V: Into<Slice>>(
+        &self,
+        runs: &mut Runs<K, V>,
+        next_changelog_offset: i64,
+        earlier: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let writes = &mut runs.writes;
         let ordered = runs.starts.iter().all(|&at| {
             at == 0 || at >= writes.len() || writes[at - 1].0.as_ref() < writes[at].0.as_ref()
@@ -166,7 +179,7 @@ impl TaskStore {
             sort_run(writes, 0);
         }
         runs.starts.clear();
-        let written = self.write_sorted(writes, next_changelog_offset);
+        let written = self.write_sorted(writes, next_changelog_offset, earlier);
         if written.is_err() {
             // What a failed load left would not be runs any more.
             writes.clear();
@@ -174,28 +187,41 @@ impl TaskStore {
         written
     }
 
-    /// Writes `writes`, sorted by key with no key twice, as one table, then the checkpoint.
+    /// Writes `writes`, sorted by key with no key twice, as one table, then (once `earlier`
+    /// returns) registers it and the checkpoint.
     fn write_sorted<K: AsRef<[u8]> + Into<Slice>, V: Into<Slice>>(
         &self,
         writes: &mut Vec<(K, Option<V>)>,
         next_changelog_offset: i64,
+        earlier: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         debug_assert!(writes.windows(2).all(|w| w[0].0.as_ref() < w[1].0.as_ref()));
-        if !writes.is_empty() {
-            let mut ingestion = self
-                .data
-                .start_ingestion()
-                .map_err(|e| err(&self.path, e))?;
+        let mut ingestion = None;
+        let written = (|| {
+            if writes.is_empty() {
+                return Ok(());
+            }
+            let table = ingestion.insert(
+                self.data
+                    .start_ingestion()
+                    .map_err(|e| err(&self.path, e))?,
+            );
             // `Bytes` become slices without a copy (fjall's `bytes_1`): a restore's records go
             // from the fetch buffers to the table writer as they are.
             for (k, v) in writes.drain(..) {
                 match v {
-                    Some(v) => ingestion.write(k, v),
-                    None => ingestion.write_tombstone(k),
+                    Some(v) => table.write(k, v),
+                    None => table.write_tombstone(k),
                 }
                 .map_err(|e| err(&self.path, e))?;
             }
-            ingestion.finish().map_err(|e| err(&self.path, e))?;
+            Ok(())
+        })();
+        let earlier = earlier();
+        written?;
+        earlier?;
+        if let Some(table) = ingestion {
+            table.finish().map_err(|e| err(&self.path, e))?;
         }
         self.apply_lazily(&[], Some(next_changelog_offset))
     }
