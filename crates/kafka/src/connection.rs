@@ -1,7 +1,7 @@
 //! One TCP connection to one broker: framing, correlation, negotiated versions.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader};
@@ -9,6 +9,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, Str
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::buffers::Buffers;
 use crate::error::{Error, Result};
 
 /// Frames larger than this are refused: a corrupt length must not allocate gigabytes.
@@ -29,6 +30,8 @@ pub struct Connection {
     /// An exchange started and not finished: its caller gave up (a timeout, or a dropped
     /// future), and its answer may still arrive. The connection is then unusable.
     broken: bool,
+    /// Large answers' buffers, read into again once their records are gone.
+    buffers: Buffers,
 }
 
 impl Connection {
@@ -50,6 +53,7 @@ impl Connection {
             versions: BTreeMap::new(),
             timeout: CONNECT_TIMEOUT,
             broken: false,
+            buffers: Buffers::default(),
         };
         // Version 0 is understood by every broker; it lists what the broker supports.
         let resp = conn.send_at(&ApiVersionsRequest::default(), 0).await?;
@@ -172,7 +176,7 @@ impl Connection {
             )));
         }
         // Read into spare capacity, not a zeroed buffer: a fetch answer is a megabyte or more.
-        let mut buf = BytesMut::with_capacity(len);
+        let mut buf = self.buffers.take(len, Instant::now());
         while buf.len() < len {
             let want = len - buf.len();
             let n = self
@@ -191,6 +195,7 @@ impl Connection {
             }
         }
         let mut buf = buf.freeze();
+        self.buffers.track(&buf);
         let header_version = <R::Response as HeaderVersion>::header_version(version);
         let header = ResponseHeader::decode(&mut buf, header_version).map_err(codec)?;
         if header.correlation_id != correlation_id {

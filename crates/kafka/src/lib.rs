@@ -2,6 +2,7 @@
 //! that runs the classic rebalance protocol with Baton's assignor on the leader.
 
 pub mod batch;
+pub mod buffers;
 pub mod client;
 pub mod connection;
 pub mod error;
