@@ -66,9 +66,11 @@ async fn main() {
 
     // The store alone loads the same records, already in memory; the catch-up from memory
     // takes the same fetched chunks.
+    // BATON_BENCH_ONLY=restore: restores alone, for profiling them (`perf record`).
+    let only_restore = std::env::var("BATON_BENCH_ONLY").is_ok_and(|v| v == "restore");
     let mut chunks: Vec<Fetched> = Vec::new();
     let mut next = 0i64;
-    while next < end {
+    while next < end && !only_restore {
         let f = client
             .fetch(&leader, "changelog", 0, next, fetch_bytes, 500)
             .await
@@ -94,6 +96,22 @@ async fn main() {
     let full = |_: u32| (INGEST_RECORDS, INGEST_BYTES);
     settle(&client, &leader, fetch_bytes).await;
     for rep in 0..reps {
+        if only_restore {
+            let store =
+                TaskStore::open(&dir, TaskId::new(0, 0), &format!("restore-{rep}")).unwrap();
+            let stats = restore(&client, &leader, "changelog", 0, &store, end, fetch_bytes)
+                .await
+                .unwrap();
+            drop(store);
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!(
+                "rep {rep}: restore {:.0}/s",
+                stats.records as f64 / stats.seconds
+            );
+            // No warming fetches: the profile is of restores only.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
         let start = Instant::now();
         let cpu = Cpu::start(broker.pid());
         let mut next = 0i64;
@@ -151,6 +169,9 @@ async fn main() {
             "rep {rep}: raw fetch {:.0}/s ({fetch_cpu}), restore {:.0}/s ({restore_cpu}), store alone {:.0}/s (full loads {full_rate:.0}/s, growing {grow_rate:.0}/s: {alone_cpu}), catch-up from memory {:.0}/s",
             fetch[rep], restored[rep], alone[rep], from_memory[rep]
         );
+    }
+    if only_restore {
+        return;
     }
     let (best, median) = (
         |v: &[f64]| v.iter().copied().fold(0.0, f64::max),
