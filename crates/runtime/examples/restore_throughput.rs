@@ -1,12 +1,14 @@
 //! Restore throughput (records/s into the store from the changelog) beside the client's raw
 //! fetch throughput over the same records, the store's own bulk-load speed on those records
-//! with no fetching (the ceiling a restore cannot pass on two cores), and the restore's
-//! catch-up fed from memory (its load schedule with no fetching), all in the same run.
+//! with no fetching, one table at a time (the baseline the restore is held to), and the
+//! restore's catch-up fed from memory (its load schedule, with its overlapped loads, and no
+//! fetching), all in the same run.
 //!
 //! This machine is noisy (two cores, the broker on them too), so each is measured `REPS` times,
 //! interleaved, each into a fresh store, and the best and the median of each are compared.
 //!
 //! `cargo run --release -p baton-runtime --example restore_throughput [RECORDS] [VALUE_BYTES] [REPS]`
+//! (`BATON_BENCH_ONLY=restore`: the restores alone, for a profiler.)
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
