@@ -9,9 +9,9 @@
 //! 3. nothing lost: a SIGKILL during a warm-up, then a drain;
 //! 4. a restart on the same state directory restores only the tail.
 //!
-//! The changelog is preloaded so a restore from scratch takes at least 10 s
-//! (`BATON_E2E_STATE` records per partition overrides the size). 28 M records took 9.1 s
-//! once restores got faster (2026-12-02), so the default is 40 M.
+//! The changelog is preloaded so a restore from scratch takes well over high-availability's
+//! bound (at least twice the rebalance + 2 s): 40 M records per partition by default
+//! (`BATON_E2E_STATE` overrides it), which restored in 9 to 22 s on the machines seen.
 
 mod harness;
 
@@ -216,12 +216,17 @@ fn runtime_end_to_end() {
     show("high-availability", &ha);
     show("sticky", &sticky);
     let restore = sticky.restores.iter().map(|r| r.2).fold(0.0, f64::max);
+    // The high-availability bound below must be one a stall for a restore would break. A fixed
+    // floor did not hold across machines: 40 M records restored in 21.9 s on one and in under
+    // 10 s on another.
+    let ha_bound = ha.rebalance + 2.0;
     assert!(
-        restore >= 10.0,
-        "a restore from scratch took only {restore:.1} s: grow BATON_E2E_STATE"
+        restore >= 2.0 * ha_bound,
+        "a restore from scratch took only {restore:.1} s, under twice high-availability's bound \
+         ({ha_bound:.2} s), so that bound could not tell a warm-up from a restore: grow BATON_E2E_STATE"
     );
     assert!(
-        ha.max_gap <= ha.rebalance + 2.0,
+        ha.max_gap <= ha_bound,
         "high-availability stalled {:.2} s (rebalance {:.2} s)",
         ha.max_gap,
         ha.rebalance
