@@ -11,7 +11,7 @@
 //!
 //! The changelog is preloaded so a restore from scratch takes well over high-availability's
 //! bound (at least twice the rebalance + 2 s): 40 M records per partition by default
-//! (`BATON_E2E_STATE` overrides it), which restored in 9 to 22 s on the machines seen.
+//! (`BATON_E2E_STATE` overrides it), which restored in from under 10 s to 22 s on the machines seen.
 
 mod harness;
 
