@@ -5,9 +5,9 @@
 //! Every tie is broken by task order and client order, as in Kafka: client ids stand in for
 //! process UUIDs and order as Java's `UUID.compareTo` does ([`crate::ClientId`]). With
 //! `rack.aware.assignment.strategy`, actives are moved between racks as Kafka's
-//! `optimizeActiveTasks` does, to the same (least) total cost. Kafka visits its planned moves in
-//! the array order of a Java priority queue, not in sorted order; so does the port
-//! ([`java_heap_order`]).
+//! `optimizeActiveTasks` does, to the same (least) total cost. Kafka polls its planned moves
+//! from a priority queue, fewest caught-up clients first, then by task; so does the port
+//! ([`kafka_poll_order`]).
 
 use std::collections::BTreeSet;
 
@@ -74,26 +74,12 @@ struct Run<'a> {
     pending: Vec<(TaskIx, ClientIx, ClientIx)>,
 }
 
-/// The order Kafka visits its planned moves in. It keeps them in a `java.util.PriorityQueue`
-/// ordered by (caught-up clients, task) but walks it with its iterator, which reads the heap's
-/// array: not sorted order. Adding each move as Java's `offer` does (sift up; an equal key
-/// stays below its parent) and reading the array gives the same order.
-fn java_heap_order(movements: Vec<Movement>) -> Vec<Movement> {
-    let key = |m: &Movement| (m.caught_up, m.task);
-    let mut heap: Vec<Movement> = Vec::with_capacity(movements.len());
-    for m in movements {
-        let mut k = heap.len();
-        heap.push(m);
-        while k > 0 {
-            let parent = (k - 1) / 2;
-            if key(&heap[k]) >= key(&heap[parent]) {
-                break;
-            }
-            heap.swap(k, parent);
-            k = parent;
-        }
-    }
-    heap
+/// The order Kafka visits its planned moves in: it polls them from a `java.util.PriorityQueue`
+/// ordered by (number of caught-up clients, task), i.e. sorted order (Kafka's HOTFIX #12585;
+/// before it, Kafka walked the queue's heap array instead).
+fn kafka_poll_order(mut movements: Vec<Movement>) -> Vec<Movement> {
+    movements.sort_by_key(|m| (m.caught_up, m.task));
+    movements
 }
 
 /// A planned move of `task` away from `destination`, which is not caught up.
@@ -250,7 +236,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        let movements = java_heap_order(movements);
+        let movements = kafka_poll_order(movements);
         let mut set = self.load_set();
         for m in &movements {
             let (t, dest) = (m.task, m.destination);
@@ -297,7 +283,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        let movements = java_heap_order(movements);
+        let movements = kafka_poll_order(movements);
         let mut set = self.load_set();
         let mut needed = 0;
         for m in &movements {
@@ -441,19 +427,19 @@ mod tests {
         }
     }
 
-    /// Java: `PriorityQueue` with offers of keys 5, 4, 3, 2, 1 iterates 1, 2, 4, 5, 3.
+    /// Kafka's `PriorityQueue.poll()` loop: fewest caught-up clients first, then task order,
+    /// whatever order the moves were offered in (not the heap array's order, 1, 2, 4, 5, 3).
     #[test]
-    fn moves_come_in_java_priority_queue_iteration_order() {
-        let order: Vec<u32> = java_heap_order((1..=5).rev().map(|t| mv(1, t)).collect())
+    fn moves_come_in_kafkas_poll_order() {
+        let order: Vec<u32> = kafka_poll_order((1..=5).rev().map(|t| mv(1, t)).collect())
             .iter()
             .map(|m| m.task)
             .collect();
-        assert_eq!(order, vec![1, 2, 4, 5, 3]);
-        // Sorted input stays sorted; equal keys keep their insertion order.
-        let sorted: Vec<u32> = java_heap_order((0..6).map(|t| mv(t as usize / 2, t)).collect())
+        assert_eq!(order, vec![1, 2, 3, 4, 5]);
+        let by_caught_up: Vec<u32> = kafka_poll_order(vec![mv(2, 0), mv(1, 9), mv(1, 3)])
             .iter()
             .map(|m| m.task)
             .collect();
-        assert_eq!(sorted, (0..6).collect::<Vec<_>>());
+        assert_eq!(by_caught_up, vec![3, 9, 0]);
     }
 }
