@@ -91,6 +91,18 @@ pub struct RunArgs {
     /// baton_records_skipped_total. Batches are always split to fit; this is for one record.
     #[arg(long, default_value = "fail", value_parser = ["fail", "skip"])]
     on_oversized_record: String,
+    /// What a task does with an input record its application code fails on (a panic in a
+    /// step): `fail` stops that task only, logging topic, partition and offset, while every
+    /// other task goes on; `skip` drops the record, logs it (at most once a second per task)
+    /// and counts it in baton_records_skipped_total; `dead-letter=TOPIC` writes the record as
+    /// it came to TOPIC (created with one partition if missing), then skips it. A failed
+    /// record never leaves a store write or an output behind.
+    #[arg(
+        long,
+        default_value = "fail",
+        value_name = "fail|skip|dead-letter=TOPIC"
+    )]
+    on_processing_error: String,
     /// Give up (exit 1) if the broker has not answered the startup requests (topic metadata,
     /// creating the changelog and sink topics) within this long.
     #[arg(long, default_value_t = 60_000)]
@@ -170,6 +182,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             .on_oversized_record
             .parse()
             .map_err(Failure::bad_input)?,
+        on_processing_error: args
+            .on_processing_error
+            .parse()
+            .map_err(|e: String| Failure::bad_input(format!("--on-processing-error: {e}")))?,
         startup_timeout: Duration::from_millis(args.startup_timeout_ms),
         rack: args.rack.clone(),
         client_tags: args

@@ -42,6 +42,8 @@ pub struct RuntimeConfig {
     pub user_endpoint: String,
     /// What to do with an output record larger than any batch the broker takes.
     pub on_oversized_record: OversizedRecord,
+    /// What to do with an input record the application's code fails on (it panics).
+    pub on_processing_error: ProcessingErrorPolicy,
     /// How long startup (topic metadata, creating changelog and sink topics) may wait for the
     /// broker before the instance gives up with an error.
     pub startup_timeout: Duration,
@@ -83,6 +85,48 @@ impl std::str::FromStr for OversizedRecord {
     }
 }
 
+/// What a task does with an input record its application code fails on (a panic in a step),
+/// as Kafka Streams' `processing.exception.handler` (KIP-1033) and its dead-letter queue
+/// (KIP-1034). Whatever the policy, a failed record leaves no store write and no output.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ProcessingErrorPolicy {
+    /// Stop that task only, naming topic, partition and offset; every other task goes on. The
+    /// task keeps its partitions and commits nothing past the record.
+    #[default]
+    Fail,
+    /// Drop the record, log it (rate-limited) and count it in `baton_records_skipped_total`.
+    Skip,
+    /// Write the record, key and value as they came, to this topic, then go on as `skip`.
+    DeadLetter(String),
+}
+
+impl std::str::FromStr for ProcessingErrorPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fail" => Ok(ProcessingErrorPolicy::Fail),
+            "skip" => Ok(ProcessingErrorPolicy::Skip),
+            other => match other.strip_prefix("dead-letter=") {
+                Some("") => Err("dead-letter= needs a topic: dead-letter=TOPIC".into()),
+                Some(topic) => Ok(ProcessingErrorPolicy::DeadLetter(topic.to_owned())),
+                None => Err(format!(
+                    "{other:?} is not a policy: fail, skip or dead-letter=TOPIC"
+                )),
+            },
+        }
+    }
+}
+
+impl ProcessingErrorPolicy {
+    /// The dead-letter topic, if records go to one.
+    pub fn dead_letter_topic(&self) -> Option<&str> {
+        match self {
+            ProcessingErrorPolicy::DeadLetter(topic) => Some(topic),
+            _ => None,
+        }
+    }
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
@@ -100,6 +144,7 @@ impl Default for RuntimeConfig {
             metrics_addr: None,
             static_membership: false,
             on_oversized_record: OversizedRecord::Fail,
+            on_processing_error: ProcessingErrorPolicy::Fail,
             startup_timeout: Duration::from_secs(60),
             rack: None,
             client_tags: Vec::new(),
@@ -179,5 +224,25 @@ impl RuntimeConfig {
         self.assignment
             .validate()
             .map_err(|(field, e)| format!("assignment.{field}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processing_error_policies_parse_and_bad_ones_say_why() {
+        let p = |s: &str| s.parse::<ProcessingErrorPolicy>();
+        assert_eq!(p("fail"), Ok(ProcessingErrorPolicy::Fail));
+        assert_eq!(p("skip"), Ok(ProcessingErrorPolicy::Skip));
+        assert_eq!(
+            p("dead-letter=dlq"),
+            Ok(ProcessingErrorPolicy::DeadLetter("dlq".into()))
+        );
+        assert!(p("dead-letter=").unwrap_err().contains("needs a topic"));
+        assert!(p("ignore")
+            .unwrap_err()
+            .contains("\"ignore\" is not a policy"));
     }
 }

@@ -31,7 +31,10 @@ pub async fn run(
     // error the operator sees, not a hang.
     let mut stop = shutdown.clone();
     let (wire, sink_partitions) = tokio::select! {
-        prepared = tokio::time::timeout(cfg.startup_timeout, prepare(&client, &topology)) => {
+        prepared = tokio::time::timeout(
+            cfg.startup_timeout,
+            prepare(&client, &topology, cfg.on_processing_error.dead_letter_topic()),
+        ) => {
             prepared.map_err(|_| RuntimeError::Unanswered(format!(
                 "the broker at {} did not answer within {:.0} s of startup (startup.timeout.ms)",
                 cfg.bootstrap.join(","),
@@ -110,13 +113,14 @@ pub async fn run(
     result
 }
 
-/// Creates the changelog, sink and control topics. Returns the wire topology and the
-/// partition count of each sink topic.
+/// Creates the changelog, sink, dead-letter and control topics. Returns the wire topology
+/// and the partition count of each topic records are written to (sinks, dead letters).
 async fn prepare(
     client: &Client,
     topology: &Topology,
+    dead_letter: Option<&str>,
 ) -> Result<(baton_protocol::bridge::Topology, BTreeMap<String, u32>)> {
-    let partitions = partition_counts(client, topology).await?;
+    let partitions = partition_counts(client, topology, dead_letter).await?;
     let wire = topology.wire(&partitions)?;
     let mut topics = Vec::new();
     for s in wire.subtopologies.values() {
@@ -140,6 +144,18 @@ async fn prepare(
                     compacted: false,
                 });
             }
+        }
+    }
+    if let Some(topic) = dead_letter {
+        // One partition when it has to be made: dead letters are few, and read in order.
+        let n = partitions.get(topic).copied().unwrap_or(1);
+        sink_partitions.insert(topic.to_owned(), n);
+        if !partitions.contains_key(topic) {
+            topics.push(NewTopic {
+                name: topic.to_owned(),
+                partitions: 1,
+                compacted: false,
+            });
         }
     }
     check_changelog_partitions(client, &topics).await?;
@@ -188,11 +204,16 @@ async fn check_changelog_partitions(client: &Client, wanted: &[NewTopic]) -> Res
 }
 
 /// Partition counts of the source topics (which must exist) and of the sink topics that do.
-async fn partition_counts(client: &Client, topology: &Topology) -> Result<BTreeMap<String, u32>> {
+async fn partition_counts(
+    client: &Client,
+    topology: &Topology,
+    dead_letter: Option<&str>,
+) -> Result<BTreeMap<String, u32>> {
     let mut names: Vec<String> = topology
         .source_topics()
         .into_iter()
         .chain(topology.sink_topics())
+        .chain(dead_letter)
         .map(str::to_owned)
         .collect();
     names.sort();

@@ -39,6 +39,10 @@ pub enum Phase {
     Running,
     /// A standby or warm-up following its changelog.
     Tailing,
+    /// An active stopped by an input record it could not process
+    /// (`on-processing-error=fail`): it keeps its partitions and processes nothing more, so
+    /// the record stays unprocessed and the group does not move the failure around.
+    Failed,
 }
 
 impl Phase {
@@ -48,6 +52,7 @@ impl Phase {
             Phase::Restoring => "restoring",
             Phase::Running => "running",
             Phase::Tailing => "tailing",
+            Phase::Failed => "failed",
         }
     }
 }

@@ -3,14 +3,49 @@
 //! journal without rewriting pages, which is what restore throughput needs (docs/RUNTIME.md).
 //! The changelog offset the store has absorbed lives in a second keyspace, written in the same
 //! atomic batch as the data, so after a crash the store and its checkpoint always agree.
+//!
+//! fjall takes keys of 1 to 65,535 bytes. A record may carry any key the broker delivers (an
+//! empty one, or one of megabytes), so keys outside that range live in a third keyspace, under
+//! the SHA-256 digest of the key, with the whole key kept beside the value and checked on every
+//! read. Keys inside the range take the usual path, untouched and uncopied.
 
 use std::path::{Path, PathBuf};
 
 use baton_assignor::TaskId;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Slice};
+use sha2::{Digest, Sha256};
 
 /// The next changelog offset to apply.
 const NEXT_OFFSET: &str = "next_changelog_offset";
+
+/// The longest key fjall holds as it is (its key lengths are 16-bit).
+pub const LONGEST_NATIVE_KEY: usize = u16::MAX as usize;
+
+/// Whether fjall holds `key` as it is; the others go to the digest keyspace.
+pub fn is_native_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= LONGEST_NATIVE_KEY
+}
+
+/// Where a key fjall cannot hold is kept: its SHA-256 digest.
+fn digest(key: &[u8]) -> [u8; 32] {
+    Sha256::digest(key).into()
+}
+
+/// A digest-keyed entry's value: the key's length (u32, big-endian), the key, the value.
+fn wrap(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + key.len() + value.len());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    out
+}
+
+/// The (key, value) of a digest-keyed entry, or `None` when it does not parse.
+fn unwrap(entry: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_be_bytes(entry.get(..4)?.try_into().ok()?) as usize;
+    let rest = &entry[4..];
+    (len <= rest.len()).then(|| rest.split_at(len))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -41,6 +76,8 @@ pub type Write = (Vec<u8>, Option<Vec<u8>>);
 pub struct TaskStore {
     db: Database,
     data: Keyspace,
+    /// Keys fjall cannot hold, by digest ([`is_native_key`]).
+    long_keys: Keyspace,
     checkpoint: Keyspace,
     path: PathBuf,
 }
@@ -62,12 +99,16 @@ impl TaskStore {
         let data = db
             .keyspace("data", KeyspaceCreateOptions::default)
             .map_err(|e| err(&path, e))?;
+        let long_keys = db
+            .keyspace("long_keys", KeyspaceCreateOptions::default)
+            .map_err(|e| err(&path, e))?;
         let checkpoint = db
             .keyspace("checkpoint", KeyspaceCreateOptions::default)
             .map_err(|e| err(&path, e))?;
         Ok(TaskStore {
             db,
             data,
+            long_keys,
             checkpoint,
             path,
         })
@@ -78,20 +119,46 @@ impl TaskStore {
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .data
-            .get(key)
+        if is_native_key(key) {
+            return Ok(self
+                .data
+                .get(key)
+                .map_err(|e| err(&self.path, e))?
+                .map(|v| v.to_vec()));
+        }
+        let Some(entry) = self
+            .long_keys
+            .get(digest(key))
             .map_err(|e| err(&self.path, e))?
-            .map(|v| v.to_vec()))
+        else {
+            return Ok(None);
+        };
+        match unwrap(&entry) {
+            Some((stored, value)) if stored == key => Ok(Some(value.to_vec())),
+            found => Err(StoreError::Corrupt {
+                path: self.path.display().to_string(),
+                message: match found {
+                    Some((stored, _)) => format!(
+                        "a key of {} bytes found where one of {} bytes was stored by digest",
+                        stored.len(),
+                        key.len()
+                    ),
+                    None => format!("an unreadable entry of {} bytes", entry.len()),
+                },
+            }),
+        }
     }
 
     /// Number of keys (a full scan: for tests and tools, not the hot path).
     pub fn len(&self) -> Result<u64> {
-        Ok(self.data.len().map_err(|e| err(&self.path, e))? as u64)
+        let native = self.data.len().map_err(|e| err(&self.path, e))?;
+        let long = self.long_keys.len().map_err(|e| err(&self.path, e))?;
+        Ok((native + long) as u64)
     }
 
     pub fn is_empty(&self) -> Result<bool> {
-        self.data.is_empty().map_err(|e| err(&self.path, e))
+        Ok(self.data.is_empty().map_err(|e| err(&self.path, e))?
+            && self.long_keys.is_empty().map_err(|e| err(&self.path, e))?)
     }
 
     /// Applies `writes` and, in the same atomic batch, records that changelog offsets below
@@ -115,9 +182,11 @@ impl TaskStore {
     ) -> Result<()> {
         let mut batch = self.db.batch().durability(durability);
         for (k, v) in writes {
-            match v {
-                Some(v) => batch.insert(&self.data, k.as_slice(), v.as_slice()),
-                None => batch.remove(&self.data, k.as_slice()),
+            match (is_native_key(k), v) {
+                (true, Some(v)) => batch.insert(&self.data, k.as_slice(), v.as_slice()),
+                (true, None) => batch.remove(&self.data, k.as_slice()),
+                (false, Some(v)) => batch.insert(&self.long_keys, digest(k), wrap(k, v)),
+                (false, None) => batch.remove(&self.long_keys, digest(k)),
             }
         }
         if let Some(next) = next {
@@ -197,18 +266,25 @@ impl TaskStore {
     ) -> Result<()> {
         debug_assert!(writes.windows(2).all(|w| w[0].0.as_ref() < w[1].0.as_ref()));
         let mut ingestion = None;
+        // Keys fjall cannot hold as they are go in with the checkpoint, by digest.
+        let mut long: Vec<Write> = Vec::new();
         let written = (|| {
-            if writes.is_empty() {
-                return Ok(());
-            }
-            let table = ingestion.insert(
-                self.data
-                    .start_ingestion()
-                    .map_err(|e| err(&self.path, e))?,
-            );
             // `Bytes` become slices without a copy (fjall's `bytes_1`): a restore's records go
             // from the fetch buffers to the table writer as they are.
             for (k, v) in writes.drain(..) {
+                if !is_native_key(k.as_ref()) {
+                    let v: Option<Slice> = v.map(Into::into);
+                    long.push((k.as_ref().to_vec(), v.map(|v| v.to_vec())));
+                    continue;
+                }
+                let table = match &mut ingestion {
+                    Some(table) => table,
+                    None => ingestion.insert(
+                        self.data
+                            .start_ingestion()
+                            .map_err(|e| err(&self.path, e))?,
+                    ),
+                };
                 match v {
                     Some(v) => table.write(k, v),
                     None => table.write_tombstone(k),
@@ -223,7 +299,7 @@ impl TaskStore {
         if let Some(table) = ingestion {
             table.finish().map_err(|e| err(&self.path, e))?;
         }
-        self.apply_lazily(&[], Some(next_changelog_offset))
+        self.apply_lazily(&long, Some(next_changelog_offset))
     }
 
     /// Makes every batch so far survive a crash of this process (`durable`: of the machine).
@@ -395,6 +471,52 @@ mod tests {
             ]
         );
         assert_eq!(store.checkpoint().unwrap(), Some(9));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An empty key and keys past fjall's 65,535 bytes are kept like any other, through both
+    /// write paths, over a reopen; a native key equal to a long key's digest does not meet it.
+    #[test]
+    fn keys_fjall_cannot_hold_are_kept_by_digest() {
+        let dir = std::env::temp_dir().join(format!("baton-store-long-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let long = vec![b'x'; LONGEST_NATIVE_KEY + 1];
+        let longer = vec![b'x'; 1 << 20];
+        let edge = vec![b'y'; LONGEST_NATIVE_KEY];
+        store
+            .apply(
+                &[
+                    (Vec::new(), Some(b"empty".to_vec())),
+                    (long.clone(), Some(b"long".to_vec())),
+                    (edge.clone(), Some(b"edge".to_vec())),
+                    (digest(&long).to_vec(), Some(b"digest".to_vec())),
+                ],
+                Some(4),
+            )
+            .unwrap();
+        let mut load = vec![
+            (longer.clone(), Some(b"longer".to_vec())),
+            (long.clone(), None),
+            (b"k".to_vec(), Some(b"v".to_vec())),
+        ];
+        store.ingest(&mut load, 7).unwrap();
+        drop(store);
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let get = |k: &[u8]| store.get(k).unwrap();
+        assert_eq!(get(b""), Some(b"empty".to_vec()));
+        assert_eq!(
+            get(&long),
+            None,
+            "the bulk load's tombstone reached the long key"
+        );
+        assert_eq!(get(&longer), Some(b"longer".to_vec()));
+        assert_eq!(get(&edge), Some(b"edge".to_vec()));
+        assert_eq!(get(&digest(&long)), Some(b"digest".to_vec()));
+        assert_eq!(get(b"k"), Some(b"v".to_vec()));
+        assert_eq!(store.len().unwrap(), 5);
+        assert_eq!(store.checkpoint().unwrap(), Some(7));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::catchup::{next_position, Catchup};
-use crate::config::OversizedRecord;
+use crate::config::{OversizedRecord, ProcessingErrorPolicy};
 use crate::context::Context;
 use crate::error::Result;
 use crate::heal::{open_stores, OpenError, StoreFailures};
@@ -29,6 +29,7 @@ use crate::machine::{
 };
 use crate::membership::{MembershipTask, Request};
 use crate::partitioner::partition_for;
+use crate::record::{run_record, RecordOutcome, SkipLog};
 use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{StoreError, TaskStore, Write};
 use crate::topology::Stores;
@@ -179,6 +180,7 @@ impl StreamThread {
             buffers: BTreeMap::new(),
             rebuild: BTreeMap::new(),
             store_failures: StoreFailures::default(),
+            skip_log: SkipLog::default(),
             fetch: None,
             requests,
             report: report_tx,
@@ -204,6 +206,8 @@ struct Driver {
     /// Tasks whose stores cannot be trusted (and why): set aside at the next open.
     rebuild: BTreeMap<TaskId, String>,
     store_failures: StoreFailures,
+    /// Records skipped after the application failed on them, for rate-limited logging.
+    skip_log: SkipLog,
     fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
     requests: mpsc::UnboundedSender<Request>,
     report: watch::Sender<crate::machine::Report>,
@@ -721,6 +725,8 @@ impl Driver {
         // Which input record each output came from: (input partition, offset, outputs so far).
         let mut origins: Vec<(usize, i64, usize)> = Vec::new();
         let mut records = 0u64;
+        // Records the application failed on, for the dead-letter topic (as they came).
+        let mut dead_letters: Vec<KeyValue> = Vec::new();
         for &Input { source, from, to } in inputs {
             let Some(fetched) = sources.get(source).and_then(|tp| self.buffers.remove(tp)) else {
                 return failed(false);
@@ -735,20 +741,52 @@ impl Driver {
                     continue; // a keyed step cannot place a record without key or value
                 };
                 let step = blocking(|| {
-                    ctx.topology
-                        .process(task, k.clone(), v.clone(), &mut pending, &mut out)
+                    run_record(
+                        &ctx.topology,
+                        task,
+                        k.clone(),
+                        v.clone(),
+                        &mut pending,
+                        &mut out,
+                    )
                 });
-                if let Err(e) = step {
-                    tracing::error!(task = %task, error = %e, "processing a record");
-                    if e.is_corrupt() {
-                        // Nothing of the batch was written: rebuild, then run it again.
-                        self.rebuild.insert(task, e.to_string());
-                        return Event::StoreFailed {
-                            task,
-                            error: e.to_string(),
-                        };
+                match step {
+                    RecordOutcome::Done => {}
+                    RecordOutcome::Store(e) => {
+                        tracing::error!(task = %task, error = %e, "processing a record");
+                        if e.is_corrupt() {
+                            // Nothing of the batch was written: rebuild, then run it again.
+                            self.rebuild.insert(task, e.to_string());
+                            return Event::StoreFailed {
+                                task,
+                                error: e.to_string(),
+                            };
+                        }
+                        return failed(false);
                     }
-                    return failed(false);
+                    RecordOutcome::Panicked(why) => {
+                        let tp = sources.get(source).cloned();
+                        let at = tp.map_or("an unknown partition".into(), |tp| {
+                            format!("{tp} offset {}", r.offset)
+                        });
+                        match &ctx.cfg.on_processing_error {
+                            ProcessingErrorPolicy::Fail => {
+                                tracing::error!(task = %task, record = %at, error = %why, "the application failed on an input record; stopping this task only (on-processing-error=fail): it holds its partitions and processes nothing more until it moves or the instance restarts");
+                                return Event::RecordFailed { task, batch };
+                            }
+                            policy => {
+                                let now = self.now();
+                                if let Some(unlogged) = self.skip_log.admit(task, now) {
+                                    tracing::error!(task = %task, record = %at, error = %why, policy = ?policy, unlogged_since_last = unlogged, "the application failed on an input record; skipping it");
+                                }
+                                self.ctx.status.add_skipped(task);
+                                if policy.dead_letter_topic().is_some() {
+                                    dead_letters.push((Some(k.clone()), Some(v.clone())));
+                                }
+                            }
+                        }
+                        continue;
+                    }
                 }
                 origins.push((source, r.offset, out.len()));
             }
@@ -759,6 +797,16 @@ impl Driver {
                 .get(at)
                 .and_then(|&(s, offset, _)| Some((sources.get(s)?.clone(), offset)))
         };
+        if let Some(topic) = ctx.cfg.on_processing_error.dead_letter_topic() {
+            // Before the batch's own output: a batch run again may repeat a dead letter (the
+            // dead-letter topic is at least once), but never loses one.
+            if !m.may_write(self.now()) {
+                return failed(false);
+            }
+            if !self.send_dead_letters(task, topic, dead_letters).await {
+                return failed(false);
+            }
+        }
         let changelogs = ctx.wire.changelog_partitions(task);
         let mut applied: Vec<(usize, Vec<Write>, i64)> = Vec::new();
         for (idx, writes) in pending.writes {
@@ -873,6 +921,31 @@ impl Driver {
             batch,
             changelogs: next_by_changelog,
         }
+    }
+
+    /// Writes the records the application failed on to the dead-letter topic, partitioned by
+    /// key as any output; false when the broker did not take them (the batch runs again).
+    async fn send_dead_letters(&self, task: TaskId, topic: &str, records: Vec<KeyValue>) -> bool {
+        let partitions = self.ctx.sink_partitions.get(topic).copied().unwrap_or(1);
+        let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+        for r in records {
+            let p = partition_for(r.0.as_deref().unwrap_or_default(), partitions) as i32;
+            by_partition.entry(p).or_default().push(r);
+        }
+        for (p, mut batch) in by_partition {
+            let tp = TopicPartition::new(topic, p);
+            while !batch.is_empty() {
+                match self.produce(&tp, &batch).await {
+                    Ok(_) => break,
+                    Err(Produced::Failed) => return false,
+                    Err(Produced::Oversized { index, .. }) => {
+                        tracing::error!(task = %task, partition = %tp, bytes = baton_kafka::records::record_bytes(&batch[index]), "a record for the dead-letter topic is larger than any batch it takes; it is logged here and not written");
+                        batch.drain(..=index);
+                    }
+                }
+            }
+        }
+        true
     }
 
     /// Produces `records` to a partition in batches the broker takes; the offset after the

@@ -5,17 +5,29 @@
 use std::collections::BTreeMap;
 
 use baton_assignor::TaskId;
-use baton_runtime::store::{Runs, Write};
+use baton_runtime::store::{Runs, Write, LONGEST_NATIVE_KEY};
 use baton_runtime::TaskStore;
 use proptest::prelude::*;
+
+/// One of a few keys: short ones, the empty key, and keys past fjall's 65,535 bytes.
+fn key(k: u8) -> Vec<u8> {
+    match k {
+        8 => Vec::new(),
+        9 => vec![b'k'; LONGEST_NATIVE_KEY + 1],
+        10 => vec![b'k'; LONGEST_NATIVE_KEY + 3],
+        k => vec![b'k', k],
+    }
+}
+
+const KEYS: u8 = 11;
 
 /// A changelog record: one of a few keys, and a value or a tombstone.
 fn record() -> impl Strategy<Value = Write> {
     (
-        0u8..8,
+        0u8..KEYS,
         prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..4)),
     )
-        .prop_map(|(k, v)| (vec![b'k', k], v))
+        .prop_map(|(k, v)| (key(k), v))
 }
 
 proptest! {
@@ -62,8 +74,8 @@ proptest! {
                 }
             }
         }
-        for k in 0u8..8 {
-            let key = vec![b'k', k];
+        for k in 0u8..KEYS {
+            let key = key(k);
             prop_assert_eq!(store.get(&key).unwrap(), model.get(&key).cloned(), "key {}", k);
         }
         prop_assert_eq!(store.len().unwrap(), model.len() as u64);

@@ -202,6 +202,12 @@ pub enum Event {
         /// The changelog and sink hold the batch already: only the store failed.
         output_acknowledged: bool,
     },
+    /// An input record of the batch failed in the application's code, under
+    /// `on-processing-error=fail`: nothing of the batch was written. The task stops.
+    RecordFailed {
+        task: TaskId,
+        batch: RequestId,
+    },
     CommitDone {
         commit: RequestId,
         ok: bool,
@@ -432,7 +438,8 @@ impl ThreadMachine {
             if t.phase == Phase::Opening {
                 continue;
             }
-            let sum = if t.is_running_active() {
+            // A failed active still holds the task: moving it would only fail it elsewhere.
+            let sum = if t.is_running_active() || t.phase == Phase::Failed {
                 baton_protocol::subscription::RUNNING
             } else {
                 t.offset_sum()
@@ -602,6 +609,15 @@ impl ThreadMachine {
                 } else {
                     t.failures += 1;
                     t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
+                }
+            }
+            Event::RecordFailed { task, batch } => {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    if t.batch.take_if(|b| b.id == batch).is_some() {
+                        // Its input stays where it was: no fetch, no batch, nothing committed
+                        // past the record, until the task is reassigned or the process restarts.
+                        t.phase = Phase::Failed;
+                    }
                 }
             }
             Event::CommitDone { commit, ok } => {

@@ -574,6 +574,41 @@ fn a_store_that_fails_after_the_output_was_acknowledged_is_rebuilt_not_rerun() {
     }));
 }
 
+/// A record the application fails on (`on-processing-error=fail`) stops its task where it
+/// was: no more input fetched, no batch, nothing committed past it, and the task stays here.
+#[test]
+fn a_record_that_fails_stops_its_task_only() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let cmds = m.handle(
+        Event::RecordFailed {
+            task: task(0),
+            batch,
+        },
+        S,
+    );
+    assert!(processes(&cmds).is_empty());
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
+    // Within the session timeout: no heartbeat answers come in this test.
+    for i in 1..=20 {
+        let cmds = m.handle(Event::Tick, S + ms(100 * i));
+        assert!(processes(&cmds).is_empty());
+        assert!(commit_of(&cmds).is_none(), "nothing processed: {cmds:?}");
+        if let Some((_, wants)) = fetch_of(&cmds) {
+            assert!(
+                wants.iter().all(|w| w.tp != tp("in", 0)),
+                "a failed task reads no input: {wants:?}"
+            );
+        }
+    }
+    assert_eq!(
+        m.report().offset_sums.get(&task(0)),
+        Some(&baton_protocol::subscription::RUNNING),
+        "it keeps the task, as a running active does"
+    );
+}
+
 #[test]
 fn a_drained_member_leaves_once_it_holds_nothing() {
     let mut m = machine();

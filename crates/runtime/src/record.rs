@@ -1,0 +1,226 @@
+//! One input record through the application's code, contained: its store writes and outputs
+//! are kept apart until it finishes, and a panic in the application's code ends the record,
+//! not the stream thread. A record that fails leaves nothing behind, so skipping it, or
+//! stopping its task, never leaves half of its effect in a store or a sink.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Once;
+use std::time::Duration;
+
+use baton_assignor::TaskId;
+use bytes::Bytes;
+
+use crate::store::StoreError;
+use crate::topology::{Stores, Topology};
+
+/// How one record went.
+#[derive(Debug)]
+pub enum RecordOutcome {
+    Done,
+    /// A store read failed: nothing of the record was kept.
+    Store(StoreError),
+    /// The application's code panicked with this message: nothing of the record was kept.
+    Panicked(String),
+}
+
+/// Runs `key`/`value` of task `task` through `topology`: on success its writes go to
+/// `stores` and its outputs to `out`; on failure neither does.
+pub fn run_record(
+    topology: &Topology,
+    task: TaskId,
+    key: Bytes,
+    value: Bytes,
+    stores: &mut dyn Stores,
+    out: &mut Vec<(Bytes, Bytes)>,
+) -> RecordOutcome {
+    quiet_contained_panics();
+    let mut scope = Scope {
+        stores,
+        writes: Vec::new(),
+    };
+    let mut produced = Vec::new();
+    CONTAINED.set(true);
+    let ran = panic::catch_unwind(AssertUnwindSafe(|| {
+        topology.process(task, key, value, &mut scope, &mut produced)
+    }));
+    CONTAINED.set(false);
+    match ran {
+        Ok(Ok(())) => {
+            for (store, key, value) in scope.writes {
+                scope.stores.put(&store, &key, value);
+            }
+            out.append(&mut produced);
+            RecordOutcome::Done
+        }
+        Ok(Err(e)) => RecordOutcome::Store(e),
+        Err(payload) => RecordOutcome::Panicked(panic_message(payload.as_ref())),
+    }
+}
+
+/// A record's writes, read back by the record itself before they reach the batch.
+struct Scope<'s> {
+    stores: &'s mut dyn Stores,
+    writes: Vec<(String, Vec<u8>, Vec<u8>)>,
+}
+
+impl Stores for Scope<'_> {
+    fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let mine = self
+            .writes
+            .iter()
+            .rev()
+            .find(|(s, k, _)| s == store && k == key);
+        match mine {
+            Some((_, _, v)) => Ok(Some(v.clone())),
+            None => self.stores.get(store, key),
+        }
+    }
+
+    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+        self.writes.push((store.to_owned(), key.to_vec(), value));
+    }
+}
+
+/// Skipped records are logged at most once a second per task: the first at once, the
+/// rest as a count with the next line.
+#[derive(Debug, Default)]
+pub struct SkipLog {
+    by_task: BTreeMap<TaskId, (Duration, u64)>,
+}
+
+impl SkipLog {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    /// `Some(n)`: log this skip now, saying that `n` skips since the last line were not
+    /// logged. `None`: count it for the next line.
+    pub fn admit(&mut self, task: TaskId, now: Duration) -> Option<u64> {
+        match self.by_task.get_mut(&task) {
+            Some((last, unlogged)) if now < *last + Self::EVERY => {
+                *unlogged += 1;
+                None
+            }
+            Some((last, unlogged)) => {
+                *last = now;
+                Some(std::mem::take(unlogged))
+            }
+            None => {
+                self.by_task.insert(task, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Set while the application's code runs for a record: its panics are reported by the
+    /// record's outcome (once, with topic, partition and offset), not by the panic hook.
+    static CONTAINED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs, once, a panic hook that stays silent for contained panics and hands every other
+/// panic to the hook there was before. Without it, a stream of bad records would print a
+/// panic message for each.
+fn quiet_contained_panics() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if !CONTAINED.get() {
+                previous(info);
+            }
+        }));
+    });
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::topology::Stream;
+
+    #[derive(Default)]
+    struct Map(BTreeMap<(String, Vec<u8>), Vec<u8>>);
+
+    impl Stores for Map {
+        fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
+        }
+        fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+            self.0.insert((store.to_owned(), key.to_vec()), value);
+        }
+    }
+
+    /// Counts into `a`, then panics on the key "bad" before aggregating into `b`.
+    fn two_counts() -> Topology {
+        Topology::new(
+            "app",
+            vec![Stream::from(&["in"])
+                .count("a")
+                .map_values(|_, v| v.to_vec())
+                .aggregate("b", |_, k, v| {
+                    assert_ne!(k, b"bad".as_slice(), "boom");
+                    v.to_vec()
+                })
+                .to("out")],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn skips_are_logged_once_a_second_per_task_with_a_count() {
+        let mut log = SkipLog::default();
+        let (a, b) = (TaskId::new(0, 0), TaskId::new(0, 1));
+        let ms = Duration::from_millis;
+        assert_eq!(log.admit(a, ms(0)), Some(0));
+        assert_eq!(log.admit(b, ms(10)), Some(0), "tasks apart");
+        let quiet: Vec<_> = (1..=9).map(|i| log.admit(a, ms(100 * i))).collect();
+        assert!(quiet.iter().all(Option::is_none));
+        assert_eq!(log.admit(a, ms(1000)), Some(9));
+        assert_eq!(log.admit(a, ms(1500)), None);
+        assert_eq!(log.admit(a, ms(2500)), Some(1));
+    }
+
+    #[test]
+    fn a_record_that_panics_leaves_no_write_and_no_output() {
+        let topology = two_counts();
+        let (mut stores, mut out) = (Map::default(), Vec::new());
+        let task = TaskId::new(0, 0);
+        let run = |stores: &mut Map, out: &mut Vec<(Bytes, Bytes)>, key: &'static str| {
+            run_record(
+                &topology,
+                task,
+                Bytes::from(key),
+                Bytes::from("v"),
+                stores,
+                out,
+            )
+        };
+        let outcome = run(&mut stores, &mut out, "bad");
+        assert!(
+            matches!(&outcome, RecordOutcome::Panicked(m) if m.contains("boom")),
+            "{outcome:?}"
+        );
+        assert!(stores.0.is_empty(), "the first step's write is gone too");
+        assert!(out.is_empty());
+        // The thread goes on, and the next record is whole.
+        assert!(matches!(
+            run(&mut stores, &mut out, "k"),
+            RecordOutcome::Done
+        ));
+        assert_eq!(stores.0.len(), 2);
+        assert_eq!(out.len(), 1);
+    }
+}
