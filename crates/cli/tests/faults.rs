@@ -30,6 +30,7 @@ fn faults() {
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
+    timed("odd keys", keys_the_store_cannot_hold_as_they_are);
     timed("invalid member", a_member_with_invalid_metadata);
     timed("broker restart", broker_restart_with_persistent_storage);
     timed("repeated kill -9", repeated_kills_of_one_instance);
@@ -297,6 +298,40 @@ fn a_record_no_batch_can_carry() {
         "the error names the task, the partition and the input offset\n{log}"
     );
     eprintln!("oversized record: 50 skipped once each under skip; fail stopped the instance");
+}
+
+/// Events with an empty key and with a 70 KiB key (past the store's 65,535-byte keys) beside
+/// ordinary ones: counted exactly by the instance that runs them, by a second instance that
+/// warms up their stores from the changelog, and by that one alone once the first has left
+/// (a restore). Before, either key panicked the task, and every instance that took it over.
+fn keys_the_store_cannot_hold_as_they_are() {
+    let cluster = Cluster::new("oddkeys");
+    let mut keys: Vec<String> = (0..10).map(|k| format!("k{k}")).collect();
+    keys.push(String::new());
+    keys.push("x".repeat(70 * 1024));
+    let mut produced = cluster.produce_keys(&keys, 30);
+    let mut a = cluster.spawn("a", &[]);
+    assert_exact(&cluster, &produced, "odd keys, one instance");
+    let mut b = cluster.spawn("b", &[]);
+    for (k, n) in cluster.produce_keys(&keys, 20) {
+        *produced.entry(k).or_insert(0) += n;
+    }
+    assert_exact(&cluster, &produced, "odd keys, two instances");
+    a.stop();
+    for (k, n) in cluster.produce_keys(&keys, 10) {
+        *produced.entry(k).or_insert(0) += n;
+    }
+    assert_exact(&cluster, &produced, "odd keys, restored by the other");
+    let exited = b.await_status(Duration::from_millis(300));
+    assert!(exited.is_none(), "b runs on: {exited:?}\n{}", b.log_text());
+    let outputs: usize = cluster.read_output().values().map(Vec::len).sum();
+    let events: i64 = produced.values().sum();
+    assert_eq!(
+        outputs as i64, events,
+        "one output per event: none repeated, none lost"
+    );
+    eprintln!("odd keys: {events} events, {outputs} outputs: 0 lost, 0 counted twice");
+    b.stop();
 }
 
 /// A member whose subscription carries an invalid offset sum (-35) joins a running group:

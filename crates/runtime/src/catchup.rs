@@ -9,6 +9,10 @@
 //! does, rather than after it. The next load may start before the last one has ended (it was
 //! waiting for its disk, or there is nothing left to fetch): it writes its table meanwhile and
 //! registers it only after the earlier one, so a key's later write still shadows its earlier.
+//!
+//! The thread that calls [`Catchup::absorb`] runs actives too, so it never waits for a load
+//! it need not wait for, not even for the last one of a restore, and the loads run at a lower
+//! scheduling priority than the stream threads.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -135,8 +139,12 @@ impl Catchup {
         next_position(fetched, self.fetched_to, end)
     }
 
-    /// Takes the records of `fetched` below `end` into `store`, now or in a later bulk load.
-    /// Everything fetched is in the store once the fetch position reaches `end`.
+    /// Takes the records of `fetched` below `end` into `store`, now or in a bulk load on a
+    /// thread of its own. It never waits for a load that it need not: the stream thread that
+    /// calls it runs actives too, and an active must not stall behind a warm-up's restore. So
+    /// even the last records go to a load in the background; a later call (the next fetch's
+    /// answer, empty or not) finds the loads ended and moves the checkpoint. [`Catchup::finish`]
+    /// waits for everything instead.
     pub fn absorb(
         &mut self,
         store: &TaskStore,
@@ -144,123 +152,140 @@ impl Catchup {
         end: i64,
     ) -> Result<Absorbed, StoreError> {
         let mut out = Absorbed::default();
-        let next = self.reach(&fetched, end);
-        if next <= self.fetched_to {
-            return Ok(out);
-        }
-        out.progressed = true;
-        self.fetched_to = next;
-        let records = fetched.records.into_iter().take_while(|r| r.offset < end);
         if self.loading.as_ref().is_some_and(Load::is_finished) {
             self.wait()?;
         }
-        if self.buffer.is_empty() && self.loading.is_none() && next >= end {
-            // Caught up: a small chunk goes straight in.
-            let writes: Vec<Write> = records
-                .filter_map(|r| match r.key {
-                    Some(k) => Some((k.to_vec(), r.value.map(|v| v.to_vec()))),
-                    None => {
-                        out.skipped += 1;
-                        None
-                    }
-                })
-                .collect();
-            out.applied = writes.len() as u64;
-            store.apply_lazily(&writes, Some(next))?;
-            self.position = next;
+        let next = self.reach(&fetched, end);
+        if next > self.fetched_to {
+            out.progressed = true;
+            self.fetched_to = next;
+            let records = fetched.records.into_iter().take_while(|r| r.offset < end);
+            if self.buffer.is_empty() && self.loading.is_none() && next >= end {
+                // Caught up: a small chunk goes straight in.
+                let writes: Vec<Write> = records
+                    .filter_map(|r| match r.key {
+                        Some(k) => Some((k.to_vec(), r.value.map(|v| v.to_vec()))),
+                        None => {
+                            out.skipped += 1;
+                            None
+                        }
+                    })
+                    .collect();
+                out.applied = writes.len() as u64;
+                store.apply_lazily(&writes, Some(next))?;
+                self.position = next;
+                self.release_buffers();
+                return Ok(out);
+            }
+            if self.buffer.capacity() == 0 {
+                self.buffer = std::mem::take(&mut self.spare);
+            }
+            // Sorted as a run here, beside the load in progress, rather than by the next load.
+            let (bytes, taken) = (&mut self.buffered_bytes, &mut self.buffered_records);
+            self.buffer.push_run(records.filter_map(|r| match r.key {
+                Some(key) => {
+                    *bytes += key.len() + r.value.as_ref().map_or(0, Bytes::len);
+                    *taken += 1;
+                    Some((key, r.value))
+                }
+                None => {
+                    out.skipped += 1;
+                    None
+                }
+            }));
+        }
+        if self.buffer.is_empty() {
+            if self.loading.is_none() && self.fetched_to >= end {
+                self.release_buffers();
+            }
             return Ok(out);
         }
-        if self.buffer.capacity() == 0 {
-            self.buffer = std::mem::take(&mut self.spare);
-        }
-        // Sorted as a run here, beside the load in progress, rather than by the next load.
-        let (bytes, taken) = (&mut self.buffered_bytes, &mut self.buffered_records);
-        self.buffer.push_run(records.filter_map(|r| match r.key {
-            Some(key) => {
-                *bytes += key.len() + r.value.as_ref().map_or(0, Bytes::len);
-                *taken += 1;
-                Some((key, r.value))
-            }
-            None => {
-                out.skipped += 1;
-                None
-            }
-        }));
         let (load_records, load_bytes) = load_limits(self.loads);
-        if next >= end {
-            // The last chunk: everything fetched is in the store when this returns. With
-            // nothing left to fetch, its load writes its table while the load before it
-            // finishes, on the core the fetching used; the tables register in changelog order.
-            out.applied = std::mem::take(&mut self.buffered_records);
-            self.buffered_bytes = 0;
-            let mut last = std::mem::take(&mut self.buffer);
-            let loading = self.loading.take();
-            let mut loaded_to = None;
-            let result = store.ingest_runs_after(&mut last, next, || {
-                if let Some(load) = loading {
-                    join(load.handle)?;
-                    loaded_to = Some(load.to);
-                }
-                Ok(())
-            });
-            if let Some(to) = loaded_to {
-                self.position = to;
-            }
-            result?;
-            self.position = next;
-            // Caught up: the buffers' memory goes back, and later chunks go straight in.
-            (self.buffer, self.spare) = (Runs::default(), Runs::default());
-        } else if self.buffer.len() >= load_records
-            || self.buffered_bytes >= load_bytes
-            || (self.loading.is_none() && self.loads > 0 && {
-                // The store is idle: a half-size load now beats waiting for a full one (the
-                // store, not the fetch, is the bottleneck: measured, docs/BENCHMARKS.md).
-                self.buffer.len() >= load_records / 2 || self.buffered_bytes >= load_bytes / 2
-            })
-        {
-            // Two loads at most, the later registering after the earlier: memory stays
-            // bounded by three buffers, and a load that waits for its disk does not hold up
-            // the fetching. (One at a time kept the fetching waiting for each full load.)
-            if self
-                .loading
-                .as_ref()
-                .is_some_and(|l| l.behind.load(Ordering::Acquire))
-            {
-                self.wait()?;
-            }
-            let earlier = self.loading.take();
-            self.loads += 1;
-            out.applied = std::mem::take(&mut self.buffered_records);
-            self.buffered_bytes = 0;
-            let spare = std::mem::take(&mut self.spare);
-            let mut batch = std::mem::replace(&mut self.buffer, spare);
-            let (path, store) = (store.path().display().to_string(), store.clone());
-            let behind = Arc::new(AtomicBool::new(earlier.is_some()));
-            let waiting = behind.clone();
-            let handle = std::thread::Builder::new()
-                .name("baton-load".into())
-                .spawn(move || {
-                    let written = store.ingest_runs_after(&mut batch, next, || {
-                        let Some(load) = earlier else {
-                            return Ok(());
-                        };
-                        let joined = join(load.handle);
-                        waiting.store(false, Ordering::Release);
-                        joined.map(drop)
-                    });
-                    written.map(|()| batch)
-                })
-                .map_err(|e| StoreError::Store {
-                    path,
-                    message: format!("cannot start a bulk load: {e}"),
-                })?;
-            self.loading = Some(Load {
-                handle,
-                to: next,
-                behind,
-            });
+        let full = self.buffer.len() >= load_records || self.buffered_bytes >= load_bytes;
+        // Nothing left to fetch: what is gathered goes to the store now.
+        let last = self.fetched_to >= end;
+        // The store is idle: a half-size load now beats waiting for a full one (the store,
+        // not the fetch, is the bottleneck: measured, docs/BENCHMARKS.md).
+        let idle = self.loading.is_none()
+            && self.loads > 0
+            && (self.buffer.len() >= load_records / 2 || self.buffered_bytes >= load_bytes / 2);
+        if !(full || last || idle) {
+            return Ok(out);
         }
+        // Two loads at most, the later registering after the earlier: memory stays bounded by
+        // three buffers, and a load that waits for its disk does not hold up the fetching.
+        if self
+            .loading
+            .as_ref()
+            .is_some_and(|l| l.behind.load(Ordering::Acquire))
+        {
+            if !full {
+                // A later call starts it, once a load has ended.
+                return Ok(out);
+            }
+            // Only when the thread fetched beyond what it should ([`Catchup::busy`]).
+            self.wait()?;
+        }
+        out.applied = self.start_load(store)?;
         Ok(out)
+    }
+
+    /// Starts a bulk load of everything gathered, beside (and registering after) the load in
+    /// progress, if any. Returns the records it takes.
+    fn start_load(&mut self, store: &TaskStore) -> Result<u64, StoreError> {
+        let earlier = self.loading.take();
+        self.loads += 1;
+        let applied = std::mem::take(&mut self.buffered_records);
+        self.buffered_bytes = 0;
+        let spare = std::mem::take(&mut self.spare);
+        let mut batch = std::mem::replace(&mut self.buffer, spare);
+        let next = self.fetched_to;
+        let (path, store) = (store.path().display().to_string(), store.clone());
+        let behind = Arc::new(AtomicBool::new(earlier.is_some()));
+        let waiting = behind.clone();
+        let handle = std::thread::Builder::new()
+            .name("baton-load".into())
+            .spawn(move || {
+                yield_to_processing();
+                let written = store.ingest_runs_after(&mut batch, next, || {
+                    let Some(load) = earlier else {
+                        return Ok(());
+                    };
+                    let joined = join(load.handle);
+                    waiting.store(false, Ordering::Release);
+                    joined.map(drop)
+                });
+                written.map(|()| batch)
+            })
+            .map_err(|e| StoreError::Store {
+                path,
+                message: format!("cannot start a bulk load: {e}"),
+            })?;
+        self.loading = Some(Load {
+            handle,
+            to: next,
+            behind,
+        });
+        Ok(applied)
+    }
+
+    /// Puts everything fetched into the store and waits for it: afterwards the checkpoint is
+    /// where the fetching is. For a caller with nothing else to do meanwhile (a standalone
+    /// restore, tests).
+    pub fn finish(&mut self, store: &TaskStore) -> Result<(), StoreError> {
+        if !self.buffer.is_empty() {
+            self.start_load(store)?;
+        }
+        self.wait()?;
+        self.release_buffers();
+        Ok(())
+    }
+
+    /// Caught up: the buffers' memory goes back, and later chunks go straight in.
+    fn release_buffers(&mut self) {
+        if self.buffer.is_empty() && self.loading.is_none() {
+            (self.buffer, self.spare) = (Runs::default(), Runs::default());
+        }
     }
 
     /// Waits for the bulk load in progress, if any; the checkpoint moves with it.
@@ -282,6 +307,17 @@ impl Catchup {
         self.fetched_to = next;
     }
 }
+
+/// Lowers the calling thread's scheduling priority (nice 10; Linux keeps the nice value per
+/// thread): on a busy machine the stream threads, which run actives, get the CPU first, and a
+/// bulk load takes what is left. With cores to spare it still runs at full speed.
+fn yield_to_processing() {
+    // SAFETY: setpriority reads no memory of ours; `0` names the calling thread.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, LOAD_NICE) };
+}
+
+/// The nice value of bulk-load threads ([`yield_to_processing`]).
+const LOAD_NICE: libc::c_int = 10;
 
 /// The outcome of a bulk load: its buffer, emptied.
 fn join(handle: std::thread::JoinHandle<Loaded>) -> Loaded {
@@ -409,8 +445,52 @@ mod tests {
         c.fetched_to = 100;
         let releaser = std::thread::spawn(release);
         c.absorb(&store, fetched(&[100, 101], None), 102).unwrap();
+        assert_eq!(c.position(), 0, "the caller did not wait for the loads");
+        c.finish(&store).unwrap();
         releaser.join().unwrap();
         assert_eq!(c.position(), 102);
+        assert_eq!(store.get(b"k100").unwrap(), Some(b"v100".to_vec()));
+        assert_eq!(store.checkpoint().unwrap(), Some(102));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The last chunk goes to a load too, and the caller goes on: a later call, with an empty
+    /// answer as a caught-up fetch brings, finds the loads ended and moves the checkpoint.
+    #[test]
+    fn the_last_chunk_never_holds_up_the_caller() {
+        let (dir, store) = fresh_store("async-last");
+        let mut c = Catchup::new(0);
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let earlier_store = store.clone();
+        let handle = std::thread::spawn(move || {
+            let _ = gate.recv();
+            let mut runs = Runs::default();
+            runs.push_run([(Bytes::from("k100"), Some(Bytes::from("old")))]);
+            earlier_store.ingest_runs(&mut runs, 100).map(|()| runs)
+        });
+        c.loading = Some(Load {
+            handle,
+            to: 100,
+            behind: Arc::new(AtomicBool::new(false)),
+        });
+        c.fetched_to = 100;
+        let a = c.absorb(&store, fetched(&[100, 101], None), 102).unwrap();
+        assert_eq!(
+            (a.applied, c.position()),
+            (2, 0),
+            "handed to a load, not waited for"
+        );
+        let a = c.absorb(&store, fetched(&[], None), 102).unwrap();
+        assert_eq!((a.applied, c.position()), (0, 0), "the loads still run");
+        go.send(()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while c.position() < 102 && std::time::Instant::now() < deadline {
+            c.absorb(&store, fetched(&[], None), 102).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(c.position(), 102);
+        assert!(c.loading.is_none());
         assert_eq!(store.get(b"k100").unwrap(), Some(b"v100".to_vec()));
         assert_eq!(store.checkpoint().unwrap(), Some(102));
         drop(store);
@@ -548,6 +628,7 @@ mod tests {
         c.absorb(&store, fetched(&[at], None), i64::MAX).unwrap();
         assert_eq!(c.buffer.capacity(), kept, "the next chunk goes into it");
         c.absorb(&store, fetched(&[at + 1], None), at + 2).unwrap();
+        c.finish(&store).unwrap();
         assert_eq!(c.position(), at + 2);
         assert_eq!(
             (c.buffer.capacity(), c.spare.capacity()),
@@ -573,6 +654,7 @@ mod tests {
             .absorb(&store, fetched(&[4, 5, 6, 7, 8, 9], None), 10)
             .unwrap();
         assert_eq!(a.applied, 9);
+        c.finish(&store).unwrap();
         assert_eq!(c.position(), 10);
         assert_eq!(store.get(b"k0").unwrap(), Some(b"v0".to_vec()));
         assert_eq!(store.checkpoint().unwrap(), Some(10));

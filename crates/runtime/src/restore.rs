@@ -110,6 +110,7 @@ pub async fn restore(
             );
         }
     }
+    catchup.finish(store)?;
     // Records up to `end` may have been compacted away: the store has everything there is.
     // This last commit is durable, and makes every lazy one before it durable too.
     let next = catchup.position().max(end);

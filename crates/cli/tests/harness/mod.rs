@@ -123,11 +123,17 @@ impl Cluster {
     /// Produces `per_key` events to each key (`prefix0`, `prefix1`, ...) in large batches;
     /// returns the events per key.
     pub fn produce_backlog(&self, prefix: &str, keys: u64, per_key: u64) -> BTreeMap<String, i64> {
+        let keys: Vec<String> = (0..keys).map(|k| format!("{prefix}{k}")).collect();
+        self.produce_keys(&keys, per_key)
+    }
+
+    /// Produces `per_key` events to each of `keys`, as [`Cluster::produce_backlog`] does.
+    pub fn produce_keys(&self, keys: &[String], per_key: u64) -> BTreeMap<String, i64> {
         self.rt.block_on(async {
             let mut sent = BTreeMap::new();
             let mut batches: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
-            for k in 0..keys {
-                let key = format!("{prefix}{k}");
+            for key in keys {
+                let key = key.clone();
                 let p = partition_for(key.as_bytes(), PARTITIONS) as i32;
                 for i in 0..per_key {
                     batches.entry(p).or_default().push((
