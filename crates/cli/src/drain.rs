@@ -2,7 +2,7 @@
 //! exits once it holds nothing. Also: pick a percentage of the group, wait for the drain with
 //! progress, show who is draining, and take a drain back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +13,13 @@ use baton_runtime::control::{self, Request};
 use clap::Args;
 
 use crate::{tokio_runtime, Failure};
+
+/// Milliseconds since the epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 #[derive(Args)]
 pub struct DrainArgs {
@@ -83,16 +90,91 @@ pub fn instances(view: &GroupView) -> BTreeMap<String, InstanceState> {
 }
 
 /// The `n` instances whose departure moves the least: fewest actives, then least state, then
-/// by name. Instances already draining are not picked again.
-pub fn least_state(instances: &BTreeMap<String, InstanceState>, n: usize) -> Vec<String> {
-    let mut staying: Vec<(&String, &InstanceState)> =
-        instances.iter().filter(|(_, i)| !i.leaving).collect();
+/// by name. Instances already draining (`leaving`) are not picked again.
+pub fn least_state(
+    instances: &BTreeMap<String, InstanceState>,
+    n: usize,
+    leaving: &BTreeSet<String>,
+) -> Vec<String> {
+    let mut staying: Vec<(&String, &InstanceState)> = instances
+        .iter()
+        .filter(|(name, _)| !leaving.contains(*name))
+        .collect();
     staying.sort_by_key(|(name, i)| (i.active, i.state, (*name).clone()));
     staying
         .into_iter()
         .take(n)
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// How long a drain request counts as under way before its instance says so itself (it
+/// rejoins as leaving within a heartbeat or two; an instance restarted since ignores it).
+const PENDING_MS: i64 = 60_000;
+
+/// The instances draining already: those whose subscription says so, and those asked to
+/// within [`PENDING_MS`] before `now_ms` by a request written before offset `before` (all, when
+/// `None`), whatever their subscription says yet. `targets` are left out.
+pub fn already_leaving(
+    known: &BTreeMap<String, InstanceState>,
+    requests: &BTreeMap<String, control::Written>,
+    now_ms: i64,
+    before: Option<i64>,
+    targets: &[String],
+) -> BTreeSet<String> {
+    known
+        .iter()
+        .filter(|(name, i)| {
+            let asked = requests.get(*name).is_some_and(|w| {
+                w.request == Request::Drain
+                    && w.timestamp >= now_ms - PENDING_MS
+                    && before.is_none_or(|b| w.offset < b)
+            });
+            (i.leaving || asked) && !targets.contains(name)
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// Why draining `targets` while `leaving` drain already is refused, if it is: at least one
+/// instance must stay, and with `--percent P` at most P% of the group drains at once.
+pub fn refusal(
+    known: &BTreeMap<String, InstanceState>,
+    leaving: &BTreeSet<String>,
+    targets: &[String],
+    percent: Option<u32>,
+) -> Option<String> {
+    let staying = known
+        .keys()
+        .filter(|name| !leaving.contains(*name) && !targets.contains(name))
+        .count();
+    if staying == 0 {
+        return Some(format!(
+            "that would drain every instance: none would be left to take the tasks over \
+             (already leaving: {})",
+            named(leaving)
+        ));
+    }
+    let p = percent?;
+    let allowed = known.len() * p as usize / 100;
+    (leaving.len() + targets.len() > allowed)
+        .then(|| over_percent(p, allowed, known.len(), leaving))
+}
+
+fn over_percent(p: u32, allowed: usize, of: usize, leaving: &BTreeSet<String>) -> String {
+    format!(
+        "--percent {p} lets {allowed} of {of} instance(s) drain at once, and {} already do: {}",
+        leaving.len(),
+        named(leaving)
+    )
+}
+
+fn named(set: &BTreeSet<String>) -> String {
+    if set.is_empty() {
+        "none".to_owned()
+    } else {
+        set.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
 }
 
 pub fn run(args: DrainArgs) -> Result<(), Failure> {
@@ -121,22 +203,23 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
         describe(&client, &args.group),
     ))?;
     let known = instances(&view);
-    // A drain just requested shows in the instance's subscription only after it rejoins.
-    let requested = if args.cancel {
+    if args.status {
+        return crate::emit(&status_table(&args.group, &known));
+    }
+    // A drain just requested shows in the instance's subscription only after it rejoins: the
+    // control topic says it sooner.
+    let read_requests = || {
         runtime.block_on(crate::within(limit, &args.bootstrap, async {
-            control::latest_requests(&client, &args.group)
+            control::requests_in_order(&client, &args.group)
                 .await
                 .map_err(|e| Failure {
                     message: format!("reading group {}'s control topic: {e}", args.group),
                     status: 1,
                 })
-        }))?
-    } else {
-        BTreeMap::new()
+        }))
     };
-    if args.status {
-        return crate::emit(&status_table(&args.group, &known));
-    }
+    let requested = read_requests()?;
+    let now = now_ms();
     let targets: Vec<String> = match args.percent {
         Some(p) => {
             let n = known.len() * p as usize / 100;
@@ -146,7 +229,16 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
                     known.len()
                 )));
             }
-            least_state(&known, n)
+            let leaving = already_leaving(&known, &requested, now, None, &[]);
+            if leaving.len() >= n {
+                return Err(Failure::bad_input(over_percent(
+                    p,
+                    n,
+                    known.len(),
+                    &leaving,
+                )));
+            }
+            least_state(&known, n - leaving.len(), &leaving)
         }
         None => args.instances.clone(),
     };
@@ -160,21 +252,18 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
                     known.keys().cloned().collect::<Vec<_>>().join(", ")
                 )));
             };
-            let asked = requested.get(t) == Some(&Request::Drain);
+            let asked = requested.get(t).map(|w| w.request) == Some(Request::Drain);
             if args.cancel && !state.leaving && !asked {
                 return Err(Failure::bad_input(format!(
                     "instance {t:?} is not draining: nothing to cancel"
                 )));
             }
         }
-        let staying = known
-            .iter()
-            .filter(|(name, i)| !i.leaving && !targets.contains(name))
-            .count();
-        if !args.cancel && staying == 0 {
-            return Err(Failure::bad_input(
-                "that would drain every instance: none would be left to take the tasks over",
-            ));
+        if !args.cancel {
+            let leaving = already_leaving(&known, &requested, now, None, &targets);
+            if let Some(why) = refusal(&known, &leaving, &targets, args.percent) {
+                return Err(Failure::bad_input(why));
+            }
         }
     }
     let request = if args.cancel {
@@ -182,17 +271,37 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
     } else {
         Request::Drain
     };
-    runtime.block_on(crate::within(limit, &args.bootstrap, async {
-        for t in &targets {
-            control::send(&client, &args.group, t, request)
-                .await
-                .map_err(|e| Failure {
-                    message: format!("writing to group {}'s control topic: {e}", args.group),
-                    status: 1,
-                })?;
+    let send = |request: Request| {
+        runtime.block_on(crate::within(limit, &args.bootstrap, async {
+            let mut first = None;
+            for t in &targets {
+                let at = control::send(&client, &args.group, t, request)
+                    .await
+                    .map_err(|e| Failure {
+                        message: format!("writing to group {}'s control topic: {e}", args.group),
+                        status: 1,
+                    })?;
+                first.get_or_insert(at);
+            }
+            Ok(first)
+        }))
+    };
+    let written = send(request)?;
+    if let (Request::Drain, Some(ours), false) = (request, written, known.is_empty()) {
+        // Another `baton drain` may have read the group before this one wrote, and this one
+        // before it wrote: the control topic orders the two. Requests before ours count; if
+        // together they break the rule, this one (the later) is taken back. The earlier one
+        // sees nothing of ours before its own, so exactly one of the two stands.
+        let requested = read_requests()?;
+        let leaving = already_leaving(&known, &requested, now_ms(), Some(ours), &targets);
+        if let Some(why) = refusal(&known, &leaving, &targets, args.percent) {
+            send(Request::Cancel)?;
+            return Err(Failure::bad_input(format!(
+                "another drain came first, and {why}; this drain of {} is taken back",
+                targets.join(", ")
+            )));
         }
-        Ok(())
-    }))?;
+    }
     let names = targets.join(", ");
     if args.cancel {
         return crate::emit(&format!(
@@ -343,8 +452,74 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(least_state(&known, 1), ["c"]);
-        assert_eq!(least_state(&known, 2), ["c", "b"]);
-        assert_eq!(least_state(&known, 9), ["c", "b", "a"], "d drains already");
+        let leaving = BTreeSet::from(["d".to_owned()]);
+        assert_eq!(least_state(&known, 1, &leaving), ["c"]);
+        assert_eq!(least_state(&known, 2, &leaving), ["c", "b"]);
+        assert_eq!(
+            least_state(&known, 9, &leaving),
+            ["c", "b", "a"],
+            "d drains already"
+        );
+    }
+
+    fn written(request: Request, offset: i64, timestamp: i64) -> control::Written {
+        control::Written {
+            request,
+            offset,
+            timestamp,
+        }
+    }
+
+    /// Two drains that read the group at once: each wrote its request, then reads the topic
+    /// again. Only the later one counts the other's (earlier) request, and only it refuses.
+    #[test]
+    fn of_two_racing_drains_only_the_later_is_refused() {
+        let known: BTreeMap<String, InstanceState> = [
+            ("a".to_owned(), state(1, 10, false)),
+            ("b".to_owned(), state(1, 10, false)),
+        ]
+        .into_iter()
+        .collect();
+        let now = 1_000_000;
+        let requests = BTreeMap::from([
+            ("a".to_owned(), written(Request::Drain, 7, now)),
+            ("b".to_owned(), written(Request::Drain, 8, now)),
+        ]);
+        let a = ["a".to_owned()];
+        let before_a = already_leaving(&known, &requests, now, Some(7), &a);
+        assert!(before_a.is_empty());
+        assert_eq!(refusal(&known, &before_a, &a, None), None, "a came first");
+        let b = ["b".to_owned()];
+        let before_b = already_leaving(&known, &requests, now, Some(8), &b);
+        let why = refusal(&known, &before_b, &b, None).expect("b came second");
+        assert!(
+            why.contains("every instance") && why.contains("already leaving: a"),
+            "{why}"
+        );
+        // An old request (an instance restarted since) and a cancel count for nothing.
+        let stale = BTreeMap::from([
+            (
+                "a".to_owned(),
+                written(Request::Drain, 7, now - PENDING_MS - 1),
+            ),
+            ("c".to_owned(), written(Request::Cancel, 9, now)),
+        ]);
+        assert!(already_leaving(&known, &stale, now, None, &b).is_empty());
+    }
+
+    #[test]
+    fn percent_caps_the_instances_draining_at_once() {
+        let known: BTreeMap<String, InstanceState> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| ((*n).to_owned(), state(1, 10, *n == "a")))
+            .collect();
+        let leaving = already_leaving(&known, &BTreeMap::new(), 0, None, &[]);
+        assert_eq!(leaving, BTreeSet::from(["a".to_owned()]));
+        let why = refusal(&known, &leaving, &["b".to_owned()], Some(25)).unwrap();
+        assert!(
+            why.contains("lets 1 of 4") && why.contains("1 already do: a"),
+            "{why}"
+        );
+        assert_eq!(refusal(&known, &leaving, &["b".to_owned()], Some(50)), None);
     }
 }

@@ -35,6 +35,7 @@ fn faults() {
     timed("broker restart", broker_restart_with_persistent_storage);
     timed("repeated kill -9", repeated_kills_of_one_instance);
     timed("drain, one down", drain_while_another_instance_is_down);
+    timed("racing drains", racing_drains);
     timed("topics", topics_fit_the_input);
     eprintln!(
         "fault suite: {} ({:.0} s in all)",
@@ -493,6 +494,53 @@ fn repeated_kills_of_one_instance() {
     );
     a.stop();
     b.stop();
+}
+
+/// Two `baton drain` calls at the same moment, one for each of the two instances: each alone
+/// is allowed, together they would drain every instance. Exactly one stands; the other is
+/// refused (exit 2) naming the instance already leaving, and takes its request back. The
+/// drained one exits, the other runs on, and every event is counted once.
+fn racing_drains() {
+    let cluster = Cluster::new("racing-drains");
+    let a = cluster.spawn("a", &[]);
+    let b = cluster.spawn("b", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "racing drains: a and b");
+    let drain = |name: &str| cluster.baton(&["drain", "--group", &cluster.app, "--instance", name]);
+    let (for_a, for_b) = std::thread::scope(|s| {
+        let a = s.spawn(|| drain("a"));
+        let b = s.spawn(|| drain("b"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let outcome = |o: &std::process::Output| {
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let ((code_a, err_a), (code_b, err_b)) = (outcome(&for_a), outcome(&for_b));
+    eprintln!("racing drains: a -> {code_a:?} {err_a:?}; b -> {code_b:?} {err_b:?}");
+    let (mut drained, mut stays, refusal, leaving) = match (code_a, code_b) {
+        (Some(0), Some(2)) => (a, b, err_b, "a"),
+        (Some(2), Some(0)) => (b, a, err_a, "b"),
+        other => panic!("exactly one drain stands, the other exits 2: {other:?}\n{err_a}\n{err_b}"),
+    };
+    assert!(
+        refusal.contains(&format!("already leaving: {leaving}")),
+        "the refusal names the instance already leaving: {refusal}"
+    );
+    assert!(
+        drained.await_exit(Duration::from_secs(60)),
+        "the drained instance exits\n{}",
+        drained.log_text()
+    );
+    cluster.await_all_processing(now_ms(), "racing drains: one left");
+    let exited = stays.await_status(Duration::from_millis(300));
+    assert!(exited.is_none(), "the other runs on: {exited:?}");
+    let duplicates = cluster.check_counts(&mut producer, "racing drains");
+    assert_eq!(duplicates, 0, "nothing crashed: nothing counted twice");
+    eprintln!("racing drains: one drain stood, the other was refused; 0 lost, 0 counted twice");
+    stays.stop();
 }
 
 /// c dies (SIGKILL, not restarted) and b is drained at once: b exits after handing its tasks

@@ -140,6 +140,28 @@ pub async fn latest_requests(
     client: &Client,
     app_id: &str,
 ) -> baton_kafka::Result<std::collections::BTreeMap<String, Request>> {
+    Ok(requests_in_order(client, app_id)
+        .await?
+        .into_iter()
+        .map(|(instance, r)| (instance, r.request))
+        .collect())
+}
+
+/// A request as the control topic holds it: the topic's one partition orders all requests,
+/// which is what lets two `baton drain` calls that race agree on which came first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub request: Request,
+    pub offset: i64,
+    /// Milliseconds since the epoch.
+    pub timestamp: i64,
+}
+
+/// As [`latest_requests`], with each request's offset and time.
+pub async fn requests_in_order(
+    client: &Client,
+    app_id: &str,
+) -> baton_kafka::Result<std::collections::BTreeMap<String, Written>> {
     let topic = control_topic(app_id);
     let mut out = std::collections::BTreeMap::new();
     for r in baton_kafka::inspect::read_tail(client, &topic, REQUESTS_READ).await? {
@@ -152,7 +174,14 @@ pub async fn latest_requests(
             _ => continue,
         };
         if let Ok(instance) = std::str::from_utf8(k) {
-            out.insert(instance.to_owned(), request);
+            out.insert(
+                instance.to_owned(),
+                Written {
+                    request,
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                },
+            );
         }
     }
     Ok(out)
