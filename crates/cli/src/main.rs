@@ -52,6 +52,11 @@ enum Command {
 pub const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
+    // `baton run --config FILE`: the properties file sets what flags and environment do not.
+    if let Err(e) = baton_streams::run::apply_config_file(std::env::args_os()) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Assign(args) => assign::run(args),

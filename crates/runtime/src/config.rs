@@ -44,6 +44,8 @@ pub struct RuntimeConfig {
     pub on_oversized_record: OversizedRecord,
     /// What to do with an input record the application's code fails on (it panics).
     pub on_processing_error: ProcessingErrorPolicy,
+    /// What to do with an input record whose bytes its serdes cannot read.
+    pub on_deserialization_error: ProcessingErrorPolicy,
     /// How long startup (topic metadata, creating changelog and sink topics) may wait for the
     /// broker before the instance gives up with an error.
     pub startup_timeout: Duration,
@@ -127,6 +129,18 @@ impl ProcessingErrorPolicy {
     }
 }
 
+impl RuntimeConfig {
+    /// The dead-letter topics of both policies, each once.
+    pub fn dead_letter_topics(&self) -> Vec<&str> {
+        let mut topics: Vec<&str> = [&self.on_processing_error, &self.on_deserialization_error]
+            .into_iter()
+            .filter_map(ProcessingErrorPolicy::dead_letter_topic)
+            .collect();
+        topics.dedup();
+        topics
+    }
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
@@ -145,6 +159,7 @@ impl Default for RuntimeConfig {
             static_membership: false,
             on_oversized_record: OversizedRecord::Fail,
             on_processing_error: ProcessingErrorPolicy::Fail,
+            on_deserialization_error: ProcessingErrorPolicy::Fail,
             startup_timeout: Duration::from_secs(60),
             rack: None,
             client_tags: Vec::new(),

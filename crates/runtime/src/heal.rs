@@ -45,9 +45,10 @@ struct Streak {
 }
 
 /// A failure repeated within this is the same streak; a success this long after the last
-/// failure ends it.
+/// failure ends it. The quiet spell is longer than the longest wait between retries (10 s):
+/// with 5 s, a streak "ended" between two retries of the same full disk and was logged again.
 const STREAK_GAP: Duration = Duration::from_secs(60);
-const QUIET: Duration = Duration::from_secs(5);
+const QUIET: Duration = Duration::from_secs(30);
 
 impl StoreFailures {
     /// `what` failed for `task` with `error`; the task waits and retries.

@@ -30,10 +30,11 @@ pub async fn run(
     // Bounded, and given up on shutdown: a broker that is down or silent at startup is an
     // error the operator sees, not a hang.
     let mut stop = shutdown.clone();
+    let dead_letters = cfg.dead_letter_topics();
     let (wire, sink_partitions) = tokio::select! {
         prepared = tokio::time::timeout(
             cfg.startup_timeout,
-            prepare(&client, &topology, cfg.on_processing_error.dead_letter_topic()),
+            prepare(&client, &topology, &dead_letters),
         ) => {
             prepared.map_err(|_| RuntimeError::Unanswered(format!(
                 "the broker at {} did not answer within {:.0} s of startup (startup.timeout.ms)",
@@ -118,11 +119,29 @@ pub async fn run(
 async fn prepare(
     client: &Client,
     topology: &Topology,
-    dead_letter: Option<&str>,
+    dead_letters: &[&str],
 ) -> Result<(baton_protocol::bridge::Topology, BTreeMap<String, u32>)> {
-    let partitions = partition_counts(client, topology, dead_letter).await?;
-    let wire = topology.wire(&partitions)?;
+    let mut partitions = partition_counts(client, topology, dead_letters).await?;
     let mut topics = Vec::new();
+    // In stream order, so a repartition topic fed from another one knows its count.
+    for (topic, writer) in topology.repartition_topics() {
+        if partitions.contains_key(topic) {
+            continue;
+        }
+        let n = topology
+            .sources_of(writer)
+            .iter()
+            .filter_map(|s| partitions.get(s).copied())
+            .max()
+            .ok_or_else(|| TopologyError::MissingTopic(topology.sources_of(writer).join(", ")))?;
+        partitions.insert(topic.to_owned(), n);
+        topics.push(NewTopic {
+            name: topic.to_owned(),
+            partitions: n as i32,
+            compacted: false,
+        });
+    }
+    let wire = topology.wire(&partitions)?;
     for s in wire.subtopologies.values() {
         for t in &s.changelog_topics {
             topics.push(NewTopic {
@@ -146,7 +165,7 @@ async fn prepare(
             }
         }
     }
-    if let Some(topic) = dead_letter {
+    for &topic in dead_letters {
         // One partition when it has to be made: dead letters are few, and read in order.
         let n = partitions.get(topic).copied().unwrap_or(1);
         sink_partitions.insert(topic.to_owned(), n);
@@ -207,13 +226,13 @@ async fn check_changelog_partitions(client: &Client, wanted: &[NewTopic]) -> Res
 async fn partition_counts(
     client: &Client,
     topology: &Topology,
-    dead_letter: Option<&str>,
+    dead_letters: &[&str],
 ) -> Result<BTreeMap<String, u32>> {
     let mut names: Vec<String> = topology
         .source_topics()
         .into_iter()
         .chain(topology.sink_topics())
-        .chain(dead_letter)
+        .chain(dead_letters.iter().copied())
         .map(str::to_owned)
         .collect();
     names.sort();
@@ -232,7 +251,7 @@ async fn partition_counts(
         }
     }
     for source in topology.source_topics() {
-        if !out.contains_key(source) {
+        if !out.contains_key(source) && !topology.is_repartition_topic(source) {
             return Err(TopologyError::MissingTopic(source.to_owned()).into());
         }
     }

@@ -23,6 +23,19 @@ pub enum RecordOutcome {
     Store(StoreError),
     /// The application's code panicked with this message: nothing of the record was kept.
     Panicked(String),
+    /// The record's bytes could not be read by its serdes ([`undecodable`]): nothing of the
+    /// record was kept.
+    Undecodable(String),
+}
+
+/// Why a record's bytes could not be read: the panic payload of [`undecodable`].
+#[derive(Debug)]
+pub struct Undecodable(pub String);
+
+/// Ends the record being processed as one whose bytes cannot be read (`why`): it then follows
+/// `on-deserialization-error`, not `on-processing-error`. For serdes in the application's steps.
+pub fn undecodable(why: String) -> ! {
+    panic::panic_any(Undecodable(why))
 }
 
 /// Runs `key`/`value` of task `task` through `topology`: on success its writes go to
@@ -55,7 +68,10 @@ pub fn run_record(
             RecordOutcome::Done
         }
         Ok(Err(e)) => RecordOutcome::Store(e),
-        Err(payload) => RecordOutcome::Panicked(panic_message(payload.as_ref())),
+        Err(payload) => match payload.downcast::<Undecodable>() {
+            Ok(u) => RecordOutcome::Undecodable(u.0),
+            Err(payload) => RecordOutcome::Panicked(panic_message(payload.as_ref())),
+        },
     }
 }
 

@@ -726,7 +726,7 @@ impl Driver {
         let mut origins: Vec<(usize, i64, usize)> = Vec::new();
         let mut records = 0u64;
         // Records the application failed on, for the dead-letter topic (as they came).
-        let mut dead_letters: Vec<KeyValue> = Vec::new();
+        let mut dead_letters: Vec<(String, KeyValue)> = Vec::new();
         for &Input { source, from, to } in inputs {
             let Some(fetched) = sources.get(source).and_then(|tp| self.buffers.remove(tp)) else {
                 return failed(false);
@@ -750,8 +750,8 @@ impl Driver {
                         &mut out,
                     )
                 });
-                match step {
-                    RecordOutcome::Done => {}
+                let failed_record = match step {
+                    RecordOutcome::Done => None,
                     RecordOutcome::Store(e) => {
                         tracing::error!(task = %task, error = %e, "processing a record");
                         if e.is_corrupt() {
@@ -764,29 +764,51 @@ impl Driver {
                         }
                         return failed(false);
                     }
-                    RecordOutcome::Panicked(why) => {
-                        let tp = sources.get(source).cloned();
-                        let at = tp.map_or("an unknown partition".into(), |tp| {
-                            format!("{tp} offset {}", r.offset)
+                    RecordOutcome::Panicked(why) => Some(FailedRecord {
+                        source,
+                        offset: r.offset,
+                        why,
+                        undecodable: false,
+                    }),
+                    RecordOutcome::Undecodable(why) => Some(FailedRecord {
+                        source,
+                        offset: r.offset,
+                        why,
+                        undecodable: true,
+                    }),
+                };
+                if let Some(f) = failed_record {
+                    let (policy, setting, failure) = if f.undecodable {
+                        (
+                            &ctx.cfg.on_deserialization_error,
+                            "on-deserialization-error",
+                            "cannot be deserialized",
+                        )
+                    } else {
+                        (
+                            &ctx.cfg.on_processing_error,
+                            "on-processing-error",
+                            "failed in the application's code",
+                        )
+                    };
+                    let at = sources
+                        .get(f.source)
+                        .map_or("an unknown partition".into(), |tp| {
+                            format!("{tp} offset {}", f.offset)
                         });
-                        match &ctx.cfg.on_processing_error {
-                            ProcessingErrorPolicy::Fail => {
-                                tracing::error!(task = %task, record = %at, error = %why, "the application failed on an input record; stopping this task only (on-processing-error=fail): it holds its partitions and processes nothing more until it moves or the instance restarts");
-                                return Event::RecordFailed { task, batch };
-                            }
-                            policy => {
-                                let now = self.now();
-                                if let Some(unlogged) = self.skip_log.admit(task, now) {
-                                    tracing::error!(task = %task, record = %at, error = %why, policy = ?policy, unlogged_since_last = unlogged, "the application failed on an input record; skipping it");
-                                }
-                                self.ctx.status.add_skipped(task);
-                                if policy.dead_letter_topic().is_some() {
-                                    dead_letters.push((Some(k.clone()), Some(v.clone())));
-                                }
-                            }
-                        }
-                        continue;
+                    if *policy == ProcessingErrorPolicy::Fail {
+                        tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): it holds its partitions and processes nothing more until it moves or the instance restarts");
+                        return Event::RecordFailed { task, batch };
                     }
+                    let now = self.now();
+                    if let Some(unlogged) = self.skip_log.admit(task, now) {
+                        tracing::error!(task = %task, record = %at, error = %f.why, policy = ?policy, unlogged_since_last = unlogged, "an input record {failure}; skipping it ({setting})");
+                    }
+                    self.ctx.status.add_skipped(task);
+                    if let Some(topic) = policy.dead_letter_topic() {
+                        dead_letters.push((topic.to_owned(), (Some(k.clone()), Some(v.clone()))));
+                    }
+                    continue;
                 }
                 origins.push((source, r.offset, out.len()));
             }
@@ -797,14 +819,20 @@ impl Driver {
                 .get(at)
                 .and_then(|&(s, offset, _)| Some((sources.get(s)?.clone(), offset)))
         };
-        if let Some(topic) = ctx.cfg.on_processing_error.dead_letter_topic() {
+        if !dead_letters.is_empty() {
             // Before the batch's own output: a batch run again may repeat a dead letter (the
             // dead-letter topic is at least once), but never loses one.
             if !m.may_write(self.now()) {
                 return failed(false);
             }
-            if !self.send_dead_letters(task, topic, dead_letters).await {
-                return failed(false);
+            let mut by_topic: BTreeMap<String, Vec<KeyValue>> = BTreeMap::new();
+            for (topic, record) in dead_letters {
+                by_topic.entry(topic).or_default().push(record);
+            }
+            for (topic, records) in by_topic {
+                if !self.send_dead_letters(task, &topic, records).await {
+                    return failed(false);
+                }
             }
         }
         let changelogs = ctx.wire.changelog_partitions(task);
@@ -1070,6 +1098,14 @@ enum Produced {
     Failed,
     /// `records[index]` is larger than any batch the broker takes; those before it are written.
     Oversized { index: usize },
+}
+
+/// An input record the application failed on, or could not deserialize.
+struct FailedRecord {
+    source: usize,
+    offset: i64,
+    why: String,
+    undecodable: bool,
 }
 
 /// A processing batch's store writes, read back by later records of the same batch.

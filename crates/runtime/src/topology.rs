@@ -1,12 +1,14 @@
-//! The application a Baton instance runs: streams of records from source topics through
-//! stateless steps (filter, map) and keyed stateful steps (aggregate, count) into state stores,
-//! out to a sink topic.
+//! The application a Baton instance runs, at the byte level: streams of records from source
+//! topics through steps (filter, map, flat-map, peek) and keyed stateful steps (aggregate,
+//! count) into state stores, out to a sink topic. The typed API (`baton-streams`) compiles to
+//! this.
 //!
 //! Each stream is one subtopology, and its tasks are the partitions of its (co-partitioned)
 //! sources, as in Kafka Streams: task `s_p` reads partition `p` of every source of stream `s`
 //! and owns partition `p` of each of its stores' changelogs. A stateful step groups by the
-//! record's key as it arrives, so no step may change keys before it (there is no repartition
-//! topic); `map_values` may.
+//! record's key as it arrives, so no step may change keys before it within one stream. A key
+//! change before a grouping writes through a repartition topic instead: one stream's sink, the
+//! next stream's source, created by Baton at start ([`Topology::with_repartition_topics`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,6 +22,9 @@ use crate::store::StoreError;
 type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
 type MapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<u8> + Send + Sync>;
 type MapFn = Arc<dyn Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync>;
+type FlatMapFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync>;
+type FlatMapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync>;
+type PeekFn = Arc<dyn Fn(&[u8], &[u8]) + Send + Sync>;
 /// `(current aggregate or None, key, value) -> new aggregate`.
 type AggregateFn = Arc<dyn Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync>;
 
@@ -28,6 +33,15 @@ enum Step {
     Filter(FilterFn),
     MapValues(MapValuesFn),
     Map(MapFn),
+    /// Each record becomes any number of records; keys may change unless `keeps_keys`.
+    FlatMap {
+        f: FlatMapFn,
+        keeps_keys: bool,
+    },
+    /// Each record becomes any number of records with its key.
+    FlatMapValues(FlatMapValuesFn),
+    /// Sees each record and passes it on unchanged.
+    Peek(PeekFn),
     /// Updates the store's value for the record's key and passes `(key, new value)` on.
     Aggregate {
         store: String,
@@ -74,6 +88,47 @@ impl Stream {
         f: impl Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync + 'static,
     ) -> Self {
         self.steps.push(Step::Map(Arc::new(f)));
+        self
+    }
+
+    /// Replaces each record with the records `f(key, value)` returns (none, one or many).
+    /// Keys may change: not allowed before a stateful step.
+    pub fn flat_map(
+        mut self,
+        f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::FlatMap {
+            f: Arc::new(f),
+            keeps_keys: false,
+        });
+        self
+    }
+
+    /// As [`Stream::flat_map`], for an `f` that keeps each record's key (a typed layer that
+    /// decodes and encodes it again): allowed before a stateful step.
+    pub fn flat_map_keeping_keys(
+        mut self,
+        f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::FlatMap {
+            f: Arc::new(f),
+            keeps_keys: true,
+        });
+        self
+    }
+
+    /// Replaces each record with one record per value `f(key, value)` returns, same key.
+    pub fn flat_map_values(
+        mut self,
+        f: impl Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::FlatMapValues(Arc::new(f)));
+        self
+    }
+
+    /// Calls `f(key, value)` for each record and passes it on unchanged.
+    pub fn peek(mut self, f: impl Fn(&[u8], &[u8]) + Send + Sync + 'static) -> Self {
+        self.steps.push(Step::Peek(Arc::new(f)));
         self
     }
 
@@ -142,7 +197,7 @@ pub enum TopologyError {
         first: usize,
         store: String,
     },
-    #[error("streams[{stream}].steps[{step}]: `map` changes keys before the stateful step on store {store:?}; use `map_values`")]
+    #[error("streams[{stream}].steps[{step}]: `map` changes keys before the stateful step on store {store:?}; use `map_values`, or group through a repartition topic")]
     KeyChangeBeforeState {
         stream: usize,
         step: usize,
@@ -150,6 +205,10 @@ pub enum TopologyError {
     },
     #[error("streams[{stream}]: sources are not co-partitioned: {detail}")]
     NotCoPartitioned { stream: usize, detail: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("repartition topic {topic:?}: {why}")]
+    BadRepartition { topic: String, why: String },
     #[error("topic {0:?} does not exist: create the input topic before starting (Baton never creates it)")]
     MissingTopic(String),
     #[error("topic {topic:?} has {found} partitions where this application needs {expected} (one per input partition); delete it or use another --app-id")]
@@ -165,6 +224,11 @@ pub enum TopologyError {
 pub struct Topology {
     app_id: String,
     streams: Vec<Stream>,
+    /// Topics Baton creates and owns: each the sink of one stream and the source of a later
+    /// one, with the writing stream's partition count.
+    repartition: BTreeSet<String>,
+    /// What `describe` prints, when the builder knows more than the streams say.
+    description: Option<String>,
 }
 
 /// Where a processed record goes.
@@ -211,7 +275,10 @@ impl Topology {
             let mut key_changed_at = None;
             for (j, step) in s.steps.iter().enumerate() {
                 match step {
-                    Step::Map(_) => key_changed_at = key_changed_at.or(Some(j)),
+                    Step::Map(_)
+                    | Step::FlatMap {
+                        keeps_keys: false, ..
+                    } => key_changed_at = key_changed_at.or(Some(j)),
                     Step::Aggregate { store, .. } => {
                         if let Some(step) = key_changed_at {
                             return Err(TopologyError::KeyChangeBeforeState {
@@ -228,7 +295,93 @@ impl Topology {
         Ok(Topology {
             app_id: app_id.to_owned(),
             streams,
+            repartition: BTreeSet::new(),
+            description: None,
         })
+    }
+
+    /// Sets what [`Topology::describe`] prints (the typed builder's node-level view).
+    pub fn with_description(mut self, description: String) -> Topology {
+        self.description = Some(description);
+        self
+    }
+
+    /// The application's sub-topologies with their sources, stores and sinks, in the form of
+    /// Kafka's `Topology.describe()`.
+    pub fn describe(&self) -> String {
+        if let Some(d) = &self.description {
+            return d.clone();
+        }
+        let mut out = String::from("Topologies:\n");
+        for (i, s) in self.streams.iter().enumerate() {
+            out += &format!("   Sub-topology: {i}\n");
+            out += &format!("    Source: (topics: [{}])\n", s.sources.join(", "));
+            let stores: Vec<&str> = s.stores().collect();
+            out += &format!(
+                "    Processor: {} step(s) (stores: [{}])\n",
+                s.steps.len(),
+                stores.join(", ")
+            );
+            if let Some(sink) = &s.sink {
+                out += &format!("    Sink: (topic: {sink})\n");
+            }
+            out += "\n";
+        }
+        out
+    }
+
+    /// Marks `topics` as repartition topics: Baton creates each at start with the partition
+    /// count of the stream that writes it (as Kafka Streams does), and never asks for it to
+    /// exist first. Each must be the sink of one stream and a source of a later one.
+    pub fn with_repartition_topics(
+        mut self,
+        topics: impl IntoIterator<Item = String>,
+    ) -> Result<Topology, TopologyError> {
+        for topic in topics {
+            let bad = |why: &str| TopologyError::BadRepartition {
+                topic: topic.clone(),
+                why: why.to_owned(),
+            };
+            let writers: Vec<usize> = (0..self.streams.len())
+                .filter(|&i| self.streams[i].sink.as_deref() == Some(topic.as_str()))
+                .collect();
+            let readers: Vec<usize> = (0..self.streams.len())
+                .filter(|&i| self.streams[i].sources.contains(&topic))
+                .collect();
+            match (writers.as_slice(), readers.as_slice()) {
+                ([w], [r]) if w < r => {}
+                ([_], [_]) => return Err(bad("its reader comes before its writer")),
+                _ => {
+                    return Err(bad(
+                        "needs exactly one stream writing it and one reading it",
+                    ))
+                }
+            }
+            self.repartition.insert(topic);
+        }
+        Ok(self)
+    }
+
+    /// The repartition topics, each with the stream that writes it, in stream order.
+    pub fn repartition_topics(&self) -> Vec<(&str, u32)> {
+        let mut out: Vec<(&str, u32)> = self
+            .repartition
+            .iter()
+            .filter_map(|t| {
+                let w = self
+                    .streams
+                    .iter()
+                    .position(|s| s.sink.as_deref() == Some(t.as_str()))?;
+                Some((t.as_str(), w as u32))
+            })
+            .collect();
+        out.sort_by_key(|&(_, w)| w);
+        out
+    }
+
+    /// Whether Baton creates `topic` ([`Topology::with_repartition_topics`]).
+    pub fn is_repartition_topic(&self, topic: &str) -> bool {
+        self.repartition.contains(topic)
     }
 
     pub fn app_id(&self) -> &str {
@@ -322,29 +475,55 @@ impl Topology {
         let Some(stream) = self.streams.get(task.subtopology as usize) else {
             return Ok(());
         };
-        let (mut key, mut value) = (key, value);
+        // Most steps keep one record one record; a flat-map makes it many, each going through
+        // the later steps in order.
+        let mut records = vec![(key, value)];
         for step in &stream.steps {
-            match step {
-                Step::Filter(f) => {
-                    if !f(&key, &value) {
-                        return Ok(());
+            let mut next = Vec::with_capacity(records.len());
+            for (key, value) in records {
+                match step {
+                    Step::Filter(f) => {
+                        if f(&key, &value) {
+                            next.push((key, value));
+                        }
+                    }
+                    Step::MapValues(f) => {
+                        let v = Bytes::from(f(&key, &value));
+                        next.push((key, v));
+                    }
+                    Step::Map(f) => {
+                        let (k, v) = f(&key, &value);
+                        next.push((Bytes::from(k), Bytes::from(v)));
+                    }
+                    Step::FlatMap { f, .. } => next.extend(
+                        f(&key, &value)
+                            .into_iter()
+                            .map(|(k, v)| (Bytes::from(k), Bytes::from(v))),
+                    ),
+                    Step::FlatMapValues(f) => next.extend(
+                        f(&key, &value)
+                            .into_iter()
+                            .map(|v| (key.clone(), Bytes::from(v))),
+                    ),
+                    Step::Peek(f) => {
+                        f(&key, &value);
+                        next.push((key, value));
+                    }
+                    Step::Aggregate { store, f } => {
+                        let current = stores.get(store, &key)?;
+                        let agg = f(current.as_deref(), &key, &value);
+                        stores.put(store, &key, agg.clone());
+                        next.push((key, Bytes::from(agg)));
                     }
                 }
-                Step::MapValues(f) => value = Bytes::from(f(&key, &value)),
-                Step::Map(f) => {
-                    let (k, v) = f(&key, &value);
-                    (key, value) = (Bytes::from(k), Bytes::from(v));
-                }
-                Step::Aggregate { store, f } => {
-                    let current = stores.get(store, &key)?;
-                    let next = f(current.as_deref(), &key, &value);
-                    stores.put(store, &key, next.clone());
-                    value = Bytes::from(next);
-                }
+            }
+            records = next;
+            if records.is_empty() {
+                return Ok(());
             }
         }
         if stream.sink.is_some() {
-            out.push((key, value));
+            out.extend(records);
         }
         Ok(())
     }
@@ -443,6 +622,55 @@ mod tests {
         assert_eq!(
             out,
             vec![("a!".into(), "X".into()), ("b!".into(), "Y".into())]
+        );
+    }
+
+    /// Word count in two subtopologies: lines split into words re-keyed by word, through a
+    /// repartition topic, then counted.
+    #[test]
+    fn a_flat_map_fans_out_and_a_repartition_topic_joins_two_streams() {
+        let t = Topology::new(
+            "app",
+            vec![
+                Stream::from(&["lines"])
+                    .flat_map(|_, v| {
+                        v.split(|b| *b == b' ')
+                            .filter(|w| !w.is_empty())
+                            .map(|w| (w.to_vec(), w.to_vec()))
+                            .collect()
+                    })
+                    .peek(|_, _| {})
+                    .to("app-words-repartition"),
+                Stream::from(&["app-words-repartition"])
+                    .count("counts")
+                    .to("out"),
+            ],
+        )
+        .unwrap()
+        .with_repartition_topics(["app-words-repartition".to_owned()])
+        .unwrap();
+        let (_, out) = run(&t, &[("", "a b  a"), ("", "")]);
+        assert_eq!(
+            out,
+            vec![
+                ("a".into(), "a".into()),
+                ("b".into(), "b".into()),
+                ("a".into(), "a".into())
+            ]
+        );
+        assert_eq!(t.repartition_topics(), vec![("app-words-repartition", 0)]);
+        assert!(t.is_repartition_topic("app-words-repartition"));
+        let e = Topology::new(
+            "app",
+            vec![Stream::from(&["a"]).to("b"), Stream::from(&["c"]).to("d")],
+        )
+        .unwrap()
+        .with_repartition_topics(["b".to_owned()])
+        .err()
+        .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "repartition topic \"b\": needs exactly one stream writing it and one reading it"
         );
     }
 

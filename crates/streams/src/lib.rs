@@ -1,0 +1,35 @@
+//! Your own stream-processing application on Baton: the crate an application depends on.
+//!
+//! A typed streams API with the meaning Kafka Streams gives its operations
+//! ([`StreamsBuilder`], [`KStream`], [`KGroupedStream`], [`KTable`]), serdes that write Kafka's
+//! wire formats ([`serdes`]), grouping through repartition topics, and [`main`]/[`run`]: the
+//! whole `baton run` surface for the application's own `main`. Every store of every
+//! sub-topology is scaled the KIP-441 way: warmed up on its new owner before the hand-over.
+//! `docs/API.md` maps each Kafka Streams operation to Baton's.
+//!
+//! ```
+//! use baton_streams::serdes::{Long, Str};
+//! use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+//!
+//! let builder = StreamsBuilder::new("wordcount");
+//! builder
+//!     .stream("lines", Consumed::with(Str, Str))
+//!     .flat_map_values(|line: &String| {
+//!         line.to_lowercase().split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+//!     })
+//!     .group_by(|_, word: &String| word.clone(), Grouped::with(Str, Str).named("words"))
+//!     .count(Materialized::named("counts"))
+//!     .to_stream()
+//!     .to("word-counts", Produced::with(Str, Long));
+//! print!("{}", builder.describe());
+//! ```
+
+mod describe;
+mod dsl;
+pub mod run;
+pub mod serdes;
+
+pub use dsl::{
+    Consumed, Grouped, KGroupedStream, KStream, KTable, Materialized, Produced, StreamsBuilder,
+};
+pub use run::{main, parse_args, run, RunArgs, RunError};

@@ -1,0 +1,193 @@
+//! Serdes: how keys and values become bytes on topics and in stores. The built-in ones write
+//! what Kafka's own serializers write, so Java clients read the topics: `String` as UTF-8,
+//! `i64`/`i32` big-endian (`LongSerde`/`IntegerSerde`), `f64` as its IEEE 754 bits big-endian
+//! (`DoubleSerde`), bytes as they are, and any `serde` type as JSON.
+
+use std::marker::PhantomData;
+
+/// Why bytes could not be read as a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{serde}: {why}")]
+pub struct SerdeError {
+    /// The serde that failed, e.g. `Long`.
+    pub serde: &'static str,
+    pub why: String,
+}
+
+/// Turns values of type `Self::Value` into bytes and back. Implement it for a format of your
+/// own; a serde is shared by every task, so it must be `Send + Sync`.
+///
+/// ```
+/// use baton_streams::serdes::{Long, Serde};
+/// let bytes = Long.serialize(&42);
+/// assert_eq!(bytes, 42i64.to_be_bytes());
+/// assert_eq!(Long.deserialize(&bytes), Ok(42));
+/// ```
+pub trait Serde: Send + Sync + 'static {
+    type Value: Send + Sync + 'static;
+    /// A short name for messages and `describe`.
+    fn name(&self) -> &'static str;
+    fn serialize(&self, value: &Self::Value) -> Vec<u8>;
+    fn deserialize(&self, bytes: &[u8]) -> Result<Self::Value, SerdeError>;
+}
+
+/// UTF-8 text, as Kafka's `StringSerializer`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Str;
+
+impl Serde for Str {
+    type Value = String;
+    fn name(&self) -> &'static str {
+        "String"
+    }
+    fn serialize(&self, value: &String) -> Vec<u8> {
+        value.as_bytes().to_vec()
+    }
+    fn deserialize(&self, bytes: &[u8]) -> Result<String, SerdeError> {
+        String::from_utf8(bytes.to_vec()).map_err(|e| SerdeError {
+            serde: "String",
+            why: format!("not UTF-8: {e}"),
+        })
+    }
+}
+
+macro_rules! fixed {
+    ($name:ident, $t:ty, $kafka:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $name;
+
+        impl Serde for $name {
+            type Value = $t;
+            fn name(&self) -> &'static str {
+                $kafka
+            }
+            fn serialize(&self, value: &$t) -> Vec<u8> {
+                value.to_be_bytes().to_vec()
+            }
+            fn deserialize(&self, bytes: &[u8]) -> Result<$t, SerdeError> {
+                let array = bytes.try_into().map_err(|_| SerdeError {
+                    serde: $kafka,
+                    why: format!(
+                        "{} bytes where {} were expected",
+                        bytes.len(),
+                        std::mem::size_of::<$t>()
+                    ),
+                })?;
+                Ok(<$t>::from_be_bytes(array))
+            }
+        }
+    };
+}
+
+fixed!(
+    Long,
+    i64,
+    "Long",
+    "A 64-bit integer, 8 bytes big-endian, as Kafka's `LongSerializer`."
+);
+fixed!(
+    Integer,
+    i32,
+    "Integer",
+    "A 32-bit integer, 4 bytes big-endian, as Kafka's `IntegerSerializer`."
+);
+fixed!(
+    Double,
+    f64,
+    "Double",
+    "A 64-bit float, its IEEE 754 bits big-endian, as Kafka's `DoubleSerializer`."
+);
+
+/// Bytes as they are, as Kafka's `ByteArraySerializer`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Raw;
+
+impl Serde for Raw {
+    type Value = Vec<u8>;
+    fn name(&self) -> &'static str {
+        "ByteArray"
+    }
+    fn serialize(&self, value: &Vec<u8>) -> Vec<u8> {
+        value.clone()
+    }
+    fn deserialize(&self, bytes: &[u8]) -> Result<Vec<u8>, SerdeError> {
+        Ok(bytes.to_vec())
+    }
+}
+
+/// Any `serde` type as a JSON document (UTF-8).
+///
+/// ```
+/// use baton_streams::serdes::{Json, Serde};
+/// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+/// struct Order { id: String, customer: u64 }
+/// let json = Json::<Order>::new();
+/// let bytes = json.serialize(&Order { id: "o1".into(), customer: 7 });
+/// assert_eq!(bytes, br#"{"id":"o1","customer":7}"#);
+/// assert!(json.deserialize(b"{").is_err());
+/// ```
+pub struct Json<T>(PhantomData<fn() -> T>);
+
+impl<T> Json<T> {
+    pub fn new() -> Self {
+        Json(PhantomData)
+    }
+}
+
+impl<T> Default for Json<T> {
+    fn default() -> Self {
+        Json::new()
+    }
+}
+
+impl<T> Clone for Json<T> {
+    fn clone(&self) -> Self {
+        Json::new()
+    }
+}
+
+impl<T> Copy for Json<T> {}
+
+impl<T> Serde for Json<T>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    type Value = T;
+    fn name(&self) -> &'static str {
+        "Json"
+    }
+    fn serialize(&self, value: &T) -> Vec<u8> {
+        serde_json::to_vec(value).unwrap_or_else(|e| {
+            // A map with non-string keys, say: the application's own type cannot be written.
+            panic!("serializing a value as JSON: {e}")
+        })
+    }
+    fn deserialize(&self, bytes: &[u8]) -> Result<T, SerdeError> {
+        serde_json::from_slice(bytes).map_err(|e| SerdeError {
+            serde: "Json",
+            why: e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_width_serdes_write_kafkas_bytes_and_refuse_other_lengths() {
+        assert_eq!(Long.serialize(&1), [0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(Integer.serialize(&-2), [0xff, 0xff, 0xff, 0xfe]);
+        assert_eq!(Double.serialize(&1.5), 1.5f64.to_bits().to_be_bytes());
+        assert_eq!(Double.deserialize(&Double.serialize(&-0.25)), Ok(-0.25));
+        let e = Long.deserialize(b"12").unwrap_err();
+        assert_eq!(e.to_string(), "Long: 2 bytes where 8 were expected");
+        assert!(Str
+            .deserialize(&[0xff])
+            .unwrap_err()
+            .to_string()
+            .starts_with("String: not UTF-8"));
+        assert_eq!(Raw.deserialize(b"x"), Ok(b"x".to_vec()));
+    }
+}

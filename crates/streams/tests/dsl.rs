@@ -1,0 +1,240 @@
+//! The typed DSL compiled to Baton's topology, run record by record over an in-memory store:
+//! what each sub-topology writes, byte for byte as Kafka Streams writes it.
+
+use std::collections::BTreeMap;
+
+use baton_assignor::TaskId;
+use baton_runtime::store::StoreError;
+use baton_runtime::topology::{Stores, Topology};
+use baton_streams::serdes::{Integer, Json, Long, Serde, Str};
+use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+use bytes::Bytes;
+
+#[derive(Default)]
+struct Mem(BTreeMap<(String, Vec<u8>), Vec<u8>>);
+
+impl Stores for Mem {
+    fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
+    }
+    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+        self.0.insert((store.to_owned(), key.to_vec()), value);
+    }
+}
+
+/// Runs `records` through sub-topology `sub`; its outputs.
+fn run(
+    t: &Topology,
+    sub: u32,
+    stores: &mut Mem,
+    records: &[(Vec<u8>, Vec<u8>)],
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (k, v) in records {
+        t.process(
+            TaskId::new(sub, 0),
+            Bytes::from(k.clone()),
+            Bytes::from(v.clone()),
+            stores,
+            &mut out,
+        )
+        .unwrap();
+    }
+    out.into_iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect()
+}
+
+fn wordcount() -> Topology {
+    let builder = StreamsBuilder::new("wc");
+    builder
+        .stream("lines", Consumed::with(Str, Str))
+        .flat_map_values(|line: &String| {
+            line.to_lowercase()
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .group_by(
+            |_, w: &String| w.clone(),
+            Grouped::with(Str, Str).named("words"),
+        )
+        .count(Materialized::named("counts"))
+        .to_stream()
+        .to("out", Produced::with(Str, Long));
+    builder.build().unwrap()
+}
+
+#[test]
+fn word_count_repartitions_by_word_and_writes_longs() {
+    let t = wordcount();
+    assert_eq!(t.repartition_topics(), vec![("wc-words-repartition", 0)]);
+    let mut stores = Mem::default();
+    let line = |s: &str| (Vec::new(), s.as_bytes().to_vec());
+    let words = run(&t, 0, &mut stores, &[line("Hello hello"), line("world")]);
+    let as_words: Vec<(String, String)> = words
+        .iter()
+        .map(|(k, v)| (Str.deserialize(k).unwrap(), Str.deserialize(v).unwrap()))
+        .collect();
+    assert_eq!(
+        as_words,
+        [("hello", "hello"), ("hello", "hello"), ("world", "world")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+    assert!(stores.0.is_empty(), "sub-topology 0 keeps no state");
+    let counts = run(&t, 1, &mut stores, &words);
+    let as_counts: Vec<(String, i64)> = counts
+        .iter()
+        .map(|(k, v)| (Str.deserialize(k).unwrap(), Long.deserialize(v).unwrap()))
+        .collect();
+    assert_eq!(
+        as_counts,
+        vec![
+            ("hello".into(), 1),
+            ("hello".into(), 2),
+            ("world".into(), 1)
+        ]
+    );
+    assert_eq!(
+        counts[1].1,
+        2i64.to_be_bytes(),
+        "a Long: 8 bytes big-endian"
+    );
+    assert_eq!(
+        stores.0.get(&("counts".to_owned(), b"hello".to_vec())),
+        Some(&2i64.to_be_bytes().to_vec())
+    );
+}
+
+#[test]
+fn describe_shows_both_sub_topologies_and_the_repartition_topic() {
+    let builder = StreamsBuilder::new("wc");
+    builder
+        .stream("lines", Consumed::with(Str, Str))
+        .flat_map_values(|l: &String| vec![l.clone()])
+        .group_by(
+            |_, w: &String| w.clone(),
+            Grouped::with(Str, Str).named("words"),
+        )
+        .count(Materialized::named("counts"))
+        .to_stream()
+        .to("out", Produced::with(Str, Long));
+    let text = builder.describe();
+    assert!(
+        text.starts_with("Topologies:\n   Sub-topology: 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Source: KSTREAM-SOURCE-0000000000 (topics: [lines])"),
+        "{text}"
+    );
+    assert!(text.contains("(topic: wc-words-repartition)"), "{text}");
+    assert!(text.contains("   Sub-topology: 1\n"), "{text}");
+    assert!(text.contains("(stores: [counts])"), "{text}");
+    assert_eq!(builder.build().unwrap().describe(), text);
+}
+
+#[test]
+fn grouping_by_key_repartitions_only_after_a_key_change() {
+    // No key change: one sub-topology, the store beside the source.
+    let builder = StreamsBuilder::new("app");
+    builder
+        .stream("in", Consumed::with(Str, Integer))
+        .filter(|_, v: &i32| *v > 0)
+        .group_by_key(Grouped::with(Str, Integer))
+        .reduce(|a, b| a + b, Materialized::named("sums"))
+        .to_stream()
+        .to("out", Produced::with(Str, Integer));
+    let t = builder.build().unwrap();
+    assert!(t.repartition_topics().is_empty());
+    let mut stores = Mem::default();
+    let rec = |k: &str, v: i32| (k.as_bytes().to_vec(), v.to_be_bytes().to_vec());
+    let out = run(
+        &t,
+        0,
+        &mut stores,
+        &[rec("a", 2), rec("a", -1), rec("a", 5)],
+    );
+    let sums: Vec<i32> = out
+        .iter()
+        .map(|(_, v)| Integer.deserialize(v).unwrap())
+        .collect();
+    assert_eq!(sums, [2, 7]);
+
+    // A key change first: a repartition topic named after the store.
+    let builder = StreamsBuilder::new("app");
+    builder
+        .stream("in", Consumed::with(Str, Integer))
+        .select_key(|k: &String, _| k.to_uppercase())
+        .group_by_key(Grouped::with(Str, Integer))
+        .count(Materialized::named("per-upper"))
+        .to_stream()
+        .to("out", Produced::with(Str, Long));
+    let t = builder.build().unwrap();
+    assert_eq!(
+        t.repartition_topics(),
+        vec![("app-per-upper-repartition", 0)]
+    );
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+struct Total {
+    n: u32,
+    sum: i64,
+}
+
+#[test]
+fn aggregate_folds_into_a_json_value_and_map_changes_types() {
+    let builder = StreamsBuilder::new("app");
+    builder
+        .stream("in", Consumed::with(Str, Long))
+        .map(|k: &String, v: &i64| (k.clone(), *v * 10))
+        .peek(|_, _| {})
+        .group_by_key(Grouped::with(Str, Long).named("tens"))
+        .aggregate(
+            || Total { n: 0, sum: 0 },
+            |_k, v, t| Total {
+                n: t.n + 1,
+                sum: t.sum + v,
+            },
+            Json::<Total>::new(),
+            Materialized::named("totals"),
+        )
+        .to_stream()
+        .map_values(|t: &Total| format!("{}/{}", t.sum, t.n))
+        .to("out", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    let mut stores = Mem::default();
+    let rec = |v: i64| (b"k".to_vec(), v.to_be_bytes().to_vec());
+    let keyed = run(&t, 0, &mut stores, &[rec(1), rec(2)]);
+    let out = run(&t, 1, &mut stores, &keyed);
+    let texts: Vec<String> = out
+        .iter()
+        .map(|(_, v)| Str.deserialize(v).unwrap())
+        .collect();
+    assert_eq!(texts, ["10/1", "30/2"]);
+    assert_eq!(
+        stores.0.get(&("totals".to_owned(), b"k".to_vec())),
+        Some(&br#"{"n":2,"sum":30}"#.to_vec())
+    );
+}
+
+#[test]
+fn a_stream_left_unfinished_or_a_store_named_twice_is_refused() {
+    let builder = StreamsBuilder::new("app");
+    let _dangling = builder.stream("in", Consumed::with(Str, Str));
+    // The stream's steps are kept, but nothing ends it: it still builds (a source with no
+    // sink is allowed, as in Kafka Streams).
+    assert!(builder.build().is_ok());
+    let builder = StreamsBuilder::new("app");
+    for topic in ["a", "b"] {
+        builder
+            .stream(topic, Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .count(Materialized::named("same"))
+            .to_stream()
+            .to(&format!("{topic}-out"), Produced::with(Str, Long));
+    }
+    let e = builder.build().err().unwrap().to_string();
+    assert!(e.contains("store \"same\" is already used"), "{e}");
+}
