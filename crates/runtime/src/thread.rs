@@ -737,9 +737,15 @@ impl Driver {
                 .filter(|r| r.offset >= from && r.offset < to)
             {
                 records += 1;
-                let (Some(k), Some(v)) = (&r.key, &r.value) else {
-                    continue; // a keyed step cannot place a record without key or value
+                // A record without a key is read with an empty one (a stateless step may give
+                // it a key, as word count's grouping does); one without a value is a delete,
+                // which no step here takes: it is passed over, as Kafka Streams' aggregations
+                // pass over null values.
+                let Some(v) = &r.value else {
+                    continue;
                 };
+                let k = r.key.clone().unwrap_or_default();
+                let k = &k;
                 let step = blocking(|| {
                     run_record(
                         &ctx.topology,

@@ -1,0 +1,328 @@
+//! The `wordcount` example on the real broker, as its docs run it: lines produced while one
+//! instance runs, then two more join and the first is drained, input flowing all along. Every
+//! word's last count equals its occurrences in the input, and the longest stall of each
+//! output partition is reported. The broker comes from `scripts/install-broker.sh`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_kafka::client::NewTopic;
+use baton_kafka::records::{KeyValue, Record};
+use baton_kafka::testing::Broker;
+use baton_kafka::Client;
+use bytes::Bytes;
+
+const PARTITIONS: i32 = 4;
+const APP: &str = "wc-e2e";
+const INPUT: &str = "lines";
+const OUTPUT: &str = "word-counts";
+
+/// The example binary `cargo test` builds beside this test.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds it (or: cargo build --example {name})",
+        path.display()
+    );
+    path
+}
+
+struct Instance {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Instance {
+    fn spawn(broker: &str, dir: &std::path::Path, name: &str) -> Instance {
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(example("wordcount"))
+            .args([
+                "--bootstrap",
+                broker,
+                "--app-id",
+                APP,
+                "--instance-id",
+                name,
+            ])
+            .args(["--state-dir", dir.join(name).to_str().unwrap()])
+            .args(["--input", INPUT, "--output", OUTPUT])
+            .args([
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "6000",
+            ])
+            .args(["--commit-interval-ms", "500"])
+            .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Instance {
+            name: name.into(),
+            child,
+            log,
+        }
+    }
+
+    fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
+    fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Line `i` of the input: a few words from a small vocabulary, some repeated, mixed case and
+/// punctuation, as a reader of `WordCountDemo`'s input would type.
+fn line(i: u64) -> String {
+    const WORDS: [&str; 12] = [
+        "Kafka", "streams", "baton", "relay", "warm", "up", "hand", "over", "state", "store", "no",
+        "stall",
+    ];
+    let n = 1 + i % 5;
+    (0..n)
+        .map(|j| WORDS[((i * 7 + j * 3) % 12) as usize])
+        .collect::<Vec<_>>()
+        .join(if i % 3 == 0 { ", " } else { " " })
+}
+
+/// What `WordCountDemo` counts for `text`: lower-case words split at non-word runs.
+fn words(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+struct Setup {
+    rt: tokio::runtime::Runtime,
+    client: Arc<Client>,
+}
+
+impl Setup {
+    fn produce(&self, lines: &[String], from: u64) {
+        self.rt.block_on(async {
+            let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+            for (i, l) in lines.iter().enumerate() {
+                // No key, as WordCountDemo's input: spread over the partitions by line.
+                let p = ((from + i as u64) % PARTITIONS as u64) as i32;
+                by_partition
+                    .entry(p)
+                    .or_default()
+                    .push((None, Some(Bytes::from(l.clone()))));
+            }
+            for (p, records) in by_partition {
+                let leader = self.client.leader(INPUT, p).await.unwrap();
+                self.client
+                    .produce(&leader, INPUT, p, &records)
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+
+    fn read(&self, topic: &str) -> BTreeMap<i32, Vec<Record>> {
+        self.rt.block_on(async {
+            let mut out = BTreeMap::new();
+            for p in 0..PARTITIONS {
+                // Not made yet (the instance creates its output at start): nothing to read.
+                let Ok(leader) = self.client.leader(topic, p).await else {
+                    continue;
+                };
+                let (mut offset, mut rows) = (0, Vec::new());
+                loop {
+                    let f = self
+                        .client
+                        .fetch(&leader, topic, p, offset, 4 << 20, 200)
+                        .await
+                        .unwrap();
+                    if let Some(last) = f.records.last() {
+                        offset = last.offset + 1;
+                    }
+                    rows.extend(f.records);
+                    if f.high_watermark >= 0 && offset >= f.high_watermark {
+                        break;
+                    }
+                }
+                out.insert(p, rows);
+            }
+            out
+        })
+    }
+
+    /// Each word's latest count in the output (a word lives in one partition).
+    fn counts(&self) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        for r in self.read(OUTPUT).into_values().flatten() {
+            let word = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let v: [u8; 8] = r.value.unwrap().as_ref().try_into().expect("a Long");
+            out.insert(word, i64::from_be_bytes(v));
+        }
+        out
+    }
+
+    fn await_counts(&self, want: &BTreeMap<String, i64>, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let got = self.counts();
+            if &got == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: counts differ from the input's:\n{}",
+                want.iter()
+                    .filter(|(w, n)| got.get(*w) != Some(n))
+                    .map(|(w, n)| format!("  {w:?}: want {n}, got {:?}", got.get(w)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+#[test]
+fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
+    let broker = Broker::start();
+    let dir = std::env::temp_dir().join(format!("baton-wordcount-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let setup = Setup {
+        rt: tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap(),
+        client: Client::new(&[&broker.addr], "wordcount-e2e"),
+    };
+    setup
+        .rt
+        .block_on(setup.client.create_topics(&[NewTopic {
+            name: INPUT.into(),
+            partitions: PARTITIONS,
+            compacted: false,
+        }]))
+        .unwrap();
+
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let mut sent = 0u64;
+    let mut send = |setup: &Setup, n: u64| {
+        let lines: Vec<String> = (sent..sent + n).map(line).collect();
+        for l in &lines {
+            for w in words(l) {
+                *expected.entry(w).or_insert(0) += 1;
+            }
+        }
+        setup.produce(&lines, sent);
+        sent += n;
+        expected.clone()
+    };
+
+    let mut a = Instance::spawn(&broker.addr, &dir, "a");
+    let want = send(&setup, 3_000);
+    setup.await_counts(&want, "one instance");
+    eprintln!(
+        "wordcount: one instance counted {} words of 3,000 lines",
+        want.values().sum::<i64>()
+    );
+
+    // Scale out to three and drain the first, with lines flowing all along.
+    let from = now_ms();
+    let mut b = Instance::spawn(&broker.addr, &dir, "b");
+    let mut c = Instance::spawn(&broker.addr, &dir, "c");
+    for _ in 0..20 {
+        send(&setup, 100);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    setup.rt.block_on(async {
+        baton_runtime::control::request_drain(&setup.client, APP, "a")
+            .await
+            .unwrap()
+    });
+    for _ in 0..20 {
+        send(&setup, 100);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let want = send(&setup, 1);
+    let status = a.exited_within(Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "a exits once drained: {status:?}\n{}",
+        std::fs::read_to_string(&a.log).unwrap_or_default()
+    );
+    setup.await_counts(&want, "after the scale-out and the drain");
+    let to = now_ms();
+    // The longest stretch each output partition went without a record, join to end.
+    let gaps: BTreeMap<i32, f64> = setup
+        .read(OUTPUT)
+        .into_iter()
+        .map(|(p, rows)| {
+            let (mut last, mut gap) = (from, 0);
+            for r in rows
+                .iter()
+                .filter(|r| r.timestamp >= from && r.timestamp <= to)
+            {
+                gap = gap.max(r.timestamp - last);
+                last = r.timestamp;
+            }
+            (p, gap.max(to - last) as f64 / 1000.0)
+        })
+        .collect();
+    let repartition = setup.read(&format!("{APP}-words-repartition"));
+    let words_sent: i64 = want.values().sum();
+    let repartitioned: usize = repartition.values().map(Vec::len).sum();
+    eprintln!(
+        "wordcount: {sent} lines, {words_sent} words, {} distinct, all counted exactly; \
+         {repartitioned} records through the repartition topic; longest gap per output \
+         partition {gaps:?}",
+        want.len()
+    );
+    assert!(
+        repartitioned as i64 >= words_sent,
+        "every word went through the repartition topic"
+    );
+    let worst = gaps.values().copied().fold(0.0, f64::max);
+    assert!(worst < 10.0, "an output partition stalled {worst:.2} s");
+    for i in [&mut b, &mut c] {
+        assert!(
+            i.exited_within(Duration::ZERO).is_none(),
+            "{} runs on",
+            i.name
+        );
+        i.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
