@@ -14,6 +14,8 @@ struct Json<'a> {
     probe_after_ms: Option<u64>,
     warnings: &'a [String],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    active_moves: &'a [Move<'a>],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
     standby_moves: &'a [Move<'a>],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     forced: &'a [Move<'a>],
@@ -21,7 +23,8 @@ struct Json<'a> {
     traffic: Option<Traffic>,
 }
 
-/// A standby move, or a move past the scale-down timeout, for the JSON output.
+/// A pending move of an active or a standby, or a move past the scale-down timeout, for the
+/// JSON output.
 #[derive(Serialize)]
 struct Move<'a> {
     task: String,
@@ -40,7 +43,11 @@ pub fn to_json<'a>(assignment: &'a Assignment, pretty: bool) -> String {
             })
             .collect()
     };
-    let (standby_moves, forced) = (moves(&assignment.standby_moves), moves(&assignment.forced));
+    let (active_moves, standby_moves, forced) = (
+        moves(&assignment.pending),
+        moves(&assignment.standby_moves),
+        moves(&assignment.forced),
+    );
     let json = Json {
         clients: assignment
             .clients
@@ -50,6 +57,7 @@ pub fn to_json<'a>(assignment: &'a Assignment, pretty: bool) -> String {
         followup_rebalance: assignment.followup_rebalance,
         probe_after_ms: assignment.probe_after_ms,
         warnings: &assignment.warnings,
+        active_moves: &active_moves,
         standby_moves: &standby_moves,
         forced: &forced,
         traffic: assignment.traffic,

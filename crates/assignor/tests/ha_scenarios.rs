@@ -302,8 +302,12 @@ fn a_moving_standby_keeps_its_caught_up_copy_until_the_new_one_has_caught_up() {
     }
     for m in &a.standby_moves {
         assert!(get(&a, &m.from.0).standby.contains(&m.task));
-        assert!(!get(&a, &m.to.0).standby.contains(&m.task), "{m:?}");
+        // The new holder fills a standby slot: a standby, not a warm-up (issue 29).
+        assert!(get(&a, &m.to.0).standby.contains(&m.task), "{m:?}");
+        assert!(!get(&a, &m.to.0).warmup.contains(&m.task), "{m:?}");
     }
+    let warmups: usize = a.clients.values().map(|c| c.warmup.len()).sum();
+    assert!(warmups <= 1, "within max.warmup.replicas (1): {warmups}");
     assert!(a.followup_rebalance);
 
     let run = converge(&HighAvailabilityAssignor, state, 20);

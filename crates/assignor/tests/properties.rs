@@ -35,10 +35,12 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
             task.id
         );
         if task.stateful && name == AssignorKind::HighAvailability {
-            // A target catching up as a standby, or a standby's new holder, is a warm-up
-            // (budget-free): copies are never fewer than the standbys configured.
+            // A standby slot filled by a move's target is a standby; the old caught-up copy a
+            // moving standby keeps meanwhile is one more, listed in `standby_moves`. Copies are
+            // never fewer than the standbys configured.
+            let moving = a.standby_moves.iter().filter(|m| m.task == task.id).count();
             prop_assert!(
-                count(Role::Standby) <= want_standbys
+                count(Role::Standby) <= want_standbys + moving
                     && count(Role::Standby) + count(Role::Warmup) >= want_standbys,
                 "{}: standbys of {}: {:?}",
                 name,
@@ -64,18 +66,28 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
         }
         warmups += count(Role::Warmup);
     }
-    // Baton's budget-free warm-ups: a standby's new holder, and a move's target that is one of
-    // the task's holders (at most one per pending move).
-    let free = if name == AssignorKind::HighAvailability {
-        a.standby_moves.len() + a.pending.len()
-    } else {
-        0
-    };
+    // The KIP's budget, as an operator reads the output: warm-ups never exceed
+    // max.warmup.replicas, and every copy beyond one active and the standbys configured is
+    // a warm-up or the old copy of a listed standby move.
     prop_assert!(
-        warmups <= cfg.max_warmup_replicas as usize + free,
-        "{}: {} warm-ups",
+        warmups <= cfg.max_warmup_replicas as usize,
+        "{}: {} warm-ups over max.warmup.replicas {}",
         name,
-        warmups
+        warmups,
+        cfg.max_warmup_replicas
+    );
+    let beyond: usize = state
+        .tasks
+        .iter()
+        .filter(|t| t.stateful)
+        .map(|t| a.holders(t.id).len().saturating_sub(1 + want_standbys))
+        .sum();
+    prop_assert!(
+        beyond <= cfg.max_warmup_replicas as usize + a.standby_moves.len(),
+        "{}: {} copies beyond the active and standbys, with {} standby moves",
+        name,
+        beyond,
+        a.standby_moves.len()
     );
     if name == AssignorKind::Sticky {
         prop_assert_eq!(warmups, 0);
@@ -126,16 +138,16 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
                 a.holders(task.id)
             );
         }
-        // A moving standby keeps its caught-up copy: the old holder stays the standby and the
-        // new one, behind, warms up or waits.
+        // A moving standby keeps its caught-up copy: the old holder stays a standby, and the
+        // new one, behind, fills the slot as a standby too (not a warm-up: no budget).
         for m in &a.standby_moves {
             let from = cluster.clients.iter().position(|c| c.id == m.from).unwrap() as u32;
             let to = cluster.clients.iter().position(|c| c.id == m.to).unwrap() as u32;
             let t = cluster.tasks.iter().position(|x| x.id == m.task).unwrap() as u32;
             prop_assert!(cluster.is_caught_up(from, t) && !cluster.is_caught_up(to, t));
             prop_assert!(a.clients[&m.from].standby.contains(&m.task));
-            // The new holder warms up, or (a move's target past the budget) waits for a slot.
-            prop_assert!(!a.clients[&m.to].standby.contains(&m.task));
+            prop_assert!(a.clients[&m.to].standby.contains(&m.task));
+            prop_assert!(!a.clients[&m.to].warmup.contains(&m.task));
         }
         // Available: a stateful active runs on a caught-up client whenever one exists.
         for (ti, task) in cluster.tasks.iter().enumerate() {

@@ -350,12 +350,15 @@ pub fn member_assignments(
         for (i, &t) in a.active.iter().enumerate() {
             actives[i % n].push(t);
         }
+        // Baton's warm-up list (v12) names every copy whose catching up hands a task over:
+        // the budgeted warm-ups and the standbys that are a pending move's target.
+        let (plain, catching_up) = catching_up(&assignment, pid, a);
         // Continue the deal where the actives stopped, so standbys even out the threads.
         let start = a.active.len();
-        for (i, &t) in a.standby.iter().chain(&a.warmup).enumerate() {
+        for (i, &t) in plain.iter().chain(&catching_up).enumerate() {
             let k = (start + i) % n;
             standbys[k].push(t);
-            if i >= a.standby.len() {
+            if i >= plain.len() {
                 warmups[k].push(t);
             }
         }
@@ -420,4 +423,28 @@ fn parse_endpoint(s: &str) -> Option<HostInfo> {
         host: host.to_owned(),
         port: port.parse().ok()?,
     })
+}
+
+/// A client's copies: its standbys that no pending move waits on, then (sorted) the copies
+/// whose catching up hands a task over: its warm-ups and the standbys that are the target of a
+/// pending move of an active or a standby.
+fn catching_up(
+    assignment: &Assignment,
+    pid: &uuid::Uuid,
+    a: &baton_assignor::ClientAssignment,
+) -> (Vec<TaskId>, Vec<TaskId>) {
+    let me = pid.to_string();
+    let targets: BTreeSet<TaskId> = assignment
+        .pending
+        .iter()
+        .chain(&assignment.standby_moves)
+        .filter(|m| m.to.0 == me)
+        .map(|m| m.task)
+        .collect();
+    let (targeted, plain): (Vec<TaskId>, Vec<TaskId>) =
+        a.standby.iter().partition(|t| targets.contains(t));
+    let mut catching_up: Vec<TaskId> = a.warmup.iter().copied().chain(targeted).collect();
+    catching_up.sort();
+    catching_up.dedup();
+    (plain, catching_up)
 }

@@ -3,7 +3,8 @@
 //! A task runs on its target active only if that client is caught up. Otherwise it keeps running
 //! on a caught-up client (a caught-up holder if there is one, so that no extra copy is needed)
 //! and the target catches up first: as a standby if it is one, or as a warm-up within the
-//! group's `max.warmup.replicas` budget. Tasks already warming up keep their budget first, so
+//! group's `max.warmup.replicas` budget. Only those budgeted copies are labelled warm-ups; a
+//! copy in a standby slot is a standby even while it is a pending move's target. Tasks already warming up keep their budget first, so
 //! a warm-up is never abandoned half way.
 //!
 //! A standby that moves keeps its caught-up copy (Kafka's standby task movements): while the
@@ -119,7 +120,9 @@ fn place_standbys(
             continue;
         }
         if h == a {
-            plan.push(h, t, Role::Warmup);
+            // The target, catching up in one of the task's standby slots: a standby, and the
+            // pending move's target (the runtime hands the task over once it catches up).
+            plan.push(h, t, Role::Standby);
         } else if cluster.is_caught_up(h, t) {
             plan.push(h, t, Role::Standby);
             caught_up += 1;
@@ -137,7 +140,9 @@ fn place_standbys(
         match (caught_up < slots).then(&mut next_old).flatten() {
             Some(c) => {
                 plan.push(c, t, Role::Standby);
-                plan.push(h, t, Role::Warmup);
+                // Fills a slot the old copy keeps meanwhile: a standby, listed as the move's
+                // target in `standby_moves`; no warm-up budget.
+                plan.push(h, t, Role::Standby);
                 plan.standby_moves.push((t, c, h));
                 caught_up += 1;
             }
