@@ -39,7 +39,7 @@ enum Command {
     /// Describe a live group: members, subscriptions, assignments and lags.
     Inspect(inspect::InspectArgs),
     /// Run the example application: count events per key, handing tasks over smoothly.
-    Run(Box<run::RunArgs>),
+    Run(Box<run::CountArgs>),
     /// Produce test events at a steady rate.
     Produce(produce::ProduceArgs),
     /// Mark an instance as leaving: its tasks move off, then it exits.
@@ -147,4 +147,18 @@ pub fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every subcommand's flags build (clap checks names, groups and defaults only when a
+    /// command is built, so a clash would otherwise show only when someone runs it).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

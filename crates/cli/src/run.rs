@@ -8,7 +8,7 @@ use clap::Args;
 use crate::Failure;
 
 #[derive(Args)]
-pub struct RunArgs {
+pub struct CountArgs {
     #[command(flatten)]
     run: baton_streams::RunArgs,
     /// The topic of events to count (it must exist).
@@ -19,7 +19,7 @@ pub struct RunArgs {
     output: String,
 }
 
-pub fn run(args: RunArgs) -> Result<(), Failure> {
+pub fn run(args: CountArgs) -> Result<(), Failure> {
     if args.input == args.output {
         return Err(Failure::bad_input(format!(
             "--output {:?} is the input topic: every count would be counted again, forever",

@@ -516,3 +516,27 @@ mod tests {
         assert!(e.starts_with("app.properties:1: expected KEY=VALUE"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod surface {
+    use clap::{CommandFactory, Parser};
+
+    use super::RunArgs;
+
+    #[derive(Parser)]
+    struct App {
+        #[command(flatten)]
+        run: RunArgs,
+        #[arg(long)]
+        input: String,
+    }
+
+    #[test]
+    fn an_application_flattens_the_run_surface() {
+        App::command().debug_assert();
+        let app = App::try_parse_from(["app", "--bootstrap", "a:1,b:2", "--input", "in"]).unwrap();
+        assert_eq!(app.run.bootstrap, ["a:1", "b:2"]);
+        assert_eq!(app.run.threads, 1);
+        assert_eq!(app.input, "in");
+    }
+}
