@@ -36,6 +36,7 @@ fn faults() {
     timed("repeated kill -9", repeated_kills_of_one_instance);
     timed("drain, one down", drain_while_another_instance_is_down);
     timed("racing drains", racing_drains);
+    timed("drain at start", a_drain_sent_at_once_after_start);
     timed("topics", topics_fit_the_input);
     eprintln!(
         "fault suite: {} ({:.0} s in all)",
@@ -506,6 +507,20 @@ fn racing_drains() {
     let b = cluster.spawn("b", &[]);
     let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
     cluster.await_all_processing(now_ms(), "racing drains: a and b");
+    // Both drains must see both instances (an instance's name reaches the group's view with
+    // its reports), or the race is not the one under test.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = cluster.baton(&["drain", "--group", &cluster.app, "--status"]);
+        if String::from_utf8_lossy(&out.stdout).contains(": 2 instance(s)") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group's view never showed a and b"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let drain = |name: &str| cluster.baton(&["drain", "--group", &cluster.app, "--instance", name]);
     let (for_a, for_b) = std::thread::scope(|s| {
         let a = s.spawn(|| drain("a"));
@@ -541,6 +556,42 @@ fn racing_drains() {
     assert_eq!(duplicates, 0, "nothing crashed: nothing counted twice");
     eprintln!("racing drains: one drain stood, the other was refused; 0 lost, 0 counted twice");
     stays.stop();
+}
+
+/// A drain written the moment an instance starts, while the control topic it just created may
+/// still be unknown to the broker: the instance reads where to follow the topic from before it
+/// joins, so the drain is seen; it hands over to b and exits.
+fn a_drain_sent_at_once_after_start() {
+    let cluster = Cluster::new("drain-at-start");
+    let mut a = cluster.spawn("a", &[]);
+    assert!(
+        a.await_log(&["starting"], Duration::from_secs(30)),
+        "a starts\n{}",
+        a.log_text()
+    );
+    cluster
+        .rt
+        .block_on(baton_runtime::control::request_drain(
+            &cluster.client,
+            &cluster.app,
+            "a",
+        ))
+        .unwrap();
+    let produced = cluster.produce_backlog("k", 20, 50);
+    let b = cluster.spawn("b", &[]);
+    assert!(
+        a.await_exit(Duration::from_secs(60)),
+        "a saw the drain sent as it started, and left\n{}",
+        a.log_text()
+    );
+    assert!(
+        !a.log_text().contains("reading the control topic"),
+        "no failed reads of the control topic at startup\n{}",
+        a.log_text()
+    );
+    assert_exact(&cluster, &produced, "drain at start");
+    let mut b = b;
+    b.stop();
 }
 
 /// c dies (SIGKILL, not restarted) and b is drained at once: b exits after handing its tasks

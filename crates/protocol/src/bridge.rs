@@ -352,7 +352,7 @@ pub fn member_assignments(
         }
         // Baton's warm-up list (v12) names every copy whose catching up hands a task over:
         // the budgeted warm-ups and the standbys that are a pending move's target.
-        let (plain, catching_up) = catching_up(&assignment, pid, a);
+        let (plain, catching_up) = catching_up(assignment, pid, a);
         // Continue the deal where the actives stopped, so standbys even out the threads.
         let start = a.active.len();
         for (i, &t) in plain.iter().chain(&catching_up).enumerate() {

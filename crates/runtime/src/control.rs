@@ -187,33 +187,47 @@ pub async fn requests_in_order(
     Ok(out)
 }
 
-/// Follows the control topic from its current end: a drain for this instance marks it leaving,
-/// a cancel takes that back.
-pub async fn watch(ctx: Arc<Context>) {
+/// The control topic's end, once the broker answers for it: a topic just created can be
+/// unknown to it for a few seconds. Read at startup, before the instance joins, so that a drain
+/// written any time after the start is seen ([`watch`] reads from here). The caller bounds the
+/// wait (`startup.timeout.ms`).
+pub async fn start_position(client: &Client, app_id: &str) -> i64 {
+    let tp = TopicPartition::new(control_topic(app_id), 0);
+    let mut waited = 0u32;
+    loop {
+        match client.end_offsets(std::slice::from_ref(&tp)).await {
+            Ok(ends) if ends.contains_key(&tp) => return ends[&tp],
+            answer => {
+                waited += 1;
+                if waited.is_multiple_of(50) {
+                    tracing::info!(topic = %tp.topic, answer = ?answer.err(), "waiting for the control topic");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Follows the control topic from `from` (its end at startup): a drain for this instance marks
+/// it leaving, a cancel takes that back.
+pub async fn watch(ctx: Arc<Context>, from: i64) {
     let topic = control_topic(ctx.group());
     // Its own connection: a long-polling fetch must not hold up anyone else's requests.
     let bootstrap: Vec<&str> = ctx.cfg.bootstrap.iter().map(String::as_str).collect();
     let client = Client::new(&bootstrap, &format!("{}-control", ctx.cfg.instance_id));
-    let mut position = None;
+    let mut position = from;
     loop {
         let step = async {
             let leader = ctx.leader(&topic, 0).await?;
-            let from = match position {
-                Some(p) => p,
-                None => {
-                    let tp = TopicPartition::new(&topic, 0);
-                    let ends = client.end_offsets(std::slice::from_ref(&tp)).await?;
-                    ends.get(&tp).copied().unwrap_or(0)
-                }
-            };
-            position = Some(from);
-            let f = client.fetch(&leader, &topic, 0, from, 1 << 20, 500).await?;
+            let f = client
+                .fetch(&leader, &topic, 0, position, 1 << 20, 500)
+                .await?;
             Ok::<_, baton_kafka::Error>(f.records)
         };
         match step.await {
             Ok(records) => {
                 for r in records {
-                    position = Some(r.offset + 1);
+                    position = r.offset + 1;
                     let me = r.key.as_deref() == Some(ctx.cfg.instance_id.as_bytes());
                     if !me {
                         continue;

@@ -31,7 +31,7 @@ pub async fn run(
     // error the operator sees, not a hang.
     let mut stop = shutdown.clone();
     let dead_letters = cfg.dead_letter_topics();
-    let (wire, sink_partitions) = tokio::select! {
+    let (wire, sink_partitions, control_from) = tokio::select! {
         prepared = tokio::time::timeout(
             cfg.startup_timeout,
             prepare(&client, &topology, &dead_letters),
@@ -68,7 +68,7 @@ pub async fn run(
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics");
         background.push(tokio::spawn(metrics::serve(listener, ctx.clone())));
     }
-    background.push(tokio::spawn(control::watch(ctx.clone())));
+    background.push(tokio::spawn(control::watch(ctx.clone(), control_from)));
     background.push(tokio::spawn(control::publish_progress(ctx.clone())));
     background.push(tokio::spawn(cleanup::run(ctx.clone())));
 
@@ -114,13 +114,14 @@ pub async fn run(
     result
 }
 
-/// Creates the changelog, sink, dead-letter and control topics. Returns the wire topology
-/// and the partition count of each topic records are written to (sinks, dead letters).
+/// Creates the changelog, sink, dead-letter and control topics. Returns the wire topology,
+/// the partition count of each topic records are written to (sinks, dead letters), and where
+/// to follow the control topic from.
 async fn prepare(
     client: &Client,
     topology: &Topology,
     dead_letters: &[&str],
-) -> Result<(baton_protocol::bridge::Topology, BTreeMap<String, u32>)> {
+) -> Result<(baton_protocol::bridge::Topology, BTreeMap<String, u32>, i64)> {
     let mut partitions = partition_counts(client, topology, dead_letters).await?;
     let mut topics = Vec::new();
     // In stream order, so a repartition topic fed from another one knows its count.
@@ -183,7 +184,8 @@ async fn prepare(
         .await
         .map_err(kafka("creating changelog and sink topics"))?;
     control::ensure_control_topic(client, topology.app_id()).await?;
-    Ok((wire, sink_partitions))
+    let control_from = control::start_position(client, topology.app_id()).await;
+    Ok((wire, sink_partitions, control_from))
 }
 
 /// A changelog made earlier with another partition count (the input was re-created with

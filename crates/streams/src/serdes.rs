@@ -143,7 +143,7 @@ impl<T> Default for Json<T> {
 
 impl<T> Clone for Json<T> {
     fn clone(&self) -> Self {
-        Json::new()
+        *self
     }
 }
 

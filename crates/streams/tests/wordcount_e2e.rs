@@ -46,18 +46,30 @@ struct Instance {
 
 impl Instance {
     fn spawn(broker: &str, dir: &std::path::Path, name: &str) -> Instance {
+        Instance::spawn_with(broker, dir, name, APP, OUTPUT, &[])
+    }
+
+    fn spawn_with(
+        broker: &str,
+        dir: &std::path::Path,
+        name: &str,
+        app: &str,
+        output: &str,
+        extra: &[&str],
+    ) -> Instance {
         let log = dir.join(format!("{name}.log"));
         let child = Command::new(example("wordcount"))
             .args([
                 "--bootstrap",
                 broker,
                 "--app-id",
-                APP,
+                app,
                 "--instance-id",
                 name,
             ])
             .args(["--state-dir", dir.join(name).to_str().unwrap()])
-            .args(["--input", INPUT, "--output", OUTPUT])
+            .args(["--input", INPUT, "--output", output])
+            .args(extra)
             .args([
                 "--heartbeat-interval-ms",
                 "300",
@@ -88,6 +100,10 @@ impl Instance {
         None
     }
 
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     fn stop(&mut self) {
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
@@ -107,7 +123,7 @@ fn line(i: u64) -> String {
     (0..n)
         .map(|j| WORDS[((i * 7 + j * 3) % 12) as usize])
         .collect::<Vec<_>>()
-        .join(if i % 3 == 0 { ", " } else { " " })
+        .join(if i.is_multiple_of(3) { ", " } else { " " })
 }
 
 /// What `WordCountDemo` counts for `text`: lower-case words split at non-word runs.
@@ -146,6 +162,18 @@ impl Setup {
         });
     }
 
+    /// Writes `value` (any bytes) as the next record of input partition `p`.
+    fn produce_raw(&self, p: i32, value: &[u8]) {
+        self.rt.block_on(async {
+            let leader = self.client.leader(INPUT, p).await.unwrap();
+            let record: KeyValue = (None, Some(Bytes::copy_from_slice(value)));
+            self.client
+                .produce(&leader, INPUT, p, &[record])
+                .await
+                .unwrap();
+        });
+    }
+
     fn read(&self, topic: &str) -> BTreeMap<i32, Vec<Record>> {
         self.rt.block_on(async {
             let mut out = BTreeMap::new();
@@ -175,10 +203,23 @@ impl Setup {
         })
     }
 
-    /// Each word's latest count in the output (a word lives in one partition).
-    fn counts(&self) -> BTreeMap<String, i64> {
+    /// Every record of a one-partition topic.
+    fn read_all(&self, topic: &str) -> Vec<Record> {
+        self.rt.block_on(async {
+            let leader = self.client.leader(topic, 0).await.unwrap();
+            let f = self
+                .client
+                .fetch(&leader, topic, 0, 0, 1 << 20, 200)
+                .await
+                .unwrap();
+            f.records
+        })
+    }
+
+    /// Each word's latest count in `output` (a word lives in one partition).
+    fn counts_in(&self, output: &str) -> BTreeMap<String, i64> {
         let mut out = BTreeMap::new();
-        for r in self.read(OUTPUT).into_values().flatten() {
+        for r in self.read(output).into_values().flatten() {
             let word = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
             let v: [u8; 8] = r.value.unwrap().as_ref().try_into().expect("a Long");
             out.insert(word, i64::from_be_bytes(v));
@@ -187,9 +228,13 @@ impl Setup {
     }
 
     fn await_counts(&self, want: &BTreeMap<String, i64>, what: &str) {
+        self.await_counts_in(OUTPUT, want, what)
+    }
+
+    fn await_counts_in(&self, output: &str, want: &BTreeMap<String, i64>, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            let got = self.counts();
+            let got = self.counts_in(output);
             if &got == want {
                 return;
             }
@@ -207,10 +252,10 @@ impl Setup {
     }
 }
 
-#[test]
-fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
+/// A broker with the input topic, and a directory for the instances' state and logs.
+fn start(name: &str) -> (Broker, std::path::PathBuf, Setup) {
     let broker = Broker::start();
-    let dir = std::env::temp_dir().join(format!("baton-wordcount-e2e-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("baton-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let setup = Setup {
@@ -229,7 +274,12 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
             compacted: false,
         }]))
         .unwrap();
+    (broker, dir, setup)
+}
 
+#[test]
+fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
+    let (broker, dir, setup) = start("wordcount-e2e");
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut sent = 0u64;
     let mut send = |setup: &Setup, n: u64| {
@@ -325,4 +375,79 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+/// A line that is not UTF-8, first in partition 0, among good lines: under `skip` and
+/// `dead-letter` every good line is counted and the bad one is logged (and written to the
+/// dead-letter topic as it came); under `fail` only the task of partition 0 stops, at that
+/// line, naming it, and every other partition's lines are counted while the instance runs on.
+#[test]
+fn a_line_that_is_not_text_follows_the_deserialization_policy() {
+    let (broker, dir, setup) = start("wordcount-bad-input");
+    let bad: &[u8] = &[0xff, 0xfe, b'x'];
+    setup.produce_raw(0, bad);
+    let lines: Vec<String> = (0..400).map(line).collect();
+    setup.produce(&lines, 0);
+    let count = |keep: &dyn Fn(u64) -> bool| {
+        let mut want: BTreeMap<String, i64> = BTreeMap::new();
+        for (i, l) in lines.iter().enumerate() {
+            if keep(i as u64) {
+                for w in words(l) {
+                    *want.entry(w).or_insert(0) += 1;
+                }
+            }
+        }
+        want
+    };
+    let all = count(&|_| true);
+    let runs: [(&str, &str, &[&str]); 3] = [
+        ("skip", "wc-skip", &["--on-deserialization-error", "skip"]),
+        (
+            "dlq",
+            "wc-dlq",
+            &["--on-deserialization-error", "dead-letter=wc-bad-lines"],
+        ),
+        ("fail", "wc-fail", &[]),
+    ];
+    for (name, app, extra) in runs {
+        let output = format!("{app}-counts");
+        let mut i = Instance::spawn_with(&broker.addr, &dir, name, app, &output, extra);
+        if name == "fail" {
+            // Partition 0's task stops at its first record; its lines are not counted.
+            let want = count(&|n| n % PARTITIONS as u64 != 0);
+            setup.await_counts_in(&output, &want, "fail: the other partitions");
+            std::thread::sleep(Duration::from_secs(2));
+            assert_eq!(
+                setup.counts_in(&output),
+                want,
+                "fail: partition 0 stays stopped"
+            );
+            let log = i.log_text();
+            assert!(
+                log.contains("cannot be deserialized; stopping this task only")
+                    && log.contains(&format!("{INPUT}-0 offset 0")),
+                "fail names the task's topic, partition and offset\n{log}"
+            );
+            assert!(
+                i.exited_within(Duration::ZERO).is_none(),
+                "the instance runs on"
+            );
+        } else {
+            setup.await_counts_in(&output, &all, name);
+            let log = i.log_text();
+            assert_eq!(
+                log.matches("cannot be deserialized; skipping it").count(),
+                1,
+                "{name}: the bad line is logged once\n{log}"
+            );
+        }
+        if name == "dlq" {
+            let letters: Vec<Record> = setup.read_all("wc-bad-lines");
+            assert_eq!(letters.len(), 1, "one dead letter");
+            assert_eq!(letters[0].value.as_deref(), Some(bad), "as it came");
+        }
+        eprintln!("bad input under {name}: counted exactly what the policy promises");
+        i.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -145,8 +145,13 @@ impl Cluster {
             }
             for (p, records) in batches {
                 let leader = self.client.leader(INPUT, p).await.unwrap();
-                for chunk in records.chunks(10_000) {
+                // Batches under the broker's 1 MB default, whatever the keys' sizes.
+                let mut rest = records.as_slice();
+                while !rest.is_empty() {
+                    let n = baton_kafka::records::fitting(rest, 900_000).min(10_000);
+                    let (chunk, after) = rest.split_at(n);
                     self.client.produce(&leader, INPUT, p, chunk).await.unwrap();
+                    rest = after;
                 }
             }
             sent
