@@ -138,15 +138,9 @@ pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
         })
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
+/// Logs to stderr; `RUST_LOG` filters (default `info`). The same setup as an application's.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    baton_streams::run::init_logging();
 }
 
 #[cfg(test)]
