@@ -205,8 +205,6 @@ pub enum TopologyError {
     },
     #[error("streams[{stream}]: sources are not co-partitioned: {detail}")]
     NotCoPartitioned { stream: usize, detail: String },
-    #[error("{0}")]
-    Invalid(String),
     #[error("repartition topic {topic:?}: {why}")]
     BadRepartition { topic: String, why: String },
     #[error("topic {0:?} does not exist: create the input topic before starting (Baton never creates it)")]

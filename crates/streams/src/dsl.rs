@@ -43,12 +43,10 @@ pub struct StreamsBuilder {
 
 struct Graph {
     app_id: String,
-    /// One per subtopology, in Kafka Streams' numbering order; `None` while a handle holds it.
-    streams: Vec<Option<Stream>>,
+    /// One per subtopology, in Kafka Streams' numbering order.
+    streams: Vec<Stream>,
     repartition: Vec<String>,
     description: Description,
-    /// Misuse found while building, reported by `build`.
-    errors: Vec<String>,
 }
 
 impl StreamsBuilder {
@@ -60,7 +58,6 @@ impl StreamsBuilder {
                 streams: Vec::new(),
                 repartition: Vec::new(),
                 description: Description::default(),
-                errors: Vec::new(),
             })),
         }
     }
@@ -84,15 +81,7 @@ impl StreamsBuilder {
     /// The topology to run, or what is wrong with it.
     pub fn build(self) -> Result<Topology, TopologyError> {
         let mut g = self.graph.borrow_mut();
-        if let Some(e) = g.errors.first() {
-            return Err(TopologyError::Invalid(e.clone()));
-        }
-        let mut streams = Vec::new();
-        for (i, s) in g.streams.iter_mut().enumerate() {
-            streams.push(s.take().ok_or_else(|| {
-                TopologyError::Invalid(format!("sub-topology {i} was left unfinished"))
-            })?);
-        }
+        let streams = std::mem::take(&mut g.streams);
         Topology::new(&g.app_id, streams)?
             .with_repartition_topics(g.repartition.clone())
             .map(|t| t.with_description(g.description.to_string()))
@@ -107,18 +96,16 @@ impl StreamsBuilder {
 impl Graph {
     fn start(&mut self, topic: &str) -> usize {
         let at = self.streams.len();
-        self.streams.push(Some(Stream::from(&[topic])));
+        self.streams.push(Stream::from(&[topic]));
         self.description.source(at, topic);
         at
     }
 
+    /// Adds steps to sub-topology `at` (a stream's builder methods take it by value).
     fn edit(&mut self, at: usize, f: impl FnOnce(Stream) -> Stream) {
-        match self.streams[at].take() {
-            Some(s) => self.streams[at] = Some(f(s)),
-            None => self
-                .errors
-                .push(format!("sub-topology {at} was ended twice")),
-        }
+        let none: &[&str] = &[];
+        let s = std::mem::replace(&mut self.streams[at], Stream::from(none));
+        self.streams[at] = f(s);
     }
 
     fn topic(&self, name: &str) -> String {

@@ -220,7 +220,7 @@ fn aggregate_folds_into_a_json_value_and_map_changes_types() {
 }
 
 #[test]
-fn a_stream_left_unfinished_or_a_store_named_twice_is_refused() {
+fn a_stream_without_a_sink_builds_and_a_store_named_twice_is_refused() {
     let builder = StreamsBuilder::new("app");
     let _dangling = builder.stream("in", Consumed::with(Str, Str));
     // The stream's steps are kept, but nothing ends it: it still builds (a source with no
