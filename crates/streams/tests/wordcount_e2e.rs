@@ -3,6 +3,11 @@
 //! word's last count equals its occurrences in the input, and the longest stall of each
 //! output partition is reported. The broker comes from `scripts/install-broker.sh`.
 
+// The example's word split, with its unit tests, is checked here too: examples are built
+// by `cargo test` but not run.
+#[path = "../examples/wordcount/split.rs"]
+mod split;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
