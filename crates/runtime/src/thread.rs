@@ -421,6 +421,24 @@ impl Driver {
                     }
                 }
             }
+            Command::ListEnds {
+                task,
+                request,
+                changelogs,
+            } => match self.io.end_offsets(&changelogs).await {
+                Ok(ends) => {
+                    if let Some(ends) = changelogs.iter().map(|tp| ends.get(tp).copied()).collect()
+                    {
+                        self.local.push_back(Event::EndsListed {
+                            task,
+                            request,
+                            ends,
+                        });
+                    }
+                }
+                // The fetches find the ends too; this only saves their wait.
+                Err(e) => tracing::debug!(task = %task, error = %e, "listing changelog ends"),
+            },
             Command::ReadCommitted { task } => {
                 let wanted = self.ctx.wire.source_partitions(task);
                 let e = match self.io.committed_offsets(self.ctx.group(), &wanted).await {

@@ -616,6 +616,19 @@ impl World {
                     },
                 );
             }
+            Command::ListEnds { task, request, .. } => {
+                // Lost answers need none: the fetches find the ends too.
+                if !self.rng.chance(5) {
+                    let ends = vec![self.log.changelog[task.partition as usize].len() as i64];
+                    let d = self.delay();
+                    let event = Event::EndsListed {
+                        task,
+                        request,
+                        ends,
+                    };
+                    self.send(i, d, Op::Deliver(event));
+                }
+            }
             Command::ReadCommitted { task } => {
                 let fail = self.rng.chance(5);
                 let d = self.delay();

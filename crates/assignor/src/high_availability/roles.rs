@@ -4,8 +4,7 @@
 //! where they run now, then prefers caught-up holders, so a caught-up standby is promoted instead
 //! of warming up a new client.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::holders::Holders;
 use super::spread::interleave;
@@ -259,10 +258,15 @@ fn augment(
     false
 }
 
-/// Stateless tasks, balanced on their own; the spare ones go where the fewest actives run now.
-/// `running[c]`: stateful actives client `c` runs now. While warm-ups are under way that is not
-/// the target, and counting the target would pile stateless work on clients that still run
-/// the tasks they will hand over: one crash there would take down more.
+/// Stateless tasks even out each client's load, where a client's stateful load is the larger of
+/// what it runs now (`running[c]`: while warm-ups are under way, the tasks it will hand over
+/// too) and its target. A stateless task moves with no state, so the new clients of a
+/// scale-out take them at once and the old ones, still running what they will hand over, shed
+/// theirs: one crash there during long warm-ups would take down more (Kafka balances stateless
+/// tasks by running actives for the same reason). Counting the target too keeps a new client
+/// from taking more than it keeps once its warm-ups are done, which would move them back.
+/// An owner keeps its stateless tasks while its load is under its even share rounded down;
+/// the others go to the lightest client, the owner first among equals.
 pub fn assign_stateless(
     cluster: &Cluster,
     capacities: &[u32],
@@ -277,85 +281,67 @@ pub fn assign_stateless(
         return;
     }
     let clients = cluster.client_count();
-    let mut budget = Budget::new(
-        Quotas::split(stateless.len() as u64, capacities),
-        capacities,
-    );
+    let mut now: Vec<u32> = (0..clients)
+        .map(|c| running[c].max(actives.count[c]))
+        .collect();
+    let total = now.iter().map(|&r| r as u64).sum::<u64>() + stateless.len() as u64;
+    let share = Quotas::split(total, capacities);
     let mut count = vec![0u32; clients];
-    let mut now = running.to_vec();
-
-    // Owners keep stateless tasks within their base quota only: the spare ones go where total
-    // actives are lowest, so that stateful and stateless extras do not pile up on one client.
+    let mut owner = vec![NONE; cluster.task_count()];
     for c in cluster.client_ixs() {
-        if capacities[c as usize] == 0 {
+        let ci = c as usize;
+        if capacities[ci] == 0 {
             continue;
         }
-        for &(t, role) in &cluster.views[c as usize].owned {
-            if role == Role::Active
-                && !cluster.is_stateful(t)
-                && actives.target[t as usize] == NONE
-                && budget.room(c, count[c as usize], false)
+        for &(t, role) in &cluster.views[ci].owned {
+            if role == Role::Active && !cluster.is_stateful(t) && actives.target[t as usize] == NONE
             {
-                budget.take(c, count[c as usize]);
-                actives.target[t as usize] = c;
-                count[c as usize] += 1;
-                now[c as usize] += 1;
-                actives.count[c as usize] += 1;
+                owner[t as usize] = c;
+                if now[ci] < share.base[ci] {
+                    actives.target[t as usize] = c;
+                    now[ci] += 1;
+                    count[ci] += 1;
+                    actives.count[ci] += 1;
+                }
             }
         }
     }
-
-    type Key = Reverse<(Load, Load, ClientIx)>;
-    let key = |c: ClientIx, count: &[u32], total: &[u32]| -> Key {
+    // Shed and new tasks go to the lightest client; back to their owner when it is as light
+    // (a round may otherwise swap two owners' tasks for nothing).
+    type Key = (Load, Load, ClientIx);
+    let key = |c: ClientIx, now: &[u32], count: &[u32]| -> Key {
         let cap = capacities[c as usize];
-        Reverse((
+        (
+            Load::new(now[c as usize], cap),
             Load::new(count[c as usize], cap),
-            Load::new(total[c as usize], cap),
             c,
-        ))
+        )
     };
-    let mut below: BinaryHeap<Key> = BinaryHeap::new();
-    for c in cluster.client_ixs() {
-        if capacities[c as usize] > 0 && count[c as usize] < budget.base[c as usize] {
-            below.push(key(c, &count, &now));
-        }
-    }
-    let mut spare: Option<BinaryHeap<Key>> = None;
+    let mut lightest: BTreeSet<Key> = cluster
+        .client_ixs()
+        .filter(|&c| capacities[c as usize] > 0)
+        .map(|c| key(c, &now, &count))
+        .collect();
     for &t in &stateless {
         if actives.target[t as usize] != NONE {
             continue;
         }
-        let c = if let Some(Reverse((_, _, c))) = below.pop() {
-            c
-        } else {
-            // Built once, when the base quotas are full, so totals reflect every base assignment.
-            let heap = spare.get_or_insert_with(|| {
-                cluster
-                    .client_ixs()
-                    .filter(|&c| budget.room(c, count[c as usize], true))
-                    .map(|c| {
-                        let cap = capacities[c as usize];
-                        Reverse((Load::new(now[c as usize], cap), Load::new(0, 1), c))
-                    })
-                    .collect()
-            });
-            match heap.pop() {
-                Some(Reverse((_, _, c))) => c,
-                // Quotas cover every task; if that ever fails, stay correct and lose balance.
-                None => cluster
-                    .client_ixs()
-                    .filter(|&c| capacities[c as usize] > 0)
-                    .min_by_key(|&c| (Load::new(now[c as usize], capacities[c as usize]), c))
-                    .expect("at least one client takes tasks"),
-            }
+        let Some(&(load, _, first)) = lightest.first() else {
+            // No client takes tasks: nothing to place them on.
+            return;
         };
-        budget.take(c, count[c as usize]);
+        let o = owner[t as usize];
+        let c = if o != NONE && Load::new(now[o as usize], capacities[o as usize]) == load {
+            o
+        } else {
+            first
+        };
+        let ci = c as usize;
+        lightest.remove(&key(c, &now, &count));
         actives.target[t as usize] = c;
-        count[c as usize] += 1;
-        now[c as usize] += 1;
-        actives.count[c as usize] += 1;
-        if count[c as usize] < budget.base[c as usize] {
-            below.push(key(c, &count, &now));
-        }
+        now[ci] += 1;
+        count[ci] += 1;
+        actives.count[ci] += 1;
+        lightest.insert(key(c, &now, &count));
     }
 }

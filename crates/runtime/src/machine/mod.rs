@@ -189,6 +189,12 @@ pub enum Event {
     CommittedReadFailed {
         task: TaskId,
     },
+    /// The answer to [`Command::ListEnds`]: one end per changelog, in its order.
+    EndsListed {
+        task: TaskId,
+        request: RequestId,
+        ends: Vec<i64>,
+    },
     /// Changelog and sink acknowledged the batch and the store took it.
     BatchDone {
         task: TaskId,
@@ -303,6 +309,16 @@ pub enum Command {
     /// Make the stores durable (a restore is done).
     Persist {
         task: TaskId,
+    },
+    /// Ask the broker where `changelogs` end (ListOffsets), answered by
+    /// [`Event::EndsListed`]. A restoring active that already holds everything learns so in one
+    /// round trip, instead of waiting out fetches that find nothing (`fetch.max.wait.ms`, and
+    /// the one in flight when it was promoted). A failure needs no answer: fetches find the
+    /// ends too.
+    ListEnds {
+        task: TaskId,
+        request: RequestId,
+        changelogs: Vec<TopicPartition>,
     },
     ReadCommitted {
         task: TaskId,
@@ -551,6 +567,11 @@ impl ThreadMachine {
                     self.fetch = None;
                 }
             }
+            Event::EndsListed {
+                task,
+                request,
+                ends,
+            } => self.ends_listed(task, request, &ends),
             Event::Absorbed {
                 task,
                 changelog,
@@ -678,6 +699,7 @@ impl ThreadMachine {
         let due = |t: &TaskState| t.retry_at.is_none_or(|r| now >= r);
         let mut opens = Vec::new();
         let mut reads = Vec::new();
+        let mut ends = Vec::new();
         for t in self.tasks.values_mut() {
             if !due(t) {
                 continue;
@@ -692,8 +714,27 @@ impl ThreadMachine {
                     t.retry_at = None;
                     reads.push(t.id);
                 }
+                Phase::Restoring if !t.reading_committed && !t.ends_asked => {
+                    t.ends_asked = true;
+                    if !t.changelogs.is_empty() {
+                        ends.push(t.id);
+                    }
+                }
                 _ => {}
             }
+        }
+        for task in ends {
+            let request = self.id();
+            let changelogs = self.tasks[&task]
+                .changelogs
+                .iter()
+                .map(|c| c.tp.clone())
+                .collect();
+            out.push(Command::ListEnds {
+                task,
+                request,
+                changelogs,
+            });
         }
         for (task, role) in opens {
             out.push(Command::Open { task, role });
@@ -842,6 +883,22 @@ impl ThreadMachine {
                 batch,
                 inputs,
             });
+        }
+    }
+
+    /// A restoring active learns its changelogs' ends. An end before what the store holds is
+    /// left to the fetch, which rebuilds the store (see [`Self::fetched`]).
+    fn ends_listed(&mut self, task: TaskId, request: RequestId, ends: &[i64]) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if request < t.fresh_from || t.phase != Phase::Restoring || t.reading_committed {
+            return;
+        }
+        for (c, &end) in t.changelogs.iter_mut().zip(ends) {
+            if end >= c.fetch_position {
+                c.end = Some(c.end.map_or(end, |e| e.max(end)));
+            }
         }
     }
 

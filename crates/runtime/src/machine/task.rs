@@ -70,6 +70,8 @@ pub struct TaskState {
     pub fresh_from: RequestId,
     /// Failures since the task last made progress: each retry waits longer.
     pub failures: u32,
+    /// A restoring active asked for its changelogs' ends (see [`super::Command::ListEnds`]).
+    pub ends_asked: bool,
 }
 
 impl TaskState {
@@ -106,6 +108,7 @@ impl TaskState {
             reported_caught_up: false,
             fresh_from: RequestId(0),
             failures: 0,
+            ends_asked: false,
         }
     }
 
@@ -133,6 +136,7 @@ impl TaskState {
         };
         self.reading_committed = false;
         self.reported_caught_up = false;
+        self.ends_asked = false;
         self.batch = None;
         if role != Role::Active {
             // Its last positions went into the revocation commit; a copy that does not run

@@ -1089,3 +1089,93 @@ fn a_warm_up_that_catches_up_during_a_join_asks_once_the_round_ends() {
     let cmds = m.handle(assigned(3, &[], &[], &[2], 4 * S), 4 * S);
     assert!(joins(&cmds).is_empty(), "asked once: {cmds:?}");
 }
+
+/// A promoted warm-up often holds its whole changelog: it learns so from the changelog's end
+/// (one ListOffsets) and goes on to its committed offset, without waiting out a fetch that
+/// finds nothing. An answer from before the task was reassigned is ignored.
+#[test]
+fn a_restoring_active_that_holds_everything_learns_it_from_the_changelog_end() {
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[0], &[], &[], S), S);
+    let mut cmds = m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![40],
+        },
+        S,
+    );
+    cmds.extend(m.handle(Event::Tick, S));
+    let (request, changelogs) = cmds
+        .iter()
+        .find_map(|c| match c {
+            Command::ListEnds {
+                task: t,
+                request,
+                changelogs,
+            } if *t == task(0) => Some((*request, changelogs.clone())),
+            _ => None,
+        })
+        .expect("a restoring active asks where its changelogs end");
+    assert_eq!(changelogs, [tp("app-counts-changelog", 0)]);
+    assert!(
+        !m.handle(Event::Tick, S)
+            .iter()
+            .any(|c| matches!(c, Command::ListEnds { .. })),
+        "asked once"
+    );
+    let cmds = m.handle(
+        Event::EndsListed {
+            task: task(0),
+            request,
+            ends: vec![40],
+        },
+        S,
+    );
+    assert!(
+        cmds.contains(&Command::ReadCommitted { task: task(0) }),
+        "restored: {cmds:?}"
+    );
+
+    // The same answer to a task given up and taken again is stale.
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[0], &[], &[], S), S);
+    let mut cmds = m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![40],
+        },
+        S,
+    );
+    cmds.extend(m.handle(Event::Tick, S));
+    let stale = cmds
+        .iter()
+        .find_map(|c| match c {
+            Command::ListEnds { request, .. } => Some(*request),
+            _ => None,
+        })
+        .expect("asked");
+    m.handle(assigned(2, &[], &[], &[], S), S);
+    m.handle(assigned(3, &[0], &[], &[], S), S);
+    m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![40],
+        },
+        S,
+    );
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Restoring);
+    let cmds = m.handle(
+        Event::EndsListed {
+            task: task(0),
+            request: stale,
+            ends: vec![40],
+        },
+        S,
+    );
+    assert!(
+        !cmds.contains(&Command::ReadCommitted { task: task(0) }),
+        "a stale end restores nothing: {cmds:?}"
+    );
+}

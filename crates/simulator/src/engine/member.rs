@@ -400,6 +400,29 @@ impl Engine<'_> {
             Command::Absorb {
                 task, changelog, ..
             } => self.absorb(ii, ti, task, changelog),
+            Command::ListEnds {
+                task,
+                request,
+                changelogs,
+            } => {
+                let ends = changelogs
+                    .iter()
+                    .map(|tp| match self.logs.resolve(tp) {
+                        Some(Partition::Changelog(t)) => self.logs.tasks[t].changelog_end(),
+                        _ => 0,
+                    })
+                    .collect();
+                self.send(
+                    ii,
+                    ti,
+                    REQUEST_LATENCY,
+                    Event::EndsListed {
+                        task,
+                        request,
+                        ends,
+                    },
+                );
+            }
         }
     }
 
