@@ -48,6 +48,7 @@ impl MembershipTask {
         // held back for a claim it no longer backs would wait for nobody.
         // A claim the machine still backs (revoked actives it is releasing) is the machine's to
         // settle: it rejoins once they are released, and an earlier join would claim them again.
+        // So is any claim when the machine joins anyway: a second join is a round more.
         let mut rejoin_after: Option<(i32, Vec<TopicPartition>)> = None;
         loop {
             let request = tokio::select! {
@@ -60,7 +61,7 @@ impl MembershipTask {
                 }, if rejoin_after.is_some() => {
                     let short = rejoin_after.take().map(|(_, s)| s).unwrap_or_default();
                     let report = self.report.borrow().clone();
-                    if short.iter().any(|tp| report.owned.contains(tp)) {
+                    if report.joining || short.iter().any(|tp| report.owned.contains(tp)) {
                         continue;
                     }
                     Some(Request::Join("claimed partitions were not all given back".into()))

@@ -395,7 +395,9 @@ impl World {
             let report = machine.report();
             if m.rejoin_after.is_some_and(|g| report.generation >= g) && !m.joining {
                 m.rejoin_after = None;
-                self.send_join(i, &report);
+                if !report.joining {
+                    self.send_join(i, &report);
+                }
             }
         }
         Err(format!("member {i} does not come to rest"))

@@ -471,7 +471,8 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        // BATON_KEEP_LOGS=1 keeps a passing run's logs too, to compare with a failing one.
+        if !std::thread::panicking() && std::env::var_os("BATON_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
             eprintln!("logs kept in {}", self.dir.display());

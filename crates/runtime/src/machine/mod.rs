@@ -248,6 +248,9 @@ pub struct Report {
     pub offset_sums: BTreeMap<TaskId, i64>,
     /// The newest generation whose assignment the machine had taken in when it wrote this.
     pub generation: i32,
+    /// The machine has asked to join, or will once its revoked actives are released: a rejoin
+    /// for claims not given back is served by that join, and a second would be a round more.
+    pub joining: bool,
 }
 
 impl Report {
@@ -442,6 +445,7 @@ impl ThreadMachine {
         let mut r = Report {
             leaving: self.leaving,
             generation: self.last_generation,
+            joining: self.is_joining() || self.rejoin_when_released,
             ..Report::default()
         };
         for (id, t) in &self.tasks {
