@@ -133,7 +133,9 @@ pub struct GroupView {
     pub state: String,
     pub protocol_type: String,
     pub protocol: String,
-    /// The newest generation members report owning partitions from (DescribeGroups has none).
+    /// The group's generation: the newest a member's own report says it was assigned in, or
+    /// the round after the newest generation a member's join claimed partitions from
+    /// (DescribeGroups gives none).
     pub generation: Option<i32>,
     pub members: Vec<MemberView>,
     /// Every warm-up under way, with its progress.
@@ -185,21 +187,26 @@ pub async fn inspect(
             warmup: Vec::new(),
             next_rebalance_ms: None,
         };
+        let mut assigned_in = None;
         let (metadata, assignment) = match reported.get(m.member_id.as_str()) {
             Some(r) if m.member_metadata.is_empty() => {
                 view.source = "report".into();
                 view.instance = r.instance.clone();
+                assigned_in = r.generation;
                 (r.metadata.clone(), r.assignment.clone())
             }
             _ => (m.member_metadata.clone(), m.member_assignment.clone()),
         };
         match decode_member(&metadata, &assignment) {
-            Ok((sub, generation, rack, assignment)) => {
+            Ok((sub, claimed, rack, assignment)) => {
+                // A join claims the partitions of the member's last generation: the round it
+                // joined is the one after (or later, for a member that was away).
+                let generation = assigned_in.or((claimed >= 0).then(|| claimed + 1));
                 view.rack = rack;
                 view.client_tags = sub.user_tags();
                 view.process_id = Some(sub.process_id.to_string());
                 view.subscription_version = Some(sub.version);
-                view.generation = Some(generation);
+                view.generation = generation;
                 view.endpoint = Some(sub.user_endpoint.clone()).filter(|e| !e.is_empty());
                 view.leaving = sub.tag(TAG_LEAVING) == Some("true");
                 for e in sub.offset_sums() {
@@ -304,6 +311,7 @@ pub async fn publish_member(
     instance: &str,
     metadata: &[u8],
     assignment: &[u8],
+    generation: i32,
 ) -> Result<()> {
     let leader = client.leader(topic, 0).await?;
     client
@@ -311,7 +319,9 @@ pub async fn publish_member(
             &leader,
             topic,
             0,
-            &[report(member_id, instance, metadata, assignment)],
+            &[report(
+                member_id, instance, metadata, assignment, generation,
+            )],
         )
         .await
         .map(|_| ())
@@ -324,13 +334,22 @@ struct Report {
     assignment: bytes::Bytes,
     /// Absent from reports written before instances named themselves.
     instance: Option<String>,
+    /// The generation the assignment is from. Absent from older reports.
+    generation: Option<i32>,
 }
 
 /// The record: key `member:<id>`, value `int32 n, n bytes of metadata, int32 m, m bytes of
-/// assignment, int32 k, k bytes of the instance id (UTF-8)`.
-fn report(member_id: &str, instance: &str, metadata: &[u8], assignment: &[u8]) -> KeyValue {
-    let mut v = Vec::with_capacity(12 + metadata.len() + assignment.len() + instance.len());
-    for part in [metadata, assignment, instance.as_bytes()] {
+/// assignment, int32 k, k bytes of the instance id (UTF-8), int32 4, the generation (int32)`.
+fn report(
+    member_id: &str,
+    instance: &str,
+    metadata: &[u8],
+    assignment: &[u8],
+    generation: i32,
+) -> KeyValue {
+    let mut v = Vec::with_capacity(20 + metadata.len() + assignment.len() + instance.len());
+    let generation = generation.to_be_bytes();
+    for part in [metadata, assignment, instance.as_bytes(), &generation] {
         v.extend((part.len() as u32).to_be_bytes());
         v.extend(part);
     }
@@ -358,10 +377,15 @@ fn parse_report(mut v: &[u8]) -> Option<Report> {
         Some(name) => Some(String::from_utf8(name.to_vec()).ok()?),
         None => None,
     };
+    let generation = match part() {
+        Some(g) => Some(i32::from_be_bytes(g.as_ref().try_into().ok()?)),
+        None => None,
+    };
     Some(Report {
         metadata,
         assignment,
         instance,
+        generation,
     })
 }
 
@@ -602,7 +626,7 @@ mod tests {
 
     #[test]
     fn a_report_round_trips_and_a_bad_one_is_refused() {
-        let (k, v) = report("m-1", "web-3", b"meta", b"assign");
+        let (k, v) = report("m-1", "web-3", b"meta", b"assign", 7);
         assert_eq!(k.as_deref(), Some(&b"member:m-1"[..]));
         let r = parse_report(v.as_deref().unwrap()).unwrap();
         assert_eq!(
@@ -610,9 +634,14 @@ mod tests {
             (&b"meta"[..], &b"assign"[..])
         );
         assert_eq!(r.instance.as_deref(), Some("web-3"));
+        assert_eq!(r.generation, Some(7));
         // A report from before instances named themselves: two parts.
         let old = [&[0, 0, 0, 1][..], b"m", &[0, 0, 0, 0]].concat();
         assert_eq!(parse_report(&old).unwrap().instance, None);
+        assert_eq!(parse_report(&old).unwrap().generation, None);
+        // A generation that is not four bytes: not a report.
+        let odd = [&old[..], &[0, 0, 0, 1, b'i'], &[0, 0, 0, 2, 0, 7]].concat();
+        assert!(parse_report(&odd).is_none());
         // A declared length past the end, a truncated header: not a report.
         assert!(parse_report(&[0, 0, 0, 9, 1, 2]).is_none());
         assert!(parse_report(&[0, 0]).is_none());

@@ -170,6 +170,7 @@ async fn inspect_shows_members_tasks_and_lags() {
         "app-instance",
         &joined.metadata,
         &joined.assignment,
+        joined.generation,
     )
     .await
     .unwrap();
@@ -214,6 +215,12 @@ async fn inspect_shows_members_tasks_and_lags() {
         ]
     );
     assert_eq!(view.protocol, "stream");
+    // The generation the member was assigned in, not the one its join claimed from (-1 here).
+    if v.source == "report" {
+        assert_eq!(view.generation, Some(joined.generation));
+    } else {
+        assert_eq!(view.generation, None, "a first join claims nothing");
+    }
     m.leave().await.unwrap();
 }
 

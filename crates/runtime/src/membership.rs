@@ -191,10 +191,11 @@ impl MembershipTask {
     /// DescribeGroups leaves member metadata out. Best effort, off the round's path.
     fn publish(&self, m: &Membership) {
         let ctx = self.ctx.clone();
-        let (id, metadata, assignment) = (
+        let (id, metadata, assignment, generation) = (
             m.member_id.clone(),
             m.metadata.clone(),
             m.assignment.clone(),
+            m.generation,
         );
         tokio::spawn(async move {
             let topic = crate::control::control_topic(ctx.group());
@@ -205,6 +206,7 @@ impl MembershipTask {
                 &ctx.cfg.instance_id,
                 &metadata,
                 &assignment,
+                generation,
             )
             .await;
             if let Err(e) = published {
