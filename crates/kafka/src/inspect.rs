@@ -187,15 +187,13 @@ pub async fn inspect(
             warmup: Vec::new(),
             next_rebalance_ms: None,
         };
-        let mut assigned_in = None;
-        let (metadata, assignment) = match reported.get(m.member_id.as_str()) {
+        let (metadata, assignment, assigned_in) = match reported.get(m.member_id.as_str()) {
             Some(r) if m.member_metadata.is_empty() => {
                 view.source = "report".into();
                 view.instance = r.instance.clone();
-                assigned_in = r.generation;
-                (r.metadata.clone(), r.assignment.clone())
+                (r.metadata.clone(), r.assignment.clone(), r.generation)
             }
-            _ => (m.member_metadata.clone(), m.member_assignment.clone()),
+            _ => (m.member_metadata.clone(), m.member_assignment.clone(), None),
         };
         match decode_member(&metadata, &assignment) {
             Ok((sub, claimed, rack, assignment)) => {

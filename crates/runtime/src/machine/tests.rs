@@ -1090,11 +1090,8 @@ fn a_warm_up_that_catches_up_during_a_join_asks_once_the_round_ends() {
     assert!(joins(&cmds).is_empty(), "asked once: {cmds:?}");
 }
 
-/// A promoted warm-up often holds its whole changelog: it learns so from the changelog's end
-/// (one ListOffsets) and goes on to its committed offset, without waiting out a fetch that
-/// finds nothing. An answer from before the task was reassigned is ignored.
-#[test]
-fn a_restoring_active_that_holds_everything_learns_it_from_the_changelog_end() {
+/// A machine restoring active task 0 from checkpoint 40, and the ListEnds it sent for it.
+fn restoring_from_40() -> (ThreadMachine, RequestId, Vec<TopicPartition>) {
     let mut m = machine();
     m.start();
     m.handle(assigned(1, &[0], &[], &[], S), S);
@@ -1117,6 +1114,15 @@ fn a_restoring_active_that_holds_everything_learns_it_from_the_changelog_end() {
             _ => None,
         })
         .expect("a restoring active asks where its changelogs end");
+    (m, request, changelogs)
+}
+
+/// A promoted warm-up often holds its whole changelog: it learns so from the changelog's end
+/// (one ListOffsets) and goes on to its committed offset, without waiting out a fetch that
+/// finds nothing. An answer from before the task was reassigned is ignored.
+#[test]
+fn a_restoring_active_that_holds_everything_learns_it_from_the_changelog_end() {
+    let (mut m, request, changelogs) = restoring_from_40();
     assert_eq!(changelogs, [tp("app-counts-changelog", 0)]);
     assert!(
         !m.handle(Event::Tick, S)
@@ -1138,24 +1144,7 @@ fn a_restoring_active_that_holds_everything_learns_it_from_the_changelog_end() {
     );
 
     // The same answer to a task given up and taken again is stale.
-    let mut m = machine();
-    m.start();
-    m.handle(assigned(1, &[0], &[], &[], S), S);
-    let mut cmds = m.handle(
-        Event::Opened {
-            task: task(0),
-            checkpoints: vec![40],
-        },
-        S,
-    );
-    cmds.extend(m.handle(Event::Tick, S));
-    let stale = cmds
-        .iter()
-        .find_map(|c| match c {
-            Command::ListEnds { request, .. } => Some(*request),
-            _ => None,
-        })
-        .expect("asked");
+    let (mut m, stale, _) = restoring_from_40();
     m.handle(assigned(2, &[], &[], &[], S), S);
     m.handle(assigned(3, &[0], &[], &[], S), S);
     m.handle(
