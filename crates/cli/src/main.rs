@@ -1,6 +1,7 @@
 //! `baton`: smooth scaling for stateful stream processing.
 
 mod assign;
+mod bench;
 mod blob;
 mod columns;
 mod demo;
@@ -46,6 +47,8 @@ enum Command {
     Drain(drain::DrainArgs),
     /// Show a real scale-out and drain on a local broker, live, against the pre-KIP baseline.
     Demo(demo::DemoArgs),
+    /// Measure on a real broker what the docs report (docs/BENCHMARKS.md).
+    Bench(bench::BenchArgs),
 }
 
 /// Exit status for bad input, as documented in the README.
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => produce::run(args),
         Command::Drain(args) => drain::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,8 +2,8 @@
 //! script with the pre-KIP-441 `sticky` assignor, side by side.
 
 mod board;
-mod scrape;
-mod stage;
+pub(crate) mod scrape;
+pub(crate) mod stage;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

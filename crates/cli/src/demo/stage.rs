@@ -55,13 +55,13 @@ pub struct Outcome {
     pub rebalances: u64,
 }
 
-struct Instance {
-    name: &'static str,
-    child: Child,
-    metrics: SocketAddr,
+pub(crate) struct Instance {
+    pub name: &'static str,
+    pub child: Child,
+    pub metrics: SocketAddr,
 }
 
-fn failed(what: impl std::fmt::Display) -> Failure {
+pub(crate) fn failed(what: impl std::fmt::Display) -> Failure {
     Failure {
         message: what.to_string(),
         status: 1,
@@ -101,7 +101,8 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         ])
         .await
         .map_err(|e| failed(format!("creating topics: {e}")))?;
-    preload(&client, &changelog, plan).await?;
+    let every: Vec<i32> = (0..plan.partitions as i32).collect();
+    preload(&client, &changelog, &every, plan.state_records, plan.tty).await?;
 
     let exe = std::env::current_exe().map_err(|e| failed(format!("finding baton: {e}")))?;
     let mut producer = Command::new(&exe)
@@ -119,42 +120,16 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         .spawn()
         .map_err(|e| failed(format!("starting the producer: {e}")))?;
 
-    let spawn = |name: &'static str| -> Result<Instance, Failure> {
-        let metrics = free_port()?;
-        let log = dir.join(format!("{name}.log"));
-        let child = Command::new(&exe)
-            .args(["run", "--bootstrap", &plan.bootstrap, "--app-id", &app])
-            .args([
-                "--input",
-                &input,
-                "--output",
-                &output,
-                "--instance-id",
-                name,
-            ])
-            .arg("--state-dir")
-            .arg(dir.join(name))
-            .args(["--metrics-addr", &metrics.to_string()])
-            .args(["--assignor", plan.assignor.name()])
-            .args([
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "6000",
-            ])
-            .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(&log)
-                    .map_err(|e| failed(format!("{}: {e}", log.display())))?,
-            )
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| failed(format!("starting instance {name}: {e}")))?;
-        Ok(Instance {
+    let spawn = |name: &'static str| {
+        spawn_instance(&Launch {
+            exe: &exe,
+            bootstrap: &plan.bootstrap,
+            app: &app,
+            input: &input,
+            output: &output,
+            assignor: plan.assignor,
+            dir: &dir,
             name,
-            child,
-            metrics,
         })
     };
 
@@ -281,7 +256,58 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
     })
 }
 
-fn terminate(child: &Child) {
+/// What starting one `baton run` instance needs.
+pub(crate) struct Launch<'a> {
+    pub exe: &'a std::path::Path,
+    pub bootstrap: &'a str,
+    pub app: &'a str,
+    pub input: &'a str,
+    pub output: &'a str,
+    pub assignor: AssignorKind,
+    /// Logs and state directories go here, by instance name.
+    pub dir: &'a std::path::Path,
+    pub name: &'static str,
+}
+
+/// Starts a `baton run` instance of the count-per-key application with the demo's short
+/// timeouts, its log in `<dir>/<name>.log` and its metrics on a free port.
+pub(crate) fn spawn_instance(l: &Launch) -> Result<Instance, Failure> {
+    let metrics = free_port()?;
+    let log = l.dir.join(format!("{}.log", l.name));
+    let child = Command::new(l.exe)
+        .args(["run", "--bootstrap", l.bootstrap, "--app-id", l.app])
+        .args([
+            "--input",
+            l.input,
+            "--output",
+            l.output,
+            "--instance-id",
+            l.name,
+        ])
+        .arg("--state-dir")
+        .arg(l.dir.join(l.name))
+        .args(["--metrics-addr", &metrics.to_string()])
+        .args(["--assignor", l.assignor.name()])
+        .args([
+            "--heartbeat-interval-ms",
+            "300",
+            "--session-timeout-ms",
+            "6000",
+        ])
+        .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).map_err(|e| failed(format!("{}: {e}", log.display())))?)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| failed(format!("starting instance {}: {e}", l.name)))?;
+    Ok(Instance {
+        name: l.name,
+        child,
+        metrics,
+    })
+}
+
+pub(crate) fn terminate(child: &Child) {
     if let Some(pid) = child.id() {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
@@ -389,10 +415,16 @@ impl Watch<'_> {
 
 /// Writes `state_records` changelog records per task, as if the application had built up
 /// that much state: a new owner restoring from scratch replays all of it.
-async fn preload(client: &Client, changelog: &str, plan: &Plan) -> Result<(), Failure> {
+pub(crate) async fn preload(
+    client: &Client,
+    changelog: &str,
+    partitions: &[i32],
+    records: u64,
+    tty: bool,
+) -> Result<(), Failure> {
     const BATCH: u64 = 20_000;
-    let total = plan.state_records * plan.partitions as u64;
-    let bar = if plan.tty {
+    let total = records * partitions.len() as u64;
+    let bar = if tty {
         let b = indicatif::ProgressBar::new(total);
         b.set_style(
             indicatif::ProgressStyle::with_template("  state {bar:40} {pos}/{len} records")
@@ -402,14 +434,14 @@ async fn preload(client: &Client, changelog: &str, plan: &Plan) -> Result<(), Fa
     } else {
         indicatif::ProgressBar::hidden()
     };
-    for p in 0..plan.partitions as i32 {
+    for &p in partitions {
         let leader = client
             .leader(changelog, p)
             .await
             .map_err(|e| failed(format!("finding {changelog}-{p}: {e}")))?;
         let mut i = 0;
-        while i < plan.state_records {
-            let n = (plan.state_records - i).min(BATCH);
+        while i < records {
+            let n = (records - i).min(BATCH);
             let batch: Vec<KeyValue> = (i..i + n)
                 .map(|k| {
                     (
@@ -430,7 +462,7 @@ async fn preload(client: &Client, changelog: &str, plan: &Plan) -> Result<(), Fa
     Ok(())
 }
 
-async fn read_topic(
+pub(crate) async fn read_topic(
     client: &Client,
     topic: &str,
     partitions: u32,
@@ -461,7 +493,7 @@ async fn read_topic(
     Ok(out)
 }
 
-fn text(b: &Option<Bytes>) -> String {
+pub(crate) fn text(b: &Option<Bytes>) -> String {
     b.as_deref()
         .map(|b| String::from_utf8_lossy(b).into_owned())
         .unwrap_or_default()
