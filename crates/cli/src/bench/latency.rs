@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use baton_kafka::records::Record;
 
-use crate::demo::stage::text;
+use crate::demo::stage::{longest_silence, text};
 
 /// What one window of one run measured.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,16 +64,7 @@ pub fn measure(
                 None => unanswered += 1,
             }
         }
-        let mut last = from_ms;
-        let stamps = outs
-            .iter()
-            .map(|r| r.timestamp)
-            .filter(|&t| t >= from_ms && t <= to_ms)
-            .chain(std::iter::once(to_ms));
-        for t in stamps {
-            longest_gap_ms = longest_gap_ms.max(t - last);
-            last = last.max(t);
-        }
+        longest_gap_ms = longest_gap_ms.max(longest_silence(outs, from_ms, to_ms).0);
     }
     latencies.sort_unstable();
     let at = |q: f64| -> i64 {

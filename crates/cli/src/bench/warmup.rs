@@ -11,11 +11,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use baton_assignor::AssignorKind;
-use baton_kafka::client::NewTopic;
 use baton_kafka::records::Record;
 use baton_kafka::Client;
 use clap::Args;
@@ -24,7 +22,8 @@ use tokio::process::{Child, Command};
 use super::latency::{measure, Measured};
 use crate::demo::scrape::{scrape, InstanceView};
 use crate::demo::stage::{
-    failed, preload, read_topic, spawn_instance, terminate, Instance, Launch,
+    create_topics, failed, preload, read_topic, spawn_instance, spawn_producer, stop, Instance,
+    Launch,
 };
 use crate::Failure;
 
@@ -81,25 +80,9 @@ pub fn run(args: WarmupArgs) -> Result<(), Failure> {
             "--rate must be 1 to 100000 and --baseline-s positive",
         ));
     }
-    let (dir, temporary) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("baton-bench-{}", std::process::id())),
-            true,
-        ),
-    };
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Failure::bad_input(format!("--dir {}: {e}", dir.display())))?;
-    let (_broker, bootstrap) = match &args.bootstrap {
-        Some(b) => (None, b.clone()),
-        None => {
-            let broker = baton_kafka::testing::Broker::try_start()
-                .map_err(|message| Failure { message, status: 1 })?;
-            eprintln!("broker: nisshi at {}", broker.addr);
-            let addr = broker.addr.clone();
-            (Some(broker), addr)
-        }
-    };
+    let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench")?;
+    // Kept alive to the end; dropping it stops the broker.
+    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap)?;
     let runtime = crate::tokio_runtime()?;
     let result = runtime.block_on(async {
         let mut rows = Vec::new();
@@ -193,29 +176,9 @@ async fn one(
     let dir = root.join(&app);
     std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
     let client = Client::new(&[bootstrap], "baton-bench");
-    let topic = |name: &str, compacted| NewTopic {
-        name: name.to_owned(),
-        partitions: 3,
-        compacted,
-    };
-    client
-        .create_topics(&[
-            topic(&input, false),
-            topic(&output, false),
-            topic(&changelog, true),
-        ])
-        .await
-        .map_err(|e| failed(format!("creating topics: {e}")))?;
+    create_topics(&client, [&input, &output, &changelog], 3).await?;
     let exe = std::env::current_exe().map_err(|e| failed(format!("finding baton: {e}")))?;
-    let mut producer = Command::new(&exe)
-        .args(["produce", "--bootstrap", bootstrap, "--topic", &input])
-        .args(["--rate", &args.rate.to_string(), "--keys", "60"])
-        .args(["--count", "1000000000000", "--timeout-ms", "60000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| failed(format!("starting the producer: {e}")))?;
+    let mut producer = spawn_producer(&exe, bootstrap, &input, args.rate, 60)?;
     let launch = |name| Launch {
         exe: &exe,
         bootstrap,
@@ -306,16 +269,7 @@ async fn one(
     let _ = producer.start_kill();
     let _ = producer.wait().await;
     let (inputs, outputs) = settle(&client, &input, &output, &measured_parts, timeout).await?;
-    for i in &mut both {
-        terminate(&i.child);
-        if tokio::time::timeout(Duration::from_secs(10), i.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = i.child.start_kill();
-            let _ = i.child.wait().await;
-        }
-    }
+    stop(&mut both).await;
     let baseline = measure(&inputs, &outputs, &measured_parts, baseline_from, drained);
     let during = measure(&inputs, &outputs, &measured_parts, drained, caught_up);
     eprintln!(

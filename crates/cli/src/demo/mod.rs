@@ -61,26 +61,9 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
             "--state-records must be at most 20000000",
         ));
     }
-    let (dir, temporary) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("baton-demo-{}", std::process::id())),
-            true,
-        ),
-    };
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Failure::bad_input(format!("--dir {}: {e}", dir.display())))?;
+    let (dir, temporary) = workspace(&args.dir, "baton-demo")?;
     // Kept alive to the end of the demo; dropping it stops the broker.
-    let (_broker, bootstrap) = match &args.bootstrap {
-        Some(b) => (None, b.clone()),
-        None => {
-            let broker = baton_kafka::testing::Broker::try_start()
-                .map_err(|message| Failure { message, status: 1 })?;
-            println!("broker: nisshi at {}", broker.addr);
-            let addr = broker.addr.clone();
-            (Some(broker), addr)
-        }
-    };
+    let (_broker, bootstrap) = broker(&args.bootstrap)?;
     let runtime = crate::tokio_runtime()?;
     let result = runtime.block_on(async {
         tokio::select! {
@@ -107,6 +90,36 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         });
     }
     Ok(())
+}
+
+/// `--dir`, or a new temporary directory named after `prefix` (and whether it is temporary).
+pub(crate) fn workspace(dir: &Option<PathBuf>, prefix: &str) -> Result<(PathBuf, bool), Failure> {
+    let (dir, temporary) = match dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("{prefix}-{}", std::process::id())),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::bad_input(format!("--dir {}: {e}", dir.display())))?;
+    Ok((dir, temporary))
+}
+
+/// `--bootstrap`, or nisshi started on a free loopback port (stopped when dropped).
+pub(crate) fn broker(
+    bootstrap: &Option<String>,
+) -> Result<(Option<baton_kafka::testing::Broker>, String), Failure> {
+    Ok(match bootstrap {
+        Some(b) => (None, b.clone()),
+        None => {
+            let broker = baton_kafka::testing::Broker::try_start()
+                .map_err(|message| Failure { message, status: 1 })?;
+            eprintln!("broker: nisshi at {}", broker.addr);
+            let addr = broker.addr.clone();
+            (Some(broker), addr)
+        }
+    })
 }
 
 async fn runs(

@@ -88,37 +88,12 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         "creating {input} and {output} ({} partitions), and {} records of state per task",
         plan.partitions, plan.state_records
     ));
-    let topic = |name: &str, compacted| NewTopic {
-        name: name.to_owned(),
-        partitions: plan.partitions as i32,
-        compacted,
-    };
-    client
-        .create_topics(&[
-            topic(&input, false),
-            topic(&output, false),
-            topic(&changelog, true),
-        ])
-        .await
-        .map_err(|e| failed(format!("creating topics: {e}")))?;
+    create_topics(&client, [&input, &output, &changelog], plan.partitions).await?;
     let every: Vec<i32> = (0..plan.partitions as i32).collect();
     preload(&client, &changelog, &every, plan.state_records, plan.tty).await?;
 
     let exe = std::env::current_exe().map_err(|e| failed(format!("finding baton: {e}")))?;
-    let mut producer = Command::new(&exe)
-        .args(["produce", "--bootstrap", &plan.bootstrap, "--topic", &input])
-        .args([
-            "--rate",
-            &plan.rate.to_string(),
-            "--keys",
-            &plan.keys.to_string(),
-        ])
-        .args(["--count", "1000000000000", "--timeout-ms", "60000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| failed(format!("starting the producer: {e}")))?;
+    let mut producer = spawn_producer(&exe, &plan.bootstrap, &input, plan.rate, plan.keys)?;
 
     let spawn = |name: &'static str| {
         spawn_instance(&Launch {
@@ -231,16 +206,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         measured_to,
     )
     .await?;
-    for i in &mut instances {
-        terminate(&i.child);
-        if tokio::time::timeout(Duration::from_secs(10), i.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = i.child.start_kill();
-            let _ = i.child.wait().await;
-        }
-    }
+    stop(&mut instances).await;
     board.finish();
     Ok(Outcome {
         assignor: plan.assignor,
@@ -555,25 +521,90 @@ async fn longest_gaps(
         at_s: 0.0,
     };
     for (p, rows) in read_topic(client, output, partitions).await? {
-        let mut last = from_ms;
-        let stamps = rows
-            .iter()
-            .map(|r| r.timestamp)
-            .filter(|&t| t >= from_ms && t <= to_ms)
-            .chain(std::iter::once(to_ms));
-        for t in stamps {
-            let gap = (t - last) as f64 / 1000.0;
-            if gap > worst.seconds {
-                worst = Gap {
-                    seconds: gap,
-                    task: format!("0_{p}"),
-                    at_s: (last - from_ms) as f64 / 1000.0,
-                };
-            }
-            last = last.max(t);
+        let (gap_ms, began) = longest_silence(&rows, from_ms, to_ms);
+        let gap = gap_ms as f64 / 1000.0;
+        if gap > worst.seconds {
+            worst = Gap {
+                seconds: gap,
+                task: format!("0_{p}"),
+                at_s: (began - from_ms) as f64 / 1000.0,
+            };
         }
     }
     Ok(worst)
+}
+
+/// The longest stretch in `[from_ms, to_ms]` without a record of `rows` (the window's edges
+/// count as records): its length and when it began, in milliseconds.
+pub(crate) fn longest_silence(rows: &[Record], from_ms: i64, to_ms: i64) -> (i64, i64) {
+    let mut last = from_ms;
+    let mut worst = (0, from_ms);
+    let stamps = rows
+        .iter()
+        .map(|r| r.timestamp)
+        .filter(|&t| t >= from_ms && t <= to_ms)
+        .chain(std::iter::once(to_ms));
+    for t in stamps {
+        if t - last > worst.0 {
+            worst = (t - last, last);
+        }
+        last = last.max(t);
+    }
+    worst
+}
+
+/// Creates an application's input, output and (compacted) changelog topics.
+pub(crate) async fn create_topics(
+    client: &Client,
+    [input, output, changelog]: [&str; 3],
+    partitions: u32,
+) -> Result<(), Failure> {
+    let topic = |name: &str, compacted| NewTopic {
+        name: name.to_owned(),
+        partitions: partitions as i32,
+        compacted,
+    };
+    client
+        .create_topics(&[
+            topic(input, false),
+            topic(output, false),
+            topic(changelog, true),
+        ])
+        .await
+        .map_err(|e| failed(format!("creating topics: {e}")))
+}
+
+/// Starts `baton produce`: `rate` events per second over `keys` keys until it is killed.
+pub(crate) fn spawn_producer(
+    exe: &std::path::Path,
+    bootstrap: &str,
+    input: &str,
+    rate: u64,
+    keys: u64,
+) -> Result<Child, Failure> {
+    Command::new(exe)
+        .args(["produce", "--bootstrap", bootstrap, "--topic", input])
+        .args(["--rate", &rate.to_string(), "--keys", &keys.to_string()])
+        .args(["--count", "1000000000000", "--timeout-ms", "60000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| failed(format!("starting the producer: {e}")))
+}
+
+/// SIGTERM to every instance; one still running 10 s later is killed.
+pub(crate) async fn stop(instances: &mut [Instance]) {
+    for i in instances {
+        terminate(&i.child);
+        if tokio::time::timeout(Duration::from_secs(10), i.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = i.child.start_kill();
+            let _ = i.child.wait().await;
+        }
+    }
 }
 
 /// A task's longest stretch without output.
