@@ -12,7 +12,7 @@
 //!
 //! The thread that calls [`Catchup::absorb`] runs actives too, so it never waits for a load
 //! it need not wait for, not even for the last one of a restore, and the loads run at a lower
-//! scheduling priority than the stream threads.
+//! scheduling priority than the stream threads ([`crate::priority`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -64,6 +64,10 @@ pub struct Catchup {
     loading: Option<Load>,
     /// Bulk loads started so far: they grow (see [`load_limits`]).
     loads: u32,
+    /// The most key and value bytes, and records, one chunk has brought so far. A broker
+    /// returns at least one whole batch however small the fetch's limit, so a chunk can be
+    /// far larger than asked for (a batch of a bulk-written changelog: 720 KB against 256 KiB).
+    largest_chunk: (usize, usize),
 }
 
 /// A bulk load's outcome: its buffer, emptied.
@@ -107,6 +111,7 @@ impl Catchup {
             buffered_records: 0,
             loading: None,
             loads: 0,
+            largest_chunk: (0, 0),
         }
     }
 
@@ -114,19 +119,22 @@ impl Catchup {
         self.position
     }
 
-    /// Whether a chunk of up to `chunk_bytes` more would make [`Catchup::absorb`] wait for a
-    /// bulk load (two are under way). The thread then leaves this changelog out of its next fetch, so
-    /// that the actives it also runs are not held up behind a warm-up's load.
+    /// Whether a chunk asked for with a limit of `chunk_bytes` could fill the buffer while two
+    /// bulk loads are under way, so that the next load would have to wait for them. The thread
+    /// then leaves this changelog out of its next fetch: the actives it also runs are not held
+    /// up behind a warm-up's load, and the buffer stays bounded.
     pub fn busy(&self, chunk_bytes: usize) -> bool {
         let Some(load) = &self.loading else {
             return false;
         };
         // Records are at least a few bytes; 16 per record over-counts a chunk's records.
+        let chunk = chunk_bytes.max(self.largest_chunk.0);
+        let chunk_records = (chunk_bytes / 16).max(self.largest_chunk.1);
         let (records, bytes) = load_limits(self.loads);
         load.behind.load(Ordering::Acquire)
             && !load.is_finished()
-            && (self.buffered_bytes + chunk_bytes >= bytes
-                || self.buffer.len() + chunk_bytes / 16 >= records)
+            && (self.buffered_bytes + chunk >= bytes
+                || self.buffer.len() + chunk_records >= records)
     }
 
     /// Where the next fetch starts.
@@ -181,6 +189,7 @@ impl Catchup {
                 self.buffer = std::mem::take(&mut self.spare);
             }
             // Sorted as a run here, beside the load in progress, rather than by the next load.
+            let (bytes_before, records_before) = (self.buffered_bytes, self.buffer.len());
             let (bytes, taken) = (&mut self.buffered_bytes, &mut self.buffered_records);
             self.buffer.push_run(records.filter_map(|r| match r.key {
                 Some(key) => {
@@ -193,6 +202,14 @@ impl Catchup {
                     None
                 }
             }));
+            let chunk = (
+                self.buffered_bytes - bytes_before,
+                self.buffer.len().saturating_sub(records_before),
+            );
+            self.largest_chunk = (
+                self.largest_chunk.0.max(chunk.0),
+                self.largest_chunk.1.max(chunk.1),
+            );
         }
         if self.buffer.is_empty() {
             if self.loading.is_none() && self.fetched_to >= end {
@@ -219,11 +236,14 @@ impl Catchup {
             .as_ref()
             .is_some_and(|l| l.behind.load(Ordering::Acquire))
         {
-            if !full {
-                // A later call starts it, once a load has ended.
+            // A later call starts it, once a load has ended: the stream thread runs actives
+            // and does not wait here. [`Catchup::busy`] stops the fetching meanwhile; only a
+            // buffer twice its limits (fetched past what `busy` allowed) waits, to stay bounded.
+            let over =
+                self.buffer.len() >= 2 * load_records || self.buffered_bytes >= 2 * load_bytes;
+            if !over {
                 return Ok(out);
             }
-            // Only when the thread fetched beyond what it should ([`Catchup::busy`]).
             self.wait()?;
         }
         out.applied = self.start_load(store)?;
@@ -246,7 +266,7 @@ impl Catchup {
         let handle = std::thread::Builder::new()
             .name("baton-load".into())
             .spawn(move || {
-                yield_to_processing();
+                crate::priority::lower_this_thread();
                 let written = store.ingest_runs_after(&mut batch, next, || {
                     let Some(load) = earlier else {
                         return Ok(());
@@ -308,17 +328,6 @@ impl Catchup {
     }
 }
 
-/// Lowers the calling thread's scheduling priority (nice 10; Linux keeps the nice value per
-/// thread): on a busy machine the stream threads, which run actives, get the CPU first, and a
-/// bulk load takes what is left. With cores to spare it still runs at full speed.
-fn yield_to_processing() {
-    // SAFETY: setpriority reads no memory of ours; `0` names the calling thread.
-    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, LOAD_NICE) };
-}
-
-/// The nice value of bulk-load threads ([`yield_to_processing`]).
-const LOAD_NICE: libc::c_int = 10;
-
 /// The outcome of a bulk load: its buffer, emptied.
 fn join(handle: std::thread::JoinHandle<Loaded>) -> Loaded {
     handle.join().map_err(|_| StoreError::Store {
@@ -377,6 +386,19 @@ mod tests {
         c.buffered_bytes = 0;
         c.buffer.push_run(keys(INGEST_RECORDS - 100));
         assert!(c.busy(1 << 20), "too many records to take another chunk");
+        c.buffer = Runs::default();
+        c.buffered_bytes = INGEST_BYTES - (1 << 20);
+        assert!(!c.busy(256 << 10), "room for a quarter-MiB chunk");
+        c.largest_chunk = (720 << 10, 7_000);
+        assert!(
+            !c.busy(256 << 10),
+            "a broker may answer with more than asked: room for the largest chunk yet"
+        );
+        c.largest_chunk = (2 << 20, 7_000);
+        assert!(
+            c.busy(256 << 10),
+            "the largest chunk yet would fill the buffer, whatever the limit asked"
+        );
         release.send(()).unwrap();
         while !c.loading.as_ref().unwrap().is_finished() {
             std::thread::yield_now();

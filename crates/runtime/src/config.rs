@@ -31,6 +31,9 @@ pub struct RuntimeConfig {
     pub commit_interval: Duration,
     /// Most bytes one changelog fetch returns while restoring or tailing.
     pub restore_fetch_bytes: i32,
+    /// The same while the thread runs an active beside the restore (restore yields: smaller
+    /// chunks, so each round of the thread loop gets back to the input sooner).
+    pub restore_fetch_bytes_beside_actives: i32,
     /// `state.cleanup.delay.ms`: a task directory unused this long is deleted.
     pub state_cleanup_delay: Duration,
     /// Where `/metrics` is served, if anywhere.
@@ -154,6 +157,8 @@ impl Default for RuntimeConfig {
             heartbeat_interval: Duration::from_millis(500),
             commit_interval: Duration::from_secs(1),
             restore_fetch_bytes: 4 << 20,
+            // Measured with `baton bench warmup` (docs/BENCHMARKS.md).
+            restore_fetch_bytes_beside_actives: 1 << 20,
             state_cleanup_delay: Duration::from_secs(600),
             metrics_addr: None,
             static_membership: false,
@@ -205,8 +210,10 @@ impl RuntimeConfig {
         if self.heartbeat_interval >= self.session_timeout {
             return Err("heartbeat_interval: must be shorter than session_timeout".into());
         }
-        if self.restore_fetch_bytes < 1024 {
-            return Err("restore_fetch_bytes: at least 1024".into());
+        if self.restore_fetch_bytes < 1024 || self.restore_fetch_bytes_beside_actives < 1024 {
+            return Err(
+                "restore_fetch_bytes and restore_fetch_bytes_beside_actives: at least 1024".into(),
+            );
         }
         if self.rack.as_deref() == Some("") {
             return Err("client.rack: must not be empty when given".into());

@@ -19,6 +19,7 @@ pub mod machine;
 pub mod membership;
 pub mod metrics;
 pub mod partitioner;
+pub mod priority;
 pub mod record;
 pub mod restore;
 pub mod state_dir;

@@ -143,6 +143,7 @@ impl StreamThread {
                 commit_interval: cfg.commit_interval,
                 acceptable_recovery_lag: cfg.assignment.acceptable_recovery_lag,
                 restore_fetch_bytes: cfg.restore_fetch_bytes,
+                restore_fetch_bytes_beside_actives: cfg.restore_fetch_bytes_beside_actives,
                 input_fetch_bytes: INPUT_FETCH_BYTES,
                 static_membership: cfg.static_membership,
                 retry_backoff: Backoff {
@@ -588,11 +589,10 @@ impl Driver {
         // A changelog whose store is still taking in a bulk load is left out: waiting for the
         // load would stall every active of this thread (seen live as a 2.6 s gap on an active
         // while a warm-up of the same thread restored). The machine fetches it again next time.
-        let chunk = self.ctx.cfg.restore_fetch_bytes.max(0) as usize;
         let before = wants.len();
         let wants: Vec<FetchWant> = wants
             .into_iter()
-            .filter(|w| !self.catchup_busy(&w.tp, chunk))
+            .filter(|w| !self.catchup_busy(&w.tp, w.max_bytes.max(0) as usize))
             .collect();
         let held_back = wants.len() < before;
         let handle = tokio::spawn(async move {

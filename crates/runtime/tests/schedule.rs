@@ -249,6 +249,7 @@ impl World {
             commit_interval: ms(500),
             acceptable_recovery_lag: 3,
             restore_fetch_bytes: 1 << 20,
+            restore_fetch_bytes_beside_actives: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
             retry_backoff: baton_kafka::Backoff {

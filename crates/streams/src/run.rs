@@ -79,6 +79,13 @@ pub struct RunArgs {
     /// state.cleanup.delay.ms: delete task state unused for this long.
     #[arg(long, env = "BATON_STATE_CLEANUP_DELAY_MS", default_value_t = 600_000)]
     pub state_cleanup_delay_ms: u64,
+    /// Most bytes one changelog fetch returns while a thread restores with no active running.
+    #[arg(long, env = "BATON_RESTORE_FETCH_BYTES", default_value_t = 4 << 20)]
+    pub restore_fetch_bytes: i32,
+    /// The same while an active of that thread runs: a smaller chunk gets the thread back to
+    /// its actives' input sooner (restore yields; docs/RUNTIME.md).
+    #[arg(long, env = "BATON_RESTORE_FETCH_BYTES_BESIDE_ACTIVES", default_value_t = 1 << 20)]
+    pub restore_fetch_bytes_beside_actives: i32,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, env = "BATON_METRICS_ADDR", value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
@@ -433,6 +440,8 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
         heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
         commit_interval: Duration::from_millis(args.commit_interval_ms),
         state_cleanup_delay: Duration::from_millis(args.state_cleanup_delay_ms),
+        restore_fetch_bytes: args.restore_fetch_bytes,
+        restore_fetch_bytes_beside_actives: args.restore_fetch_bytes_beside_actives,
         metrics_addr: args.metrics_addr,
         static_membership: args.static_membership,
         user_endpoint: args.application_server,
@@ -459,7 +468,6 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
             })
             .collect::<Result<_, _>>()?,
         max_protocol_version: args.max_protocol_version,
-        ..RuntimeConfig::default()
     };
     cfg.validate().map_err(RunError::bad_input)?;
     Ok(cfg)

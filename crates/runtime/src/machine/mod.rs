@@ -52,6 +52,9 @@ pub struct MachineConfig {
     pub commit_interval: Duration,
     pub acceptable_recovery_lag: u64,
     pub restore_fetch_bytes: i32,
+    /// The same while an active of this thread runs: each round of the loop then absorbs at
+    /// most this much restore work before it processes input again (restore yields).
+    pub restore_fetch_bytes_beside_actives: i32,
     pub input_fetch_bytes: i32,
     /// A static member keeps its place on shutdown: it does not leave the group.
     pub static_membership: bool,
@@ -766,18 +769,35 @@ impl ThreadMachine {
         }
     }
 
+    fn beside_actives(&self) -> bool {
+        self.tasks
+            .values()
+            .any(|t| t.role == Role::Active && t.phase == Phase::Running)
+    }
+
     /// Changelogs of restoring and tailing tasks; sources of running actives without a batch
     /// in flight, while this member may write.
     fn wants(&self, now: Duration) -> Vec<FetchWant> {
         let may_write = self.may_write(now);
+        let restore_bytes = if self.beside_actives() {
+            self.cfg
+                .restore_fetch_bytes_beside_actives
+                .min(self.cfg.restore_fetch_bytes)
+        } else {
+            self.cfg.restore_fetch_bytes
+        };
+        // Sources first: a broker fills a fetch's answer in the order asked and stops at its
+        // size limit, after at least one whole batch, however large; a changelog batch bigger
+        // than the restore chunk, asked first, would leave the actives' input out of every answer.
         let mut wants = Vec::new();
+        let mut restores = Vec::new();
         for t in self.tasks.values() {
             match t.phase {
                 Phase::Restoring | Phase::Tailing if !t.reading_committed => {
-                    wants.extend(t.changelogs.iter().map(|c| FetchWant {
+                    restores.extend(t.changelogs.iter().map(|c| FetchWant {
                         tp: c.tp.clone(),
                         offset: c.fetch_position,
-                        max_bytes: self.cfg.restore_fetch_bytes,
+                        max_bytes: restore_bytes,
                     }))
                 }
                 Phase::Running
@@ -794,6 +814,7 @@ impl ThreadMachine {
                 _ => {}
             }
         }
+        wants.extend(restores);
         wants
     }
 

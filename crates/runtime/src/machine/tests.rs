@@ -46,6 +46,7 @@ fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
             commit_interval: S,
             acceptable_recovery_lag: 100,
             restore_fetch_bytes: 1 << 20,
+            restore_fetch_bytes_beside_actives: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
             retry_backoff: baton_kafka::Backoff {
@@ -1167,4 +1168,67 @@ fn a_restoring_active_that_holds_everything_learns_it_from_the_changelog_end() {
         !cmds.contains(&Command::ReadCommitted { task: task(0) }),
         "a stale end restores nothing: {cmds:?}"
     );
+}
+
+/// Restore yields to the actives beside it: a broker fills a fetch's answer in the order
+/// asked, with at least one whole batch however large, so a changelog asked first can leave
+/// the input out of every answer; and a smaller chunk gets the loop back to the input sooner.
+#[test]
+fn beside_a_running_active_a_restore_is_asked_after_the_input_and_in_smaller_chunks() {
+    let changelog = tp("app-counts-changelog", 0);
+    let mut m = machine();
+    m.cfg.restore_fetch_bytes = 4 << 20;
+    m.cfg.restore_fetch_bytes_beside_actives = 1 << 20;
+    // The warm-up (task 0) sorts before the active (task 3).
+    let cmds = m.handle(assigned(1, &[3], &[], &[0], Duration::ZERO), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    // The warm-up's changelog turns out to be far longer than its store.
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![
+                FetchResult {
+                    tp: changelog.clone(),
+                    from: 0,
+                    next: 0,
+                    high_watermark: Some(1_000_000),
+                },
+                FetchResult {
+                    tp: tp("in", 3),
+                    from: 0,
+                    next: 0,
+                    high_watermark: Some(0),
+                },
+            ],
+        },
+        S,
+    );
+    let (_, wants) = fetch_of(&cmds).expect("a next fetch");
+    let order: Vec<&str> = wants.iter().map(|w| w.tp.topic.as_str()).collect();
+    assert_eq!(order, ["in", "app-counts-changelog"], "input first");
+    assert_eq!(wants[1].tp, changelog);
+    assert_eq!(
+        wants[1].max_bytes,
+        1 << 20,
+        "the smaller chunk beside an active"
+    );
+
+    // A warm-up alone on its thread takes whole chunks.
+    let (mut m, f) = warming_up();
+    m.cfg.restore_fetch_bytes = 4 << 20;
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![FetchResult {
+                tp: tp("app-counts-changelog", 2),
+                from: 0,
+                next: 0,
+                high_watermark: Some(1_000_000),
+            }],
+        },
+        S,
+    );
+    let (_, wants) = fetch_of(&cmds).expect("a next fetch");
+    assert_eq!(wants.len(), 1);
+    assert_eq!(wants[0].max_bytes, 4 << 20);
 }

@@ -107,6 +107,7 @@ impl Engine<'_> {
             commit_interval: Duration::from_secs(5),
             acceptable_recovery_lag: self.config.acceptable_recovery_lag,
             restore_fetch_bytes: 1 << 20,
+            restore_fetch_bytes_beside_actives: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
             retry_backoff: baton_kafka::Backoff {
