@@ -63,6 +63,7 @@ fn the_demo_shows_a_hand_over_and_counts_every_event() {
         "ASSIGNOR",
         "verdict (high-availability): every one of",
         "verdict (sticky): every one of",
+        "verdict (longest gap): high-availability ",
     ] {
         assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");
     }
