@@ -11,6 +11,7 @@ use baton_protocol::TopicPartition;
 use tokio::sync::watch;
 
 use crate::config::RuntimeConfig;
+use crate::repeats::Repeats;
 use crate::state_dir::StateDir;
 use crate::status::Status;
 use crate::topology::Topology;
@@ -33,6 +34,9 @@ pub struct Context {
     stop: watch::Sender<bool>,
     /// Why a thread stopped the instance, if one did.
     failure: Mutex<Option<String>>,
+    /// Failures under way (fetches, produces, commits), each logged once ([`Context::failing`]).
+    repeats: Mutex<Repeats>,
+    born: std::time::Instant,
 }
 
 impl Context {
@@ -58,6 +62,39 @@ impl Context {
             batch_limit: AtomicUsize::new(baton_kafka::records::DEFAULT_BATCH_LIMIT),
             stop: watch::channel(false).0,
             failure: Mutex::new(None),
+            repeats: Mutex::new(Repeats::default()),
+            born: std::time::Instant::now(),
+        }
+    }
+
+    /// `subject` (what failed, and where) failed with `error`: logged when it starts, then at
+    /// most every 10 s while it repeats ([`crate::repeats`]).
+    pub fn failing(&self, subject: &str, error: &dyn std::fmt::Display) {
+        let line = self
+            .repeats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .failed(subject, &error.to_string(), self.born.elapsed());
+        if let Some(line) = line {
+            crate::repeats::log(subject, line);
+        }
+    }
+
+    /// The `subject` of [`Context::failing`] succeeded: a failure under way is logged as
+    /// ended. `subject` is built only while some failure is under way.
+    pub fn recovered(&self, subject: impl FnOnce() -> String) {
+        let line = {
+            let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
+            if repeats.is_empty() {
+                return;
+            }
+            let subject = subject();
+            repeats
+                .succeeded(&subject, self.born.elapsed())
+                .map(|l| (subject, l))
+        };
+        if let Some((subject, line)) = line {
+            crate::repeats::log(&subject, line);
         }
     }
 

@@ -226,6 +226,7 @@ pub async fn watch(ctx: Arc<Context>, from: i64) {
         };
         match step.await {
             Ok(records) => {
+                ctx.recovered(|| format!("reading the control topic {topic}"));
                 for r in records {
                     position = r.offset + 1;
                     let me = r.key.as_deref() == Some(ctx.cfg.instance_id.as_bytes());
@@ -247,7 +248,7 @@ pub async fn watch(ctx: Arc<Context>, from: i64) {
             }
             Err(e) => {
                 ctx.forget_leader(&topic, 0);
-                tracing::warn!(error = %e, "reading the control topic");
+                ctx.failing(&format!("reading the control topic {topic}"), &e);
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod partitioner;
 pub mod priority;
 pub mod record;
+pub mod repeats;
 pub mod restore;
 pub mod state_dir;
 pub mod status;

@@ -70,7 +70,7 @@ impl MembershipTask {
                     next_heartbeat = tokio::time::Instant::now() + interval;
                     let at = self.epoch.elapsed();
                     self.ctx.status.heartbeat_sent(&self.name, at);
-                    let answer = answer(self.member.heartbeat().await, &self.name);
+                    let answer = answer(self.member.heartbeat().await, &self.ctx, &self.name);
                     if self.events.send(Event::Heartbeat { answer, at }).is_err() {
                         return;
                     }
@@ -152,6 +152,8 @@ impl MembershipTask {
             beats.abort();
             match joined {
                 Ok(m) => {
+                    self.ctx
+                        .recovered(|| format!("joining the group ({})", self.name));
                     self.ctx.status.count_rebalance();
                     let seconds = started.elapsed().as_secs_f64();
                     self.ctx.status.observe_rebalance(reason, seconds);
@@ -176,7 +178,8 @@ impl MembershipTask {
                     return Some((self.assigned(&m), short));
                 }
                 Err(e) => {
-                    tracing::warn!(thread = %self.name, error = %e, "joining the group failed; retrying");
+                    self.ctx
+                        .failing(&format!("joining the group ({})", self.name), &e);
                     if self.events.is_closed() {
                         return None;
                     }
@@ -233,13 +236,19 @@ impl MembershipTask {
 }
 
 /// A heartbeat's outcome as the machine sees it.
-fn answer(beat: baton_kafka::Result<Beat>, thread: &str) -> Heartbeat {
+fn answer(beat: baton_kafka::Result<Beat>, ctx: &Context, thread: &str) -> Heartbeat {
+    let subject = || format!("heartbeat ({thread})");
     match beat {
-        Ok(Beat::Alive) => Heartbeat::Alive,
-        Ok(Beat::Rebalancing) => Heartbeat::Rebalancing,
-        Ok(Beat::Fenced) => Heartbeat::Fenced,
+        Ok(b) => {
+            ctx.recovered(subject);
+            match b {
+                Beat::Alive => Heartbeat::Alive,
+                Beat::Rebalancing => Heartbeat::Rebalancing,
+                Beat::Fenced => Heartbeat::Fenced,
+            }
+        }
         Err(e) => {
-            tracing::warn!(thread, error = %e, "heartbeat failed");
+            ctx.failing(&subject(), &e);
             Heartbeat::Failed
         }
     }
@@ -262,7 +271,7 @@ async fn beat_during_round(
         due = tokio::time::Instant::now() + ctx.cfg.heartbeat_interval;
         let at = epoch.elapsed();
         ctx.status.heartbeat_sent(&name, at);
-        let answer = during_round(answer(pulse.beat().await, &name));
+        let answer = during_round(answer(pulse.beat().await, &ctx, &name));
         if events.send(Event::Heartbeat { answer, at }).is_err() {
             return;
         }

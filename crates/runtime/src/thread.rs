@@ -443,12 +443,17 @@ impl Driver {
             Command::ReadCommitted { task } => {
                 let wanted = self.ctx.wire.source_partitions(task);
                 let e = match self.io.committed_offsets(self.ctx.group(), &wanted).await {
-                    Ok(c) => Event::CommittedRead {
-                        task,
-                        offsets: wanted.iter().map(|w| c.get(w).copied()).collect(),
-                    },
+                    Ok(c) => {
+                        self.ctx
+                            .recovered(|| format!("reading committed offsets of {task}"));
+                        Event::CommittedRead {
+                            task,
+                            offsets: wanted.iter().map(|w| c.get(w).copied()).collect(),
+                        }
+                    }
                     Err(e) => {
-                        tracing::warn!(task = %task, error = %e, "reading committed offsets");
+                        self.ctx
+                            .failing(&format!("reading committed offsets of {task}"), &e);
                         Event::CommittedReadFailed { task }
                     }
                 };
@@ -476,9 +481,14 @@ impl Driver {
                     .commit_offsets(self.ctx.group(), generation, &member_id, &offsets)
                     .await
                 {
-                    Ok(()) => true,
+                    Ok(()) => {
+                        self.ctx
+                            .recovered(|| format!("commit of input offsets ({})", self.name));
+                        true
+                    }
                     Err(e) => {
-                        tracing::warn!(thread = %self.name, error = %e, "committing input offsets failed");
+                        self.ctx
+                            .failing(&format!("commit of input offsets ({})", self.name), &e);
                         false
                     }
                 };
@@ -606,7 +616,7 @@ impl Driver {
                 match ctx.leader(&want.tp.topic, want.tp.partition).await {
                     Ok(l) => by_leader.entry(l).or_default().push(want),
                     Err(e) => {
-                        tracing::warn!(topic = %want.tp.topic, partition = want.tp.partition, error = %e, "no leader");
+                        ctx.failing(&format!("fetch from {}", want.tp), &e);
                         out.push((want, Err(Miss::Failed)));
                     }
                 }
@@ -623,22 +633,26 @@ impl Driver {
                     .collect();
                 match io.fetch_many(&leader, &wire, FETCH_WAIT_MS).await {
                     Ok(results) => {
+                        ctx.recovered(|| format!("fetch from broker {leader}"));
                         for (want, result) in wants.into_iter().zip(results) {
                             match result {
-                                Ok(f) => out.push((want, Ok(f))),
+                                Ok(f) => {
+                                    ctx.recovered(|| format!("fetch from {}", want.tp));
+                                    out.push((want, Ok(f)))
+                                }
                                 Err(e) if e.is_offset_out_of_range() => {
                                     out.push((want, Err(Miss::OutOfRange)));
                                 }
                                 Err(e) => {
                                     ctx.forget_leader(&want.tp.topic, want.tp.partition);
-                                    tracing::warn!(topic = %want.tp.topic, partition = want.tp.partition, error = %e, "fetch failed");
+                                    ctx.failing(&format!("fetch from {}", want.tp), &e);
                                     out.push((want, Err(Miss::Failed)));
                                 }
                             }
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(leader = %leader, error = %e, "fetch failed");
+                        ctx.failing(&format!("fetch from broker {leader}"), &e);
                         for w in wants {
                             ctx.forget_leader(&w.tp.topic, w.tp.partition);
                             out.push((w, Err(Miss::Failed)));
@@ -777,7 +791,12 @@ impl Driver {
                 let failed_record = match step {
                     RecordOutcome::Done => None,
                     RecordOutcome::Store(e) => {
-                        tracing::error!(task = %task, error = %e, "processing a record");
+                        self.store_failures.failed(
+                            task,
+                            "processing a record with the task's stores",
+                            &e.to_string(),
+                            &self.ctx.cfg.state_dir,
+                        );
                         if e.is_corrupt() {
                             // Nothing of the batch was written: rebuild, then run it again.
                             self.rebuild.insert(task, e.to_string());
@@ -1020,7 +1039,7 @@ impl Driver {
             let leader = match self.ctx.leader(&tp.topic, tp.partition).await {
                 Ok(l) => l,
                 Err(e) => {
-                    tracing::warn!(partition = %tp, error = %e, "no leader");
+                    self.ctx.failing(&format!("produce to {tp}"), &e);
                     return Err(Produced::Failed);
                 }
             };
@@ -1030,6 +1049,7 @@ impl Driver {
                 .await
             {
                 Ok(base) => {
+                    self.ctx.recovered(|| format!("produce to {tp}"));
                     next = base + n as i64;
                     start += n;
                 }
@@ -1043,7 +1063,7 @@ impl Driver {
                 }
                 Err(e) => {
                     self.ctx.forget_leader(&tp.topic, tp.partition);
-                    tracing::warn!(partition = %tp, error = %e, "produce failed; the batch will be retried");
+                    self.ctx.failing(&format!("produce to {tp}"), &e);
                     return Err(Produced::Failed);
                 }
             }
