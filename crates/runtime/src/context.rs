@@ -36,6 +36,9 @@ pub struct Context {
     failure: Mutex<Option<String>>,
     /// Failures under way (fetches, produces, commits), each logged once ([`Context::failing`]).
     repeats: Mutex<Repeats>,
+    /// Whether `repeats` holds any failure: a success (every fetched partition, every produce)
+    /// then takes no lock when nothing is failing, which is nearly always.
+    any_failing: AtomicBool,
     born: std::time::Instant,
 }
 
@@ -63,6 +66,7 @@ impl Context {
             stop: watch::channel(false).0,
             failure: Mutex::new(None),
             repeats: Mutex::new(Repeats::default()),
+            any_failing: AtomicBool::new(false),
             born: std::time::Instant::now(),
         }
     }
@@ -70,28 +74,31 @@ impl Context {
     /// `subject` (what failed, and where) failed with `error`: logged when it starts, then at
     /// most every 10 s while it repeats ([`crate::repeats`]).
     pub fn failing(&self, subject: &str, error: &dyn std::fmt::Display) {
-        let line = self
-            .repeats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .failed(subject, &error.to_string(), self.born.elapsed());
+        let line = {
+            let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
+            self.any_failing.store(true, Ordering::Relaxed);
+            repeats.failed(subject, &error.to_string(), self.born.elapsed())
+        };
         if let Some(line) = line {
             crate::repeats::log(subject, line);
         }
     }
 
     /// The `subject` of [`Context::failing`] succeeded: a failure under way is logged as
-    /// ended. `subject` is built only while some failure is under way.
+    /// ended. `subject` is built, and the lock taken, only while some failure is under way (a
+    /// success racing the first failure elsewhere is seen by the next success).
     pub fn recovered(&self, subject: impl FnOnce() -> String) {
+        if !self.any_failing.load(Ordering::Relaxed) {
+            return;
+        }
         let line = {
             let mut repeats = self.repeats.lock().unwrap_or_else(|e| e.into_inner());
-            if repeats.is_empty() {
-                return;
-            }
             let subject = subject();
-            repeats
-                .succeeded(&subject, self.born.elapsed())
-                .map(|l| (subject, l))
+            let line = repeats.succeeded(&subject, self.born.elapsed());
+            if repeats.is_empty() {
+                self.any_failing.store(false, Ordering::Relaxed);
+            }
+            line.map(|l| (subject, l))
         };
         if let Some((subject, line)) = line {
             crate::repeats::log(&subject, line);

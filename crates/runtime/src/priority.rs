@@ -1,8 +1,8 @@
 //! Restore yields to processing on the CPU: background work (bulk loads, and each store's
 //! flushes and compactions, which a restore's loads cause by the gigabyte) runs at a lower
 //! scheduling priority than the stream threads, which run actives. On a busy machine the
-//! actives get the CPU first and background work takes what is left (at nice 10, about a tenth
-//! of a core it contends for); with cores to spare it still runs at full speed. Linux keeps
+//! actives get the CPU first and background work takes what is left (at nice 10 the scheduler
+//! weighs it 110 against a stream thread's 1024); with cores to spare it still runs at full speed. Linux keeps
 //! the nice value per thread, and a new thread starts with its creator's.
 
 /// The nice value of background threads.

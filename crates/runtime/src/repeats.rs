@@ -91,9 +91,12 @@ impl Repeats {
 /// Logs `line` about `subject` at warn level (its end at info).
 pub fn log(subject: &str, line: Line) {
     match line {
-        Line::Started { error } => {
-            tracing::warn!(subject, error = %error, "failed; retrying with backoff (a summary every 10 s while it goes on)")
-        }
+        Line::Started { error } => tracing::warn!(
+            subject,
+            error = %error,
+            summary_every_s = SUMMARY_EVERY.as_secs(),
+            "failed; retrying with backoff (a summary while it goes on, a line when it ends)"
+        ),
         Line::Repeating {
             failures,
             since,
