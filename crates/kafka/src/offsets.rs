@@ -21,6 +21,16 @@ use crate::error::{check, Result};
 const OFFSET_COMMIT_MAX_VERSION: i16 = 8;
 const OFFSET_FETCH_MAX_VERSION: i16 = 7;
 
+/// A group's committed position in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub partition: TopicPartition,
+    /// The next offset to read; `-1` where none is committed.
+    pub offset: i64,
+    /// What the committer stored beside it (Kafka Streams: the partition's stream time).
+    pub metadata: Option<String>,
+}
+
 impl Client {
     /// Commits offsets for `group` as member `member_id` of `generation` (`-1` and `""` commit
     /// outside a generation, which only an empty group accepts).
@@ -31,12 +41,28 @@ impl Client {
         member_id: &str,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<()> {
-        let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
-        for (tp, o) in offsets {
-            by_topic
-                .entry(&tp.topic)
-                .or_default()
-                .push((tp.partition, *o));
+        let offsets: Vec<Committed> = offsets
+            .iter()
+            .map(|(tp, offset)| Committed {
+                partition: tp.clone(),
+                offset: *offset,
+                metadata: None,
+            })
+            .collect();
+        self.commit(group, generation, member_id, &offsets).await
+    }
+
+    /// As [`Client::commit_offsets`], each offset with its metadata string.
+    pub async fn commit(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: &[Committed],
+    ) -> Result<()> {
+        let mut by_topic: BTreeMap<&str, Vec<&Committed>> = BTreeMap::new();
+        for c in offsets {
+            by_topic.entry(&c.partition.topic).or_default().push(c);
         }
         let req = OffsetCommitRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
@@ -50,11 +76,14 @@ impl Client {
                             .with_name(TopicName(StrBytes::from_string(t.to_owned())))
                             .with_partitions(
                                 ps.into_iter()
-                                    .map(|(p, o)| {
+                                    .map(|c| {
                                         OffsetCommitRequestPartition::default()
-                                            .with_partition_index(p)
-                                            .with_committed_offset(o)
+                                            .with_partition_index(c.partition.partition)
+                                            .with_committed_offset(c.offset)
                                             .with_committed_leader_epoch(-1)
+                                            .with_committed_metadata(
+                                                c.metadata.clone().map(StrBytes::from_string),
+                                            )
                                     })
                                     .collect(),
                             )
@@ -82,6 +111,20 @@ impl Client {
         group: &str,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>> {
+        Ok(self
+            .committed(group, partitions)
+            .await?
+            .into_iter()
+            .map(|(tp, c)| (tp, c.offset))
+            .collect())
+    }
+
+    /// As [`Client::committed_offsets`], with each offset's metadata string.
+    pub async fn committed(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Committed>> {
         let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for tp in partitions {
             by_topic.entry(&tp.topic).or_default().push(tp.partition);
@@ -108,9 +151,14 @@ impl Client {
             for t in &resp.topics {
                 for p in &t.partitions {
                     check(ApiKey::OffsetFetch, p.error_code)?;
+                    let partition = TopicPartition::new(t.name.0.as_str(), p.partition_index);
                     out.insert(
-                        TopicPartition::new(t.name.0.as_str(), p.partition_index),
-                        p.committed_offset,
+                        partition.clone(),
+                        Committed {
+                            partition,
+                            offset: p.committed_offset,
+                            metadata: p.metadata.as_ref().map(|m| m.to_string()),
+                        },
                     );
                 }
             }

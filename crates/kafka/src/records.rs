@@ -88,7 +88,39 @@ impl Client {
         partition: i32,
         records: &[KeyValue],
     ) -> Result<i64> {
-        let batch = encode_batch(records, now_ms())?;
+        let now = now_ms();
+        self.send_batch(leader, topic, partition, encode_batch(records, |_| now)?)
+            .await
+    }
+
+    /// As [`Client::produce`], each record stamped with its own timestamp (milliseconds since
+    /// the epoch, `timestamps[i]` for `records[i]`): event time carried from input to output.
+    pub async fn produce_stamped(
+        &self,
+        leader: &str,
+        topic: &str,
+        partition: i32,
+        records: &[KeyValue],
+        timestamps: &[i64],
+    ) -> Result<i64> {
+        if timestamps.len() != records.len() {
+            return Err(Error::Protocol(format!(
+                "{} timestamps for {} records",
+                timestamps.len(),
+                records.len()
+            )));
+        }
+        let batch = encode_batch(records, |i| timestamps[i])?;
+        self.send_batch(leader, topic, partition, batch).await
+    }
+
+    async fn send_batch(
+        &self,
+        leader: &str,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+    ) -> Result<i64> {
         let req = ProduceRequest::default()
             .with_acks(-1)
             .with_timeout_ms(30_000)
@@ -196,8 +228,8 @@ impl Client {
     }
 }
 
-/// One v2 record batch of `records`, uncompressed, stamped `ts`.
-fn encode_batch(records: &[KeyValue], ts: i64) -> Result<Bytes> {
+/// One v2 record batch of `records`, uncompressed, record `i` stamped `ts(i)`.
+fn encode_batch(records: &[KeyValue], ts: impl Fn(usize) -> i64) -> Result<Bytes> {
     let wire: Vec<WireRecord> = records
         .iter()
         .enumerate()
@@ -213,7 +245,7 @@ fn encode_batch(records: &[KeyValue], ts: i64) -> Result<Bytes> {
             // kafka-protocol cuts a batch where offset - sequence changes, and a producer
             // without idempotence must send base sequence -1: one batch, base -1.
             sequence: i as i32 - 1,
-            timestamp: ts,
+            timestamp: ts(i),
             key: key.clone(),
             value: value.clone(),
             headers: Default::default(),
@@ -305,7 +337,7 @@ mod split_tests {
                 let size: usize = BATCH_HEADER_BYTES
                     + records[start..start + n].iter().map(record_bytes).sum::<usize>();
                 prop_assert!(n == 1 || size <= limit);
-                let encoded = encode_batch(&records[start..start + n], 1_700_000_000_000).unwrap();
+                let encoded = encode_batch(&records[start..start + n], |_| 1_700_000_000_000).unwrap();
                 prop_assert!(encoded.len() <= size, "{} > {}", encoded.len(), size);
                 start += n;
             }

@@ -179,10 +179,43 @@ async fn prepare(
         }
     }
     check_changelog_partitions(client, &topics).await?;
-    client
-        .create_topics(&topics)
-        .await
-        .map_err(kafka("creating changelog and sink topics"))?;
+    // Window stores' changelogs are compacted and time-limited (Kafka Streams' settings):
+    // made one by one, each with its retention.
+    let windowed: BTreeMap<String, i64> = wire
+        .subtopologies
+        .keys()
+        .flat_map(|&sub| topology.stores_of(sub))
+        .filter_map(|store| {
+            let ms = topology.changelog_retention_ms(store)?;
+            Some((topology.changelog_topic(store), ms))
+        })
+        .collect();
+    let (timed, rest): (Vec<NewTopic>, Vec<NewTopic>) = topics
+        .into_iter()
+        .partition(|t| windowed.contains_key(&t.name));
+    if !rest.is_empty() {
+        client
+            .create_topics(&rest)
+            .await
+            .map_err(kafka("creating changelog and sink topics"))?;
+    }
+    for t in timed {
+        let retention = windowed[&t.name].to_string();
+        let topic = NewTopic {
+            compacted: false,
+            ..t
+        };
+        client
+            .create_topics_with(
+                std::slice::from_ref(&topic),
+                &[
+                    ("cleanup.policy", "compact,delete"),
+                    ("retention.ms", &retention),
+                ],
+            )
+            .await
+            .map_err(kafka("creating window stores' changelog topics"))?;
+    }
     control::ensure_control_topic(client, topology.app_id()).await?;
     let control_from = control::start_position(client, topology.app_id()).await;
     Ok((wire, sink_partitions, control_from))

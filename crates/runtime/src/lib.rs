@@ -15,6 +15,7 @@ pub mod control;
 pub mod error;
 pub mod heal;
 pub mod instance;
+pub mod layout;
 pub mod machine;
 pub mod membership;
 pub mod metrics;
@@ -26,6 +27,7 @@ pub mod restore;
 pub mod state_dir;
 pub mod status;
 pub mod store;
+pub mod stream_time;
 pub mod thread;
 pub mod topology;
 

@@ -10,10 +10,9 @@ use std::sync::Once;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
-use bytes::Bytes;
 
 use crate::store::StoreError;
-use crate::topology::{Stores, Topology};
+use crate::topology::{Output, Stores, StreamRecord, Topology};
 
 /// How one record went.
 #[derive(Debug)]
@@ -38,25 +37,25 @@ pub fn undecodable(why: String) -> ! {
     panic::panic_any(Undecodable(why))
 }
 
-/// Runs `key`/`value` of task `task` through `topology`: on success its writes go to
-/// `stores` and its outputs to `out`; on failure neither does.
+/// Runs `record` of task `task` through `topology` at `stream_time`: on success its writes
+/// go to `stores`, its outputs and late-record count to `out`; on failure none of them does.
 pub fn run_record(
     topology: &Topology,
     task: TaskId,
-    key: Bytes,
-    value: Bytes,
+    record: StreamRecord,
+    stream_time: i64,
     stores: &mut dyn Stores,
-    out: &mut Vec<(Bytes, Bytes)>,
+    out: &mut Output,
 ) -> RecordOutcome {
     quiet_contained_panics();
     let mut scope = Scope {
         stores,
         writes: Vec::new(),
     };
-    let mut produced = Vec::new();
+    let mut produced = Output::default();
     CONTAINED.set(true);
     let ran = panic::catch_unwind(AssertUnwindSafe(|| {
-        topology.process(task, key, value, &mut scope, &mut produced)
+        topology.process(task, record, stream_time, &mut scope, &mut produced)
     }));
     CONTAINED.set(false);
     match ran {
@@ -64,7 +63,8 @@ pub fn run_record(
             for (store, key, value) in scope.writes {
                 scope.stores.put(&store, &key, value);
             }
-            out.append(&mut produced);
+            out.records.append(&mut produced.records);
+            out.late += produced.late;
             RecordOutcome::Done
         }
         Ok(Err(e)) => RecordOutcome::Store(e),
@@ -212,14 +212,14 @@ mod tests {
     #[test]
     fn a_record_that_panics_leaves_no_write_and_no_output() {
         let topology = two_counts();
-        let (mut stores, mut out) = (Map::default(), Vec::new());
+        let (mut stores, mut out) = (Map::default(), Output::default());
         let task = TaskId::new(0, 0);
-        let run = |stores: &mut Map, out: &mut Vec<(Bytes, Bytes)>, key: &'static str| {
+        let run = |stores: &mut Map, out: &mut Output, key: &'static str| {
             run_record(
                 &topology,
                 task,
-                Bytes::from(key),
-                Bytes::from("v"),
+                StreamRecord::new(key, "v", 0),
+                0,
                 stores,
                 out,
             )
@@ -230,13 +230,13 @@ mod tests {
             "{outcome:?}"
         );
         assert!(stores.0.is_empty(), "the first step's write is gone too");
-        assert!(out.is_empty());
+        assert!(out.records.is_empty());
         // The thread goes on, and the next record is whole.
         assert!(matches!(
             run(&mut stores, &mut out, "k"),
             RecordOutcome::Done
         ));
         assert_eq!(stores.0.len(), 2);
-        assert_eq!(out.len(), 1);
+        assert_eq!(out.records.len(), 1);
     }
 }

@@ -100,6 +100,8 @@ struct Inner {
     processed_total: BTreeMap<TaskId, u64>,
     /// Output records dropped as larger than any batch the broker takes, per task.
     skipped_total: BTreeMap<TaskId, u64>,
+    /// Records dropped for windows already closed (stream time past their end plus grace).
+    late_total: BTreeMap<TaskId, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -221,6 +223,17 @@ impl Status {
         *self.inner().skipped_total.entry(task).or_default() += 1;
     }
 
+    /// Counts `n` record-window pairs that came after their window closed.
+    pub fn add_late(&self, task: TaskId, n: u64) {
+        if n > 0 {
+            *self.inner().late_total.entry(task).or_default() += n;
+        }
+    }
+
+    pub fn late(&self, task: TaskId) -> u64 {
+        self.inner().late_total.get(&task).copied().unwrap_or(0)
+    }
+
     pub fn count_rebalance(&self) {
         self.inner().rebalances += 1;
     }
@@ -303,6 +316,15 @@ impl Status {
             "counter",
             "Output records dropped as larger than any batch the broker takes (on.oversized.record=skip).",
             i.skipped_total
+                .iter()
+                .map(|(t, n)| (format!("{inst},task=\"{t}\""), *n)),
+        );
+        family(
+            &mut out,
+            "baton_late_records_dropped_total",
+            "counter",
+            "Records dropped for a window that had closed (stream time past its end plus grace), once per window, as Kafka Streams' dropped-records.",
+            i.late_total
                 .iter()
                 .map(|(t, n)| (format!("{inst},task=\"{t}\""), *n)),
         );

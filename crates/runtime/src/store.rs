@@ -154,6 +154,28 @@ impl TaskStore {
         }
     }
 
+    /// The newest timestamp among the values of a store laid out
+    /// [`Layout::Timestamped`](crate::layout::Layout) (a full scan, done once when a window
+    /// task starts on an owner that learnt no stream time with its offsets). `None` when empty.
+    pub fn newest_timestamp(&self) -> Result<Option<i64>> {
+        let mut newest: Option<i64> = None;
+        let mut see = |value: &[u8]| {
+            if let Some((ts, _)) = crate::layout::split_timestamped(value) {
+                newest = Some(newest.map_or(ts, |n| n.max(ts)));
+            }
+        };
+        for entry in self.data.iter() {
+            see(&entry.value().map_err(|e| err(&self.path, e))?);
+        }
+        for entry in self.long_keys.iter() {
+            let wrapped = entry.value().map_err(|e| err(&self.path, e))?;
+            if let Some((_, value)) = unwrap(&wrapped) {
+                see(value);
+            }
+        }
+        Ok(newest)
+    }
+
     /// Number of keys (a full scan: for tests and tools, not the hot path).
     pub fn len(&self) -> Result<u64> {
         let native = self.data.len().map_err(|e| err(&self.path, e))?;
@@ -476,6 +498,31 @@ mod tests {
             ]
         );
         assert_eq!(store.checkpoint().unwrap(), Some(9));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The newest timestamp of a timestamped store, long keys' values included.
+    #[test]
+    fn the_newest_timestamp_is_found_in_every_keyspace() {
+        let dir = std::env::temp_dir().join(format!("baton-store-newest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        assert_eq!(store.newest_timestamp().unwrap(), None);
+        let stamped = |ts: i64| Some(crate::layout::timestamped(ts, b"v"));
+        store
+            .apply(
+                &[
+                    (b"a".to_vec(), stamped(5)),
+                    (vec![b'x'; LONGEST_NATIVE_KEY + 1], stamped(9)),
+                ],
+                Some(2),
+            )
+            .unwrap();
+        store
+            .apply_lazily(&[(b"b".to_vec(), stamped(7))], Some(3))
+            .unwrap();
+        assert_eq!(store.newest_timestamp().unwrap(), Some(9));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

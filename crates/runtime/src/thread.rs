@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
+use baton_kafka::offsets::Committed;
 use baton_kafka::records::{FetchWant as WireWant, Fetched, KeyValue};
 use baton_kafka::{Backoff, Client, GroupMember, MemberConfig};
 use baton_protocol::TopicPartition;
@@ -32,7 +33,8 @@ use crate::partitioner::partition_for;
 use crate::record::{run_record, RecordOutcome, SkipLog};
 use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{StoreError, TaskStore, Write};
-use crate::topology::Stores;
+use crate::stream_time;
+use crate::topology::{Output, Stores, StreamRecord};
 
 pub use crate::machine::Exit;
 
@@ -178,6 +180,7 @@ impl StreamThread {
             io: self.io.clone(),
             epoch,
             tasks: BTreeMap::new(),
+            stream_times: BTreeMap::new(),
             buffers: BTreeMap::new(),
             rebuild: BTreeMap::new(),
             store_failures: StoreFailures::default(),
@@ -202,6 +205,9 @@ struct Driver {
     io: Arc<Client>,
     epoch: Instant,
     tasks: BTreeMap<TaskId, TaskIo>,
+    /// Each task's stream time (the largest record timestamp it has processed, or read from
+    /// the committed offsets' metadata), committed beside its offsets.
+    stream_times: BTreeMap<TaskId, i64>,
     /// What the last fetch brought, until the machine says what to do with it.
     buffers: BTreeMap<TopicPartition, Fetched>,
     /// Tasks whose stores cannot be trusted (and why): set aside at the next open.
@@ -442,13 +448,26 @@ impl Driver {
             },
             Command::ReadCommitted { task } => {
                 let wanted = self.ctx.wire.source_partitions(task);
-                let e = match self.io.committed_offsets(self.ctx.group(), &wanted).await {
+                let e = match self.io.committed(self.ctx.group(), &wanted).await {
                     Ok(c) => {
                         self.ctx
                             .recovered(|| format!("reading committed offsets of {task}"));
+                        // Processing starts again from these offsets, at the time committed
+                        // with them; a broker that keeps no offset metadata leaves the time
+                        // to be found in the task's window stores before its first batch.
+                        let committed_time = c
+                            .values()
+                            .map(|c| stream_time::decode(c.metadata.as_deref()))
+                            .max()
+                            .unwrap_or(stream_time::UNKNOWN);
+                        if committed_time == stream_time::UNKNOWN {
+                            self.stream_times.remove(&task);
+                        } else {
+                            self.stream_times.insert(task, committed_time);
+                        }
                         Event::CommittedRead {
                             task,
-                            offsets: wanted.iter().map(|w| c.get(w).copied()).collect(),
+                            offsets: wanted.iter().map(|w| c.get(w).map(|c| c.offset)).collect(),
                         }
                     }
                     Err(e) => {
@@ -476,9 +495,28 @@ impl Driver {
                         }
                     }
                 });
+                let time_of: BTreeMap<TopicPartition, i64> = self
+                    .stream_times
+                    .iter()
+                    .flat_map(|(&task, &time)| {
+                        self.ctx
+                            .wire
+                            .source_partitions(task)
+                            .into_iter()
+                            .map(move |tp| (tp, time))
+                    })
+                    .collect();
+                let offsets: Vec<Committed> = offsets
+                    .into_iter()
+                    .map(|(tp, offset)| Committed {
+                        metadata: time_of.get(&tp).map(|&t| stream_time::encode(t)),
+                        partition: tp,
+                        offset,
+                    })
+                    .collect();
                 let ok = match self
                     .io
-                    .commit_offsets(self.ctx.group(), generation, &member_id, &offsets)
+                    .commit(self.ctx.group(), generation, &member_id, &offsets)
                     .await
                 {
                     Ok(()) => {
@@ -753,7 +791,13 @@ impl Driver {
             stores: &t.stores,
             writes: BTreeMap::new(),
         };
-        let mut out: Vec<(Bytes, Bytes)> = Vec::new();
+        let mut out = Output::default();
+        // The task's stream time: the largest timestamp it has read, this batch's included;
+        // kept only if the batch is done.
+        let mut stream_time = match self.stream_times.get(&task) {
+            Some(&t) => t,
+            None => self.stream_time_in_stores(task, t),
+        };
         // Which input record each output came from: (input partition, offset, outputs so far).
         let mut origins: Vec<(usize, i64, usize)> = Vec::new();
         let mut records = 0u64;
@@ -778,12 +822,13 @@ impl Driver {
                 };
                 let k = r.key.clone().unwrap_or_default();
                 let k = &k;
+                stream_time = stream_time.max(r.timestamp);
                 let step = blocking(|| {
                     run_record(
                         &ctx.topology,
                         task,
-                        k.clone(),
-                        v.clone(),
+                        StreamRecord::new(k.clone(), v.clone(), r.timestamp),
+                        stream_time,
                         &mut pending,
                         &mut out,
                     )
@@ -853,7 +898,7 @@ impl Driver {
                     }
                     continue;
                 }
-                origins.push((source, r.offset, out.len()));
+                origins.push((source, r.offset, out.records.len()));
             }
         }
         let origin_of = |i: usize| {
@@ -892,7 +937,7 @@ impl Driver {
             if !m.may_write(self.now()) {
                 return failed(false);
             }
-            match self.produce(tp, &wire).await {
+            match self.produce(tp, &wire, None).await {
                 Ok(next) => {
                     applied.push((
                         idx,
@@ -917,23 +962,24 @@ impl Driver {
         }
         if let Some(sink) = ctx.topology.sink_of(task.subtopology) {
             let partitions = ctx.sink_partitions.get(sink).copied().unwrap_or(1);
-            let mut by_partition: BTreeMap<i32, Vec<(KeyValue, usize)>> = BTreeMap::new();
-            for (i, (k, v)) in out.into_iter().enumerate() {
-                let p = partition_for(&k, partitions) as i32;
+            let mut by_partition: BTreeMap<i32, Vec<Outgoing>> = BTreeMap::new();
+            for (i, r) in out.records.into_iter().enumerate() {
+                let p = partition_for(&r.key, partitions) as i32;
                 by_partition
                     .entry(p)
                     .or_default()
-                    .push(((Some(k), Some(v)), i));
+                    .push(((Some(r.key), Some(r.value)), (i, r.timestamp)));
             }
             for (p, batch) in by_partition {
                 let tp = TopicPartition::new(sink, p);
-                let (mut batch, mut output): (Vec<KeyValue>, Vec<usize>) =
+                let (mut batch, origin): (Vec<KeyValue>, Vec<(usize, i64)>) =
                     batch.into_iter().unzip();
+                let (mut output, mut stamps): (Vec<usize>, Vec<i64>) = origin.into_iter().unzip();
                 while !batch.is_empty() {
                     if !m.may_write(self.now()) {
                         return failed(false);
                     }
-                    match self.produce(&tp, &batch).await {
+                    match self.produce(&tp, &batch, Some(&stamps)).await {
                         Ok(_) => break,
                         Err(Produced::Failed) => return failed(false),
                         Err(Produced::Oversized { index, .. }) => {
@@ -958,6 +1004,7 @@ impl Driver {
                                     // What came before it is acknowledged; go on after it.
                                     batch.drain(..=index);
                                     output.drain(..=index);
+                                    stamps.drain(..=index);
                                 }
                             }
                         }
@@ -986,12 +1033,38 @@ impl Driver {
             next_by_changelog.push((idx, next));
         }
         self.ctx.status.add_processed(task, records);
+        self.ctx.status.add_late(task, out.late);
+        self.stream_times.insert(task, stream_time);
         self.store_failures.recovered(task);
         Event::BatchDone {
             task,
             batch,
             changelogs: next_by_changelog,
         }
+    }
+
+    /// The stream time a task's window stores show: the newest timestamp they hold, which is
+    /// the newest record that reached its windows ([`stream_time::UNKNOWN`] for a task with
+    /// none, or when a store cannot be read: no record is dropped as late then).
+    fn stream_time_in_stores(&self, task: TaskId, t: &TaskIo) -> i64 {
+        let windows = self.ctx.topology.window_stores_of(task.subtopology);
+        let mut time = stream_time::UNKNOWN;
+        for s in t
+            .stores
+            .iter()
+            .filter(|s| windows.contains(&s.name.as_str()))
+        {
+            match blocking(|| s.store.newest_timestamp()) {
+                Ok(newest) => time = time.max(newest.unwrap_or(stream_time::UNKNOWN)),
+                Err(e) => {
+                    tracing::warn!(task = %task, store = %s.name, error = %e, "reading a window store's stream time; starting without one");
+                }
+            }
+        }
+        if time != stream_time::UNKNOWN {
+            tracing::info!(task = %task, stream_time = time, "stream time taken from the task's window stores (the broker returned none with the offsets)");
+        }
+        time
     }
 
     /// Writes the records the application failed on to the dead-letter topic, partitioned by
@@ -1006,7 +1079,7 @@ impl Driver {
         for (p, mut batch) in by_partition {
             let tp = TopicPartition::new(topic, p);
             while !batch.is_empty() {
-                match self.produce(&tp, &batch).await {
+                match self.produce(&tp, &batch, None).await {
                     Ok(_) => break,
                     Err(Produced::Failed) => return false,
                     Err(Produced::Oversized { index, .. }) => {
@@ -1026,6 +1099,7 @@ impl Driver {
         &self,
         tp: &TopicPartition,
         records: &[KeyValue],
+        timestamps: Option<&[i64]>,
     ) -> std::result::Result<i64, Produced> {
         let mut start = 0;
         let mut next = 0;
@@ -1043,11 +1117,25 @@ impl Driver {
                     return Err(Produced::Failed);
                 }
             };
-            match self
-                .io
-                .produce(&leader, &tp.topic, tp.partition, chunk)
-                .await
-            {
+            let sent = match timestamps {
+                Some(ts) => {
+                    self.io
+                        .produce_stamped(
+                            &leader,
+                            &tp.topic,
+                            tp.partition,
+                            chunk,
+                            &ts[start..start + n],
+                        )
+                        .await
+                }
+                None => {
+                    self.io
+                        .produce(&leader, &tp.topic, tp.partition, chunk)
+                        .await
+                }
+            };
+            match sent {
                 Ok(base) => {
                     self.ctx.recovered(|| format!("produce to {tp}"));
                     next = base + n as i64;
@@ -1153,6 +1241,10 @@ struct FailedRecord {
 }
 
 /// A processing batch's store writes, read back by later records of the same batch.
+/// An output record on its way to a sink partition: the record, which output of the batch it
+/// is, its timestamp.
+type Outgoing = (KeyValue, (usize, i64));
+
 struct Pending<'a> {
     stores: &'a [StoreIo],
     writes: BTreeMap<usize, BTreeMap<Vec<u8>, Vec<u8>>>,

@@ -17,6 +17,10 @@ use baton_assignor::TaskId;
 use baton_protocol::bridge::{Subtopology, Topology as WireTopology};
 use bytes::Bytes;
 
+pub use crate::layout::{
+    split_timestamped, timestamped, window_store_key, windowed_key, Layout, Windows,
+    WINDOW_CHANGELOG_EXTRA_RETENTION_MS,
+};
 use crate::store::StoreError;
 
 type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
@@ -46,7 +50,45 @@ enum Step {
     Aggregate {
         store: String,
         f: AggregateFn,
+        layout: Layout,
     },
+    /// Updates the store's value for the record's key in each window its timestamp falls in
+    /// and passes `(windowed key, new value)` on per window; records for closed windows are
+    /// dropped and counted ([`Output::late`]).
+    WindowAggregate {
+        store: String,
+        windows: Windows,
+        f: AggregateFn,
+    },
+}
+
+/// A record flowing through a stream: key, value, and its timestamp (milliseconds since the
+/// epoch), which every step keeps, from the input record to the outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRecord {
+    pub key: Bytes,
+    pub value: Bytes,
+    pub timestamp: i64,
+}
+
+impl StreamRecord {
+    pub fn new(key: impl Into<Bytes>, value: impl Into<Bytes>, timestamp: i64) -> StreamRecord {
+        StreamRecord {
+            key: key.into(),
+            value: value.into(),
+            timestamp,
+        }
+    }
+}
+
+/// What one input record became.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// Records for the stream's sink, in order.
+    pub records: Vec<StreamRecord>,
+    /// Windows a record came too late for (their end plus grace was behind stream time), as
+    /// Kafka Streams counts them in `dropped-records`.
+    pub late: u64,
 }
 
 /// One stream: sources, steps, and optionally a sink. Built with chained calls.
@@ -135,12 +177,42 @@ impl Stream {
     /// Folds each key's values into `store` with `f(current, key, value)`; passes on
     /// `(key, new aggregate)`.
     pub fn aggregate(
+        self,
+        store: &str,
+        f: impl Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.aggregate_as(store, Layout::Plain, f)
+    }
+
+    /// As [`Stream::aggregate`], with the store's values laid out as `layout` says (what `f`
+    /// sees and passes on is the aggregate alone).
+    pub fn aggregate_as(
         mut self,
         store: &str,
+        layout: Layout,
         f: impl Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync + 'static,
     ) -> Self {
         self.steps.push(Step::Aggregate {
             store: store.to_owned(),
+            f: Arc::new(f),
+            layout,
+        });
+        self
+    }
+
+    /// Folds each key's values into `store` per time window of the record's timestamp
+    /// (Kafka Streams' `windowedBy(...).aggregate`): keys in the store as
+    /// [`window_store_key`], values [`Layout::Timestamped`]; passes on
+    /// `(windowed_key(key, start), new aggregate)` for each window the record updates.
+    pub fn window_aggregate(
+        mut self,
+        store: &str,
+        windows: Windows,
+        f: impl Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::WindowAggregate {
+            store: store.to_owned(),
+            windows,
             f: Arc::new(f),
         });
         self
@@ -164,7 +236,20 @@ impl Stream {
 
     fn stores(&self) -> impl Iterator<Item = &str> {
         self.steps.iter().filter_map(|s| match s {
-            Step::Aggregate { store, .. } => Some(store.as_str()),
+            Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } => {
+                Some(store.as_str())
+            }
+            _ => None,
+        })
+    }
+
+    fn windows_of(&self, store: &str) -> Option<Windows> {
+        self.steps.iter().find_map(|s| match s {
+            Step::WindowAggregate {
+                store: name,
+                windows,
+                ..
+            } if name == store => Some(*windows),
             _ => None,
         })
     }
@@ -202,6 +287,14 @@ pub enum TopologyError {
         stream: usize,
         step: usize,
         store: String,
+    },
+    #[error("streams[{stream}]: store {store:?}: windows of {size_ms} ms advancing by {advance_ms} ms with {grace_ms} ms of grace: the size must be positive, the advance positive and at most the size, the grace not negative")]
+    BadWindows {
+        stream: usize,
+        store: String,
+        size_ms: i64,
+        advance_ms: i64,
+        grace_ms: i64,
     },
     #[error("streams[{stream}]: sources are not co-partitioned: {detail}")]
     NotCoPartitioned { stream: usize, detail: String },
@@ -277,7 +370,22 @@ impl Topology {
                     | Step::FlatMap {
                         keeps_keys: false, ..
                     } => key_changed_at = key_changed_at.or(Some(j)),
-                    Step::Aggregate { store, .. } => {
+                    Step::WindowAggregate {
+                        store, windows: w, ..
+                    } if w.size_ms <= 0
+                        || w.advance_ms <= 0
+                        || w.advance_ms > w.size_ms
+                        || w.grace_ms < 0 =>
+                    {
+                        return Err(TopologyError::BadWindows {
+                            stream: i,
+                            store: store.clone(),
+                            size_ms: w.size_ms,
+                            advance_ms: w.advance_ms,
+                            grace_ms: w.grace_ms,
+                        });
+                    }
+                    Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } => {
                         if let Some(step) = key_changed_at {
                             return Err(TopologyError::KeyChangeBeforeState {
                                 stream: i,
@@ -391,6 +499,16 @@ impl Topology {
         format!("{}-{store}-changelog", self.app_id)
     }
 
+    /// How long `store`'s changelog keeps records (`retention.ms`, with
+    /// `cleanup.policy=compact,delete`), for window stores: the windows' retention plus
+    /// [`WINDOW_CHANGELOG_EXTRA_RETENTION_MS`], as Kafka Streams sets it. `None`: compacted only.
+    pub fn changelog_retention_ms(&self, store: &str) -> Option<i64> {
+        self.streams
+            .iter()
+            .find_map(|s| s.windows_of(store))
+            .map(|w| w.retention_ms() + WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
+    }
+
     /// Every source topic.
     pub fn source_topics(&self) -> BTreeSet<&str> {
         self.streams
@@ -412,6 +530,18 @@ impl Topology {
         self.streams
             .get(sub as usize)
             .map(|s| s.stores().collect())
+            .unwrap_or_default()
+    }
+
+    /// The window stores of subtopology `sub`: its tasks keep a stream time.
+    pub fn window_stores_of(&self, sub: u32) -> Vec<&str> {
+        self.streams
+            .get(sub as usize)
+            .map(|s| {
+                s.stores()
+                    .filter(|store| s.windows_of(store).is_some())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -460,58 +590,90 @@ impl Topology {
         Ok(wire)
     }
 
-    /// Runs one record of task `task` through its stream. Stateful steps read and write
-    /// `stores`; what reaches the end goes to `out` if the stream has a sink.
+    /// Runs one record of task `task` through its stream. `stream_time` is the task's stream
+    /// time with this record counted (the largest timestamp it has seen). Stateful steps read
+    /// and write `stores`; what reaches the end goes to `out` if the stream has a sink.
     pub fn process(
         &self,
         task: TaskId,
-        key: Bytes,
-        value: Bytes,
+        record: StreamRecord,
+        stream_time: i64,
         stores: &mut dyn Stores,
-        out: &mut Vec<(Bytes, Bytes)>,
+        out: &mut Output,
     ) -> Result<(), StoreError> {
         let Some(stream) = self.streams.get(task.subtopology as usize) else {
             return Ok(());
         };
         // Most steps keep one record one record; a flat-map makes it many, each going through
         // the later steps in order.
-        let mut records = vec![(key, value)];
+        let mut records = vec![record];
         for step in &stream.steps {
             let mut next = Vec::with_capacity(records.len());
-            for (key, value) in records {
+            for r in records {
+                let ts = r.timestamp;
                 match step {
                     Step::Filter(f) => {
-                        if f(&key, &value) {
-                            next.push((key, value));
+                        if f(&r.key, &r.value) {
+                            next.push(r);
                         }
                     }
                     Step::MapValues(f) => {
-                        let v = Bytes::from(f(&key, &value));
-                        next.push((key, v));
+                        let v = f(&r.key, &r.value);
+                        next.push(StreamRecord::new(r.key, v, ts));
                     }
                     Step::Map(f) => {
-                        let (k, v) = f(&key, &value);
-                        next.push((Bytes::from(k), Bytes::from(v)));
+                        let (k, v) = f(&r.key, &r.value);
+                        next.push(StreamRecord::new(k, v, ts));
                     }
                     Step::FlatMap { f, .. } => next.extend(
-                        f(&key, &value)
+                        f(&r.key, &r.value)
                             .into_iter()
-                            .map(|(k, v)| (Bytes::from(k), Bytes::from(v))),
+                            .map(|(k, v)| StreamRecord::new(k, v, ts)),
                     ),
                     Step::FlatMapValues(f) => next.extend(
-                        f(&key, &value)
+                        f(&r.key, &r.value)
                             .into_iter()
-                            .map(|v| (key.clone(), Bytes::from(v))),
+                            .map(|v| StreamRecord::new(r.key.clone(), v, ts)),
                     ),
                     Step::Peek(f) => {
-                        f(&key, &value);
-                        next.push((key, value));
+                        f(&r.key, &r.value);
+                        next.push(r);
                     }
-                    Step::Aggregate { store, f } => {
-                        let current = stores.get(store, &key)?;
-                        let agg = f(current.as_deref(), &key, &value);
-                        stores.put(store, &key, agg.clone());
-                        next.push((key, Bytes::from(agg)));
+                    Step::Aggregate { store, f, layout } => {
+                        let current = stores.get(store, &r.key)?;
+                        match layout {
+                            Layout::Plain => {
+                                let agg = f(current.as_deref(), &r.key, &r.value);
+                                stores.put(store, &r.key, agg.clone());
+                                next.push(StreamRecord::new(r.key, agg, ts));
+                            }
+                            Layout::Timestamped => {
+                                let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
+                                stores.put(store, &r.key, timestamped(ts, &agg));
+                                next.push(StreamRecord::new(r.key, agg, ts));
+                            }
+                        }
+                    }
+                    Step::WindowAggregate { store, windows, f } => {
+                        if ts < 0 {
+                            crate::record::undecodable(format!(
+                                "record timestamp {ts} is negative: windows need event time"
+                            ));
+                        }
+                        // Kafka Streams' rule: a window takes a record while its end is after
+                        // stream time minus the grace period.
+                        let close = stream_time.saturating_sub(windows.grace_ms);
+                        for start in windows.starts_for(ts) {
+                            if start.saturating_add(windows.size_ms) <= close {
+                                out.late += 1;
+                                continue;
+                            }
+                            let key = window_store_key(&r.key, start);
+                            let current = stores.get(store, &key)?;
+                            let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
+                            stores.put(store, &key, timestamped(ts, &agg));
+                            next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
+                        }
                     }
                 }
             }
@@ -521,10 +683,31 @@ impl Topology {
             }
         }
         if stream.sink.is_some() {
-            out.extend(records);
+            out.records.extend(records);
         }
         Ok(())
     }
+}
+
+/// Folds `r` into a timestamped store value: the new aggregate and its timestamp, the newer
+/// of the stored one and the record's (as Kafka Streams' aggregations stamp their results).
+fn fold_timestamped(
+    store: &str,
+    stored: Option<&[u8]>,
+    r: &StreamRecord,
+    f: &AggregateFn,
+) -> (Vec<u8>, i64) {
+    let current = stored.map(|v| {
+        split_timestamped(v).unwrap_or_else(|| {
+            crate::record::undecodable(format!(
+                "store {store:?}: a value of {} bytes has no 8-byte timestamp",
+                v.len()
+            ))
+        })
+    });
+    let agg = f(current.map(|(_, v)| v), &r.key, &r.value);
+    let ts = current.map_or(r.timestamp, |(old, _)| old.max(r.timestamp));
+    (agg, ts)
 }
 
 /// Baton's example application: counts events per key from `input` into the store `counts`
@@ -564,23 +747,24 @@ mod tests {
 
     fn run(t: &Topology, records: &[(&str, &str)]) -> (MemStores, Vec<(String, String)>) {
         let mut stores = MemStores::default();
-        let mut out = Vec::new();
+        let mut out = Output::default();
         for (k, v) in records {
             t.process(
                 TaskId::new(0, 0),
-                Bytes::from(k.to_string()),
-                Bytes::from(v.to_string()),
+                StreamRecord::new(k.to_string(), v.to_string(), 0),
+                0,
                 &mut stores,
                 &mut out,
             )
             .unwrap();
         }
         let out = out
+            .records
             .into_iter()
-            .map(|(k, v)| {
+            .map(|r| {
                 (
-                    String::from_utf8(k.to_vec()).unwrap(),
-                    String::from_utf8(v.to_vec()).unwrap(),
+                    String::from_utf8(r.key.to_vec()).unwrap(),
+                    String::from_utf8(r.value.to_vec()).unwrap(),
                 )
             })
             .collect();

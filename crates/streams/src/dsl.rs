@@ -9,10 +9,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use baton_runtime::record::undecodable;
-use baton_runtime::topology::{Stream, Topology, TopologyError};
+use baton_runtime::topology::{Layout, Stream, Topology, TopologyError, Windows};
 
 use crate::describe::{Description, Node};
-use crate::serdes::{Long, Serde};
+use crate::serdes::{Long, Serde, TimeWindowed, Windowed};
+use crate::windows::TimeWindows;
 
 /// A segment of stateless steps: the records one input record becomes.
 type Chain<K, V> = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(K, V)> + Send + Sync>;
@@ -447,6 +448,32 @@ where
         })
     }
 
+    /// Aggregates per time window of the record timestamps, as Kafka Streams'
+    /// `windowedBy(TimeWindows...)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use baton_streams::serdes::{Long, Str, TimeWindowed};
+    /// use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder, TimeWindows};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let builder = StreamsBuilder::new("views");
+    /// builder
+    ///     .stream("page-views", Consumed::with(Str, Str))
+    ///     .group_by_key(Grouped::with(Str, Str))
+    ///     .windowed_by(TimeWindows::of_size_and_grace(minute, Duration::from_secs(10)))
+    ///     .count(Materialized::named("views-per-minute"))
+    ///     .to_stream()
+    ///     .to("views-per-user", Produced::with(TimeWindowed::new(Str, minute), Long));
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream<K, V, KS, VS> {
+        TimeWindowedKStream {
+            grouped: self,
+            windows,
+        }
+    }
+
     /// The shared part of the aggregations: the grouping's repartition, then one store step
     /// that folds a value into the key's current aggregate.
     fn aggregate_into<AS: Serde>(
@@ -456,6 +483,21 @@ where
         serde: AS,
         fold: impl Fn(&[u8], Option<AS::Value>, V) -> AS::Value + Send + Sync + 'static,
     ) -> KTable<K, AS::Value> {
+        let key: Arc<dyn Serde<Value = K>> = self.key.clone();
+        self.aggregate_table(materialized, kind, serde, None, key, fold)
+    }
+
+    /// The aggregation's steps, then its table, keyed with `table_key` (the grouped key's
+    /// serde, or its windowed form).
+    fn aggregate_table<TK, AS: Serde>(
+        self,
+        materialized: Materialized,
+        kind: &str,
+        serde: AS,
+        windows: Option<Windows>,
+        table_key: Arc<dyn Serde<Value = TK>>,
+        fold: impl Fn(&[u8], Option<AS::Value>, V) -> AS::Value + Send + Sync + 'static,
+    ) -> KTable<TK, AS::Value> {
         let KGroupedStream {
             stream,
             key,
@@ -492,29 +534,106 @@ where
             g.edit(at, move |s| s.flat_map_keeping_keys(encode));
         }
         last = g.description.processor(at, kind, &last, &[store.as_str()]);
-        let k_serde: Arc<dyn Serde<Value = K>> = key;
         let a_serde = Arc::new(serde);
         let (agg, v_serde) = (a_serde.clone(), value);
-        g.edit(at, move |s| {
-            s.aggregate(&store, move |current, k, v| {
-                let current = current.map(|c| {
-                    agg.deserialize(c)
-                        .unwrap_or_else(|e| undecodable(format!("store value: {e}")))
-                });
-                let v = v_serde
-                    .deserialize(v)
-                    .unwrap_or_else(|e| undecodable(format!("grouped value: {e}")));
-                agg.serialize(&fold(k, current, v))
-            })
+        let step = move |current: Option<&[u8]>, k: &[u8], v: &[u8]| {
+            let current = current.map(|c| {
+                agg.deserialize(c)
+                    .unwrap_or_else(|e| undecodable(format!("store value: {e}")))
+            });
+            let v = v_serde
+                .deserialize(v)
+                .unwrap_or_else(|e| undecodable(format!("grouped value: {e}")));
+            agg.serialize(&fold(k, current, v))
+        };
+        g.edit(at, move |s| match windows {
+            Some(w) => s.window_aggregate(&store, w, step),
+            None => s.aggregate_as(&store, Layout::Timestamped, step),
         });
         drop(g);
         KTable {
             graph,
             at,
-            key: k_serde,
+            key: table_key,
             value: a_serde,
             last,
         }
+    }
+}
+
+/// A grouped stream cut into time windows: [`KGroupedStream::windowed_by`]. Its aggregations
+/// give a table keyed by [`Windowed`] keys, kept in a window store.
+pub struct TimeWindowedKStream<K, V, KS, VS> {
+    grouped: KGroupedStream<K, V, KS, VS>,
+    windows: TimeWindows,
+}
+
+impl<K, V, KS, VS> TimeWindowedKStream<K, V, KS, VS>
+where
+    K: Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    KS: Serde<Value = K>,
+    VS: Serde<Value = V>,
+{
+    /// Counts each key's records per window (values 8-byte big-endian Longs).
+    pub fn count(self, materialized: Materialized) -> KTable<Windowed<K>, i64> {
+        self.aggregate_into(materialized, "COUNT", Long, |_, current, _| {
+            current.unwrap_or(0) + 1
+        })
+    }
+
+    /// Combines each key's values per window with `f(aggregate, value)`.
+    pub fn reduce(
+        self,
+        f: impl Fn(V, V) -> V + Send + Sync + 'static,
+        materialized: Materialized,
+    ) -> KTable<Windowed<K>, V>
+    where
+        VS: Clone,
+    {
+        let serde = (*self.grouped.value).clone();
+        self.aggregate_into(
+            materialized,
+            "REDUCE",
+            serde,
+            move |_, current, v| match current {
+                Some(acc) => f(acc, v),
+                None => v,
+            },
+        )
+    }
+
+    /// Folds each key's values per window: `init()` to start each window, then
+    /// `f(key, value, aggregate)`.
+    pub fn aggregate<AS: Serde>(
+        self,
+        init: impl Fn() -> AS::Value + Send + Sync + 'static,
+        f: impl Fn(&K, V, AS::Value) -> AS::Value + Send + Sync + 'static,
+        serde: AS,
+        materialized: Materialized,
+    ) -> KTable<Windowed<K>, AS::Value> {
+        let key = self.grouped.key.clone();
+        self.aggregate_into(materialized, "AGGREGATE", serde, move |k, current, v| {
+            let k = key
+                .deserialize(k)
+                .unwrap_or_else(|e| undecodable(format!("grouped key: {e}")));
+            f(&k, v, current.unwrap_or_else(&init))
+        })
+    }
+
+    fn aggregate_into<AS: Serde>(
+        self,
+        materialized: Materialized,
+        kind: &str,
+        serde: AS,
+        fold: impl Fn(&[u8], Option<AS::Value>, V) -> AS::Value + Send + Sync + 'static,
+    ) -> KTable<Windowed<K>, AS::Value> {
+        let windows = self.windows.runtime();
+        let key: Arc<dyn Serde<Value = K>> = self.grouped.key.clone();
+        let table_key: Arc<dyn Serde<Value = Windowed<K>>> =
+            Arc::new(TimeWindowed::shared(key, self.windows.size()));
+        self.grouped
+            .aggregate_table(materialized, kind, serde, Some(windows), table_key, fold)
     }
 }
 

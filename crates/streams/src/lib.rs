@@ -28,8 +28,12 @@ mod describe;
 mod dsl;
 pub mod run;
 pub mod serdes;
+mod windows;
 
 pub use dsl::{
     Consumed, Grouped, KGroupedStream, KStream, KTable, Materialized, Produced, StreamsBuilder,
+    TimeWindowedKStream,
 };
 pub use run::{main, parse_args, run, RunArgs, RunError};
+pub use serdes::{Window, Windowed};
+pub use windows::TimeWindows;

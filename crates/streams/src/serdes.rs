@@ -4,6 +4,10 @@
 //! (`DoubleSerde`), bytes as they are, and any `serde` type as JSON.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_runtime::topology::windowed_key;
 
 /// Why bytes could not be read as a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -171,6 +175,82 @@ where
     }
 }
 
+/// A time window: `[start_ms, end_ms)`, milliseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Window {
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+/// A key of a windowed table: the record key and its window (Kafka Streams' `Windowed<K>`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Windowed<K> {
+    pub key: K,
+    pub window: Window,
+}
+
+/// A windowed key as Kafka's `TimeWindowedSerializer` writes it: the key in its serde, then
+/// the window start (8 bytes, big-endian). The end is not written; reading takes it from the
+/// window size, as `WindowedSerdes.timeWindowedSerdeFrom(type, size)` does.
+///
+/// ```
+/// use std::time::Duration;
+/// use baton_streams::serdes::{Serde, Str, TimeWindowed};
+/// use baton_streams::{Window, Windowed};
+///
+/// let serde = TimeWindowed::new(Str, Duration::from_secs(60));
+/// let key = Windowed { key: "alice".to_string(), window: Window { start_ms: 60_000, end_ms: 120_000 } };
+/// let bytes = serde.serialize(&key);
+/// assert_eq!(&bytes[..5], b"alice");
+/// assert_eq!(bytes[5..], 60_000i64.to_be_bytes());
+/// assert_eq!(serde.deserialize(&bytes), Ok(key));
+/// ```
+pub struct TimeWindowed<K> {
+    inner: Arc<dyn Serde<Value = K>>,
+    size_ms: i64,
+}
+
+impl<K: Send + Sync + 'static> TimeWindowed<K> {
+    /// Windowed keys of `inner`'s type, in windows of `size`.
+    pub fn new<S: Serde<Value = K>>(inner: S, size: Duration) -> TimeWindowed<K> {
+        TimeWindowed::shared(Arc::new(inner), size)
+    }
+
+    pub(crate) fn shared(inner: Arc<dyn Serde<Value = K>>, size: Duration) -> TimeWindowed<K> {
+        TimeWindowed {
+            inner,
+            size_ms: crate::windows::millis(size),
+        }
+    }
+}
+
+impl<K: Send + Sync + 'static> Serde for TimeWindowed<K> {
+    type Value = Windowed<K>;
+    fn name(&self) -> &'static str {
+        "TimeWindowed"
+    }
+    fn serialize(&self, value: &Windowed<K>) -> Vec<u8> {
+        windowed_key(&self.inner.serialize(&value.key), value.window.start_ms)
+    }
+    fn deserialize(&self, bytes: &[u8]) -> Result<Windowed<K>, SerdeError> {
+        let Some(cut) = bytes.len().checked_sub(8) else {
+            return Err(SerdeError {
+                serde: "TimeWindowed",
+                why: format!("{} bytes, shorter than a window start", bytes.len()),
+            });
+        };
+        let (key, start) = bytes.split_at(cut);
+        let start_ms = i64::from_be_bytes(start.try_into().expect("8 bytes"));
+        Ok(Windowed {
+            key: self.inner.deserialize(key)?,
+            window: Window {
+                start_ms,
+                end_ms: start_ms.saturating_add(self.size_ms),
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +269,26 @@ mod tests {
             .to_string()
             .starts_with("String: not UTF-8"));
         assert_eq!(Raw.deserialize(b"x"), Ok(b"x".to_vec()));
+    }
+
+    #[test]
+    fn windowed_keys_need_their_window_start() {
+        let serde = TimeWindowed::new(Long, Duration::from_millis(10));
+        let e = serde.deserialize(b"1234567").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TimeWindowed: 7 bytes, shorter than a window start"
+        );
+        let w = serde
+            .deserialize(&[[0u8; 8], 5i64.to_be_bytes()].concat())
+            .unwrap();
+        assert_eq!(
+            w.window,
+            Window {
+                start_ms: 5,
+                end_ms: 15
+            }
+        );
+        assert!(serde.deserialize(&[0u8; 9]).is_err(), "a 1-byte Long");
     }
 }

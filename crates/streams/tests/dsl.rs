@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 
 use baton_assignor::TaskId;
 use baton_runtime::store::StoreError;
-use baton_runtime::topology::{Stores, Topology};
-use baton_streams::serdes::{Integer, Json, Long, Serde, Str};
-use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
-use bytes::Bytes;
+use std::time::Duration;
+
+use baton_runtime::topology::{Output, Stores, StreamRecord, Topology};
+use baton_streams::serdes::{Integer, Json, Long, Serde, Str, TimeWindowed};
+use baton_streams::{
+    Consumed, Grouped, Materialized, Produced, StreamsBuilder, TimeWindows, Window, Windowed,
+};
 
 #[derive(Default)]
 struct Mem(BTreeMap<(String, Vec<u8>), Vec<u8>>);
@@ -22,27 +25,51 @@ impl Stores for Mem {
     }
 }
 
-/// Runs `records` through sub-topology `sub`; its outputs.
+/// Runs `records` through sub-topology `sub`, all stamped 0; its outputs.
 fn run(
     t: &Topology,
     sub: u32,
     stores: &mut Mem,
     records: &[(Vec<u8>, Vec<u8>)],
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    for (k, v) in records {
+    let stamped: Vec<_> = records
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone(), 0))
+        .collect();
+    run_at(t, sub, stores, &stamped)
+        .0
+        .into_iter()
+        .map(|r| (r.key.to_vec(), r.value.to_vec()))
+        .collect()
+}
+
+/// Runs timestamped `records` through sub-topology `sub` as one task does, stream time
+/// advancing with them; its outputs and the late drops.
+fn run_at(
+    t: &Topology,
+    sub: u32,
+    stores: &mut Mem,
+    records: &[(Vec<u8>, Vec<u8>, i64)],
+) -> (Vec<StreamRecord>, u64) {
+    let mut out = Output::default();
+    let mut stream_time = -1;
+    for (k, v, ts) in records {
+        stream_time = stream_time.max(*ts);
         t.process(
             TaskId::new(sub, 0),
-            Bytes::from(k.clone()),
-            Bytes::from(v.clone()),
+            StreamRecord::new(k.clone(), v.clone(), *ts),
+            stream_time,
             stores,
             &mut out,
         )
         .unwrap();
     }
-    out.into_iter()
-        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-        .collect()
+    (out.records, out.late)
+}
+
+/// A value as Kafka Streams' timestamped key-value stores hold it.
+fn stamped(ts: i64, value: &[u8]) -> Vec<u8> {
+    [&ts.to_be_bytes()[..], value].concat()
 }
 
 fn wordcount() -> Topology {
@@ -102,7 +129,8 @@ fn word_count_repartitions_by_word_and_writes_longs() {
     );
     assert_eq!(
         stores.0.get(&("counts".to_owned(), b"hello".to_vec())),
-        Some(&2i64.to_be_bytes().to_vec())
+        Some(&stamped(0, &2i64.to_be_bytes())),
+        "a timestamped key-value store's layout: timestamp, then the Long"
     );
 }
 
@@ -215,7 +243,7 @@ fn aggregate_folds_into_a_json_value_and_map_changes_types() {
     assert_eq!(texts, ["10/1", "30/2"]);
     assert_eq!(
         stores.0.get(&("totals".to_owned(), b"k".to_vec())),
-        Some(&br#"{"n":2,"sum":30}"#.to_vec())
+        Some(&stamped(0, br#"{"n":2,"sum":30}"#))
     );
 }
 
@@ -237,4 +265,140 @@ fn a_stream_without_a_sink_builds_and_a_store_named_twice_is_refused() {
     }
     let e = builder.build().err().unwrap().to_string();
     assert!(e.contains("store \"same\" is already used"), "{e}");
+}
+
+fn windowed_views(windows: TimeWindows) -> Topology {
+    let builder = StreamsBuilder::new("views");
+    builder
+        .stream("page-views", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .windowed_by(windows)
+        .count(Materialized::named("per-minute"))
+        .to_stream()
+        .to(
+            "out",
+            Produced::with(TimeWindowed::new(Str, windows.size()), Long),
+        );
+    builder.build().unwrap()
+}
+
+#[test]
+fn tumbling_windows_count_by_record_time_and_drop_what_comes_after_the_grace() {
+    let minute = Duration::from_secs(60);
+    let t = windowed_views(TimeWindows::of_size_and_grace(
+        minute,
+        Duration::from_secs(10),
+    ));
+    assert!(t.repartition_topics().is_empty());
+    assert_eq!(
+        t.changelog_retention_ms("per-minute"),
+        Some(70_000 + 86_400_000),
+        "size + grace, plus Kafka Streams' extra day"
+    );
+    let view = |user: &str, ts: i64| (user.as_bytes().to_vec(), b"/".to_vec(), ts);
+    let mut stores = Mem::default();
+    let (out, late) = run_at(
+        &t,
+        0,
+        &mut stores,
+        &[
+            view("alice", 1_000),
+            view("alice", 59_999),
+            view("bob", 61_000),
+            view("alice", 65_000),
+            // Out of order, within the grace: stream time 65 s < 60 s + 10 s.
+            view("alice", 30_000),
+            view("bob", 71_000),
+            // Stream time 71 s: the first minute closed at 70 s.
+            view("alice", 2_000),
+        ],
+    );
+    assert_eq!(late, 1);
+    let serde = TimeWindowed::new(Str, minute);
+    let got: Vec<(String, i64, i64, i64)> = out
+        .iter()
+        .map(|r| {
+            let Windowed { key, window } = serde.deserialize(&r.key).unwrap();
+            assert_eq!(window.end_ms, window.start_ms + 60_000);
+            (
+                key,
+                window.start_ms,
+                Long.deserialize(&r.value).unwrap(),
+                r.timestamp,
+            )
+        })
+        .collect();
+    let want: Vec<(String, i64, i64, i64)> = [
+        ("alice", 0, 1, 1_000),
+        ("alice", 0, 2, 59_999),
+        ("bob", 60_000, 1, 61_000),
+        ("alice", 60_000, 1, 65_000),
+        // The result keeps the newest timestamp folded in, as Kafka Streams stamps it.
+        ("alice", 0, 3, 59_999),
+        ("bob", 60_000, 2, 71_000),
+    ]
+    .iter()
+    .map(|&(k, s, n, ts)| (k.to_owned(), s, n, ts))
+    .collect();
+    assert_eq!(got, want);
+    // The window store's key: key, window start (8 bytes), sequence number 0 (4 bytes); its
+    // value: timestamp, then the Long.
+    let key = [
+        b"alice".as_slice(),
+        &0i64.to_be_bytes(),
+        &0i32.to_be_bytes(),
+    ]
+    .concat();
+    assert_eq!(
+        stores.0.get(&("per-minute".to_owned(), key)),
+        Some(&stamped(59_999, &3i64.to_be_bytes()))
+    );
+    let _ = Window {
+        start_ms: 0,
+        end_ms: 0,
+    };
+}
+
+#[test]
+fn hopping_windows_update_every_window_a_record_falls_in() {
+    let t = windowed_views(
+        TimeWindows::of_size_with_no_grace(Duration::from_millis(10))
+            .advance_by(Duration::from_millis(5)),
+    );
+    let mut stores = Mem::default();
+    let (out, late) = run_at(
+        &t,
+        0,
+        &mut stores,
+        &[
+            (b"u".to_vec(), Vec::new(), 12),
+            (b"u".to_vec(), Vec::new(), 8),
+        ],
+    );
+    // 12 falls in [5, 15) and [10, 20); 8 in [0, 10), closed at stream time 12 (no grace),
+    // and [5, 15), still open.
+    let starts: Vec<i64> = out
+        .iter()
+        .map(|r| i64::from_be_bytes(r.key[1..].try_into().unwrap()))
+        .collect();
+    assert_eq!(starts, [5, 10, 5]);
+    assert_eq!(late, 1, "one window of one record");
+}
+
+#[test]
+fn windows_that_cannot_work_are_refused_when_built() {
+    let builder = StreamsBuilder::new("app");
+    builder
+        .stream("in", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .windowed_by(
+            TimeWindows::of_size_with_no_grace(Duration::from_secs(1))
+                .advance_by(Duration::from_secs(2)),
+        )
+        .count(Materialized::named("w"));
+    let e = builder.build().err().unwrap().to_string();
+    assert!(
+        e.contains("store \"w\": windows of 1000 ms advancing by 2000 ms"),
+        "{e}"
+    );
 }

@@ -8,113 +8,31 @@
 #[path = "../examples/wordcount/split.rs"]
 mod split;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
-use baton_kafka::client::NewTopic;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use baton_kafka::records::{KeyValue, Record};
-use baton_kafka::testing::Broker;
-use baton_kafka::Client;
 use bytes::Bytes;
+use common::{now_ms, Instance, Setup};
 
 const PARTITIONS: i32 = 4;
 const APP: &str = "wc-e2e";
 const INPUT: &str = "lines";
 const OUTPUT: &str = "word-counts";
 
-/// The example binary `cargo test` builds beside this test.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds it (or: cargo build --example {name})",
-        path.display()
-    );
-    path
-}
-
-struct Instance {
-    name: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Instance {
-    fn spawn(broker: &str, dir: &std::path::Path, name: &str) -> Instance {
-        Instance::spawn_with(broker, dir, name, APP, OUTPUT, &[])
-    }
-
-    fn spawn_with(
-        broker: &str,
-        dir: &std::path::Path,
-        name: &str,
-        app: &str,
-        output: &str,
-        extra: &[&str],
-    ) -> Instance {
-        let log = dir.join(format!("{name}.log"));
-        let child = Command::new(example("wordcount"))
-            .args([
-                "--bootstrap",
-                broker,
-                "--app-id",
-                app,
-                "--instance-id",
-                name,
-            ])
-            .args(["--state-dir", dir.join(name).to_str().unwrap()])
-            .args(["--input", INPUT, "--output", output])
-            .args(extra)
-            .args([
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "6000",
-            ])
-            .args(["--commit-interval-ms", "500"])
-            .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Instance {
-            name: name.into(),
-            child,
-            log,
-        }
-    }
-
-    fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        None
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
+fn spawn(
+    broker: &str,
+    dir: &std::path::Path,
+    name: &str,
+    app: &str,
+    output: &str,
+    extra: &[&str],
+) -> Instance {
+    let mut args = vec!["--input", INPUT, "--output", output];
+    args.extend_from_slice(extra);
+    Instance::spawn("wordcount", broker, dir, name, app, &args)
 }
 
 /// Line `i` of the input: a few words from a small vocabulary, some repeated, mixed case and
@@ -140,12 +58,18 @@ fn words(text: &str) -> Vec<String> {
         .collect()
 }
 
-struct Setup {
-    rt: tokio::runtime::Runtime,
-    client: Arc<Client>,
+/// What the word-count tests do with the broker.
+trait Lines {
+    fn produce(&self, lines: &[String], from: u64);
+    fn produce_raw(&self, p: i32, value: &[u8]);
+    fn counts_in(&self, output: &str) -> BTreeMap<String, i64>;
+    fn await_counts_in(&self, output: &str, want: &BTreeMap<String, i64>, what: &str);
+    fn await_counts(&self, want: &BTreeMap<String, i64>, what: &str) {
+        self.await_counts_in(OUTPUT, want, what)
+    }
 }
 
-impl Setup {
+impl Lines for Setup {
     fn produce(&self, lines: &[String], from: u64) {
         self.rt.block_on(async {
             let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
@@ -179,48 +103,6 @@ impl Setup {
         });
     }
 
-    fn read(&self, topic: &str) -> BTreeMap<i32, Vec<Record>> {
-        self.rt.block_on(async {
-            let mut out = BTreeMap::new();
-            for p in 0..PARTITIONS {
-                // Not made yet (the instance creates its output at start): nothing to read.
-                let Ok(leader) = self.client.leader(topic, p).await else {
-                    continue;
-                };
-                let (mut offset, mut rows) = (0, Vec::new());
-                loop {
-                    let f = self
-                        .client
-                        .fetch(&leader, topic, p, offset, 4 << 20, 200)
-                        .await
-                        .unwrap();
-                    if let Some(last) = f.records.last() {
-                        offset = last.offset + 1;
-                    }
-                    rows.extend(f.records);
-                    if f.high_watermark >= 0 && offset >= f.high_watermark {
-                        break;
-                    }
-                }
-                out.insert(p, rows);
-            }
-            out
-        })
-    }
-
-    /// Every record of a one-partition topic.
-    fn read_all(&self, topic: &str) -> Vec<Record> {
-        self.rt.block_on(async {
-            let leader = self.client.leader(topic, 0).await.unwrap();
-            let f = self
-                .client
-                .fetch(&leader, topic, 0, 0, 1 << 20, 200)
-                .await
-                .unwrap();
-            f.records
-        })
-    }
-
     /// Each word's latest count in `output` (a word lives in one partition).
     fn counts_in(&self, output: &str) -> BTreeMap<String, i64> {
         let mut out = BTreeMap::new();
@@ -232,54 +114,14 @@ impl Setup {
         out
     }
 
-    fn await_counts(&self, want: &BTreeMap<String, i64>, what: &str) {
-        self.await_counts_in(OUTPUT, want, what)
-    }
-
     fn await_counts_in(&self, output: &str, want: &BTreeMap<String, i64>, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let got = self.counts_in(output);
-            if &got == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: counts differ from the input's:\n{}",
-                want.iter()
-                    .filter(|(w, n)| got.get(*w) != Some(n))
-                    .map(|(w, n)| format!("  {w:?}: want {n}, got {:?}", got.get(w)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        self.await_equal(want, what, |s| s.counts_in(output))
     }
 }
 
-/// A broker with the input topic, and a directory for the instances' state and logs.
-fn start(name: &str) -> (Broker, std::path::PathBuf, Setup) {
-    let broker = Broker::start();
-    let dir = std::env::temp_dir().join(format!("baton-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let setup = Setup {
-        rt: tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap(),
-        client: Client::new(&[&broker.addr], "wordcount-e2e"),
-    };
-    setup
-        .rt
-        .block_on(setup.client.create_topics(&[NewTopic {
-            name: INPUT.into(),
-            partitions: PARTITIONS,
-            compacted: false,
-        }]))
-        .unwrap();
-    (broker, dir, setup)
+/// A broker with the input and output topics, and a directory for the instances.
+fn start(name: &str) -> (baton_kafka::testing::Broker, std::path::PathBuf, Setup) {
+    common::start(name, &[INPUT], OUTPUT, PARTITIONS)
 }
 
 #[test]
@@ -299,7 +141,7 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
         expected.clone()
     };
 
-    let mut a = Instance::spawn(&broker.addr, &dir, "a");
+    let mut a = spawn(&broker.addr, &dir, "a", APP, OUTPUT, &[]);
     let want = send(&setup, 3_000);
     setup.await_counts(&want, "one instance");
     eprintln!(
@@ -309,17 +151,13 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
 
     // Scale out to three and drain the first, with lines flowing all along.
     let from = now_ms();
-    let mut b = Instance::spawn(&broker.addr, &dir, "b");
-    let mut c = Instance::spawn(&broker.addr, &dir, "c");
+    let mut b = spawn(&broker.addr, &dir, "b", APP, OUTPUT, &[]);
+    let mut c = spawn(&broker.addr, &dir, "c", APP, OUTPUT, &[]);
     for _ in 0..20 {
         send(&setup, 100);
         std::thread::sleep(Duration::from_millis(250));
     }
-    setup.rt.block_on(async {
-        baton_runtime::control::request_drain(&setup.client, APP, "a")
-            .await
-            .unwrap()
-    });
+    setup.drain(APP, "a");
     for _ in 0..20 {
         send(&setup, 100);
         std::thread::sleep(Duration::from_millis(250));
@@ -334,21 +172,7 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
     setup.await_counts(&want, "after the scale-out and the drain");
     let to = now_ms();
     // The longest stretch each output partition went without a record, join to end.
-    let gaps: BTreeMap<i32, f64> = setup
-        .read(OUTPUT)
-        .into_iter()
-        .map(|(p, rows)| {
-            let (mut last, mut gap) = (from, 0);
-            for r in rows
-                .iter()
-                .filter(|r| r.timestamp >= from && r.timestamp <= to)
-            {
-                gap = gap.max(r.timestamp - last);
-                last = r.timestamp;
-            }
-            (p, gap.max(to - last) as f64 / 1000.0)
-        })
-        .collect();
+    let gaps = setup.longest_gaps(OUTPUT, from, to);
     let repartition = setup.read(&format!("{APP}-words-repartition"));
     let words_sent: i64 = want.values().sum();
     let repartitioned: usize = repartition.values().map(Vec::len).sum();
@@ -373,13 +197,6 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
         i.stop();
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// A line that is not UTF-8, first in partition 0, among good lines: under `skip` and
@@ -416,7 +233,7 @@ fn a_line_that_is_not_text_follows_the_deserialization_policy() {
     ];
     for (name, app, extra) in runs {
         let output = format!("{app}-counts");
-        let mut i = Instance::spawn_with(&broker.addr, &dir, name, app, &output, extra);
+        let mut i = spawn(&broker.addr, &dir, name, app, &output, extra);
         if name == "fail" {
             // Partition 0's task stops at its first record; its lines are not counted.
             let want = count(&|n| n % PARTITIONS as u64 != 0);

@@ -553,7 +553,8 @@ pub(crate) fn longest_silence(rows: &[Record], from_ms: i64, to_ms: i64) -> (i64
     worst
 }
 
-/// Creates an application's input, output and (compacted) changelog topics.
+/// Creates an application's input, output (stamped at append) and (compacted) changelog
+/// topics.
 pub(crate) async fn create_topics(
     client: &Client,
     [input, output, changelog]: [&str; 3],
@@ -565,11 +566,16 @@ pub(crate) async fn create_topics(
         compacted,
     };
     client
-        .create_topics(&[
-            topic(input, false),
-            topic(output, false),
-            topic(changelog, true),
-        ])
+        .create_topics(&[topic(input, false), topic(changelog, true)])
+        .await
+        .map_err(|e| failed(format!("creating topics: {e}")))?;
+    // Outputs carry their input's timestamp (event time); the broker's append time is when
+    // each was written, which the gaps and latencies measure.
+    client
+        .create_topics_with(
+            &[topic(output, false)],
+            &[("message.timestamp.type", "LogAppendTime")],
+        )
         .await
         .map_err(|e| failed(format!("creating topics: {e}")))
 }

@@ -19,6 +19,9 @@ use bytes::Bytes;
 
 pub const INPUT: &str = "events";
 pub const OUTPUT: &str = "counts";
+/// Outputs carry their input's timestamp (event time); the broker's append time on the output
+/// topics is when each was written, which the stall and latency figures measure.
+pub const LOG_APPEND_TIME: (&str, &str) = ("message.timestamp.type", "LogAppendTime");
 /// The output of [`Cluster::new_with_output_limit`].
 pub const OUTPUT_LIMITED: &str = "counts-limited";
 pub const PARTITIONS: u32 = 3;
@@ -67,9 +70,10 @@ impl Cluster {
         cluster
             .rt
             .block_on(
-                cluster
-                    .client
-                    .create_topics_with(&[topic], &[("max.message.bytes", &limit)]),
+                cluster.client.create_topics_with(
+                    &[topic],
+                    &[("max.message.bytes", &limit), LOG_APPEND_TIME],
+                ),
             )
             .unwrap();
         cluster
@@ -114,9 +118,14 @@ impl Cluster {
         self.rt
             .block_on(self.client.create_topics(&[
                 topic(INPUT, false),
-                topic(OUTPUT, false),
                 topic(&format!("{}-counts-changelog", self.app), true),
             ]))
+            .unwrap();
+        self.rt
+            .block_on(
+                self.client
+                    .create_topics_with(&[topic(OUTPUT, false)], &[LOG_APPEND_TIME]),
+            )
             .unwrap();
     }
 

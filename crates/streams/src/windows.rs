@@ -1,0 +1,70 @@
+//! Time windows for [`KGroupedStream::windowed_by`](crate::KGroupedStream::windowed_by), as
+//! Kafka Streams' `TimeWindows`: by record timestamp, tumbling or hopping, with a grace
+//! period for records that come out of order.
+
+use std::time::Duration;
+
+use baton_runtime::topology::Windows;
+
+/// Windows `[start, start + size)` whose starts are multiples of the advance (the size unless
+/// [`TimeWindows::advance_by`] says otherwise). A window takes records until the task's stream
+/// time passes its end plus the grace period; later ones are dropped and counted in
+/// `baton_late_records_dropped_total`. A window's state is kept for its size plus its grace.
+/// Sizes that cannot work (zero, an advance of zero or above the size) are refused when the
+/// topology is built.
+///
+/// ```
+/// use std::time::Duration;
+/// use baton_streams::TimeWindows;
+///
+/// let tumbling = TimeWindows::of_size_and_grace(Duration::from_secs(60), Duration::from_secs(10));
+/// let hopping = TimeWindows::of_size_with_no_grace(Duration::from_secs(300))
+///     .advance_by(Duration::from_secs(60));
+/// assert_eq!(hopping.size(), Duration::from_secs(300));
+/// # let _ = tumbling;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindows {
+    size: Duration,
+    advance: Duration,
+    grace: Duration,
+}
+
+impl TimeWindows {
+    /// Tumbling windows of `size` that take no record after they end
+    /// (`TimeWindows.ofSizeWithNoGrace`).
+    pub fn of_size_with_no_grace(size: Duration) -> TimeWindows {
+        TimeWindows::of_size_and_grace(size, Duration::ZERO)
+    }
+
+    /// Tumbling windows of `size` that take records up to `grace` after they end
+    /// (`TimeWindows.ofSizeAndGrace`).
+    pub fn of_size_and_grace(size: Duration, grace: Duration) -> TimeWindows {
+        TimeWindows {
+            size,
+            advance: size,
+            grace,
+        }
+    }
+
+    /// Hopping windows: a new window every `advance` (`TimeWindows.advanceBy`).
+    pub fn advance_by(self, advance: Duration) -> TimeWindows {
+        TimeWindows { advance, ..self }
+    }
+
+    pub fn size(&self) -> Duration {
+        self.size
+    }
+
+    pub(crate) fn runtime(&self) -> Windows {
+        Windows {
+            size_ms: millis(self.size),
+            advance_ms: millis(self.advance),
+            grace_ms: millis(self.grace),
+        }
+    }
+}
+
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
