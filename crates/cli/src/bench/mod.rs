@@ -2,6 +2,7 @@
 //! each time so that their figures can be compared across changes (docs/BENCHMARKS.md).
 
 mod latency;
+mod throughput;
 mod warmup;
 
 use clap::{Args, Subcommand};
@@ -19,10 +20,14 @@ enum Which {
     /// Actives' latency and longest gap while a warm-up restores beside them on their
     /// instance, against the same run with no warm-up.
     Warmup(warmup::WarmupArgs),
+    /// One instance's input records per second over a backlog (count per key, and word count
+    /// with its repartition hop), against a plain consumer reading the same topic.
+    Throughput(throughput::ThroughputArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
     match args.which {
         Which::Warmup(a) => warmup::run(a),
+        Which::Throughput(a) => throughput::run(a),
     }
 }

@@ -1,0 +1,308 @@
+//! `baton bench throughput`: how fast one instance gets through a backlog, against how fast a
+//! plain consumer reads the same topic (the ceiling), both measured in the same run.
+//!
+//! For each application (count per key, and word count with its repartition hop), a fresh
+//! input topic is filled first. The ceiling is one client fetching every partition from the
+//! start to the end, as a consumer with nothing to do would. The application then runs in
+//! this process on one instance with one stream thread; its rate is the input its commits
+//! covered between the first commit and the one that reached the end, over that time (so
+//! the group join before the first batch is not counted).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use baton_kafka::client::NewTopic;
+use baton_kafka::records::{FetchWant, KeyValue};
+use baton_kafka::Client;
+use baton_protocol::TopicPartition;
+use baton_runtime::config::RuntimeConfig;
+use baton_runtime::topology::{count_per_key, Topology};
+use baton_streams::serdes::{Long, Str};
+use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+use bytes::Bytes;
+use clap::Args;
+
+use crate::demo::stage::failed;
+use crate::Failure;
+
+const PARTITIONS: i32 = 4;
+const BATCH: usize = 5_000;
+
+#[derive(Args)]
+pub struct ThroughputArgs {
+    /// Input records for count per key (keys `k0`..`k9999`).
+    #[arg(long, default_value_t = 1_000_000)]
+    count_records: u64,
+    /// Input lines for word count (five words each).
+    #[arg(long, default_value_t = 200_000)]
+    wordcount_lines: u64,
+    /// Give up (exit 1) when an application has not finished within this long.
+    #[arg(long, default_value_t = 600_000)]
+    step_timeout_ms: u64,
+    /// Keep state here (default: a temporary directory, removed at the end).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Use this broker (HOST:PORT) instead of starting nisshi on a free loopback port.
+    #[arg(long)]
+    bootstrap: Option<String>,
+}
+
+struct Row {
+    app: &'static str,
+    records: u64,
+    ceiling_per_s: f64,
+    app_per_s: f64,
+}
+
+pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
+    if args.count_records == 0 || args.wordcount_lines == 0 {
+        return Err(Failure::bad_input(
+            "--count-records and --wordcount-lines must be positive",
+        ));
+    }
+    let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench-throughput")?;
+    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap)?;
+    let runtime = crate::tokio_runtime()?;
+    let timeout = Duration::from_millis(args.step_timeout_ms);
+    let result = runtime.block_on(async {
+        let client = Client::new(&[bootstrap.as_str()], "baton-bench-throughput");
+        let count = one(
+            &client,
+            &bootstrap,
+            &dir,
+            "count-per-key",
+            args.count_records,
+            |i| {
+                (
+                    Some(Bytes::from(format!("k{}", i % 10_000))),
+                    Some(Bytes::from_static(b"event")),
+                )
+            },
+            |app, input| count_per_key(app, input, &format!("{app}-out")),
+            timeout,
+        )
+        .await?;
+        let words = one(
+            &client,
+            &bootstrap,
+            &dir,
+            "wordcount",
+            args.wordcount_lines,
+            |i| (None, Some(Bytes::from(line(i)))),
+            wordcount,
+            timeout,
+        )
+        .await?;
+        Ok::<_, Failure>(vec![count, words])
+    });
+    drop(runtime);
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    crate::emit(&table(&result?))
+}
+
+fn line(i: u64) -> String {
+    const WORDS: [&str; 8] = [
+        "kafka", "streams", "baton", "relay", "warm", "state", "store", "stall",
+    ];
+    (0..5)
+        .map(|j| WORDS[((i * 3 + j * 5) % 8) as usize])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Word count as the `wordcount` example builds it (a simpler split).
+fn wordcount(app: &str, input: &str) -> Result<Topology, baton_runtime::topology::TopologyError> {
+    let builder = StreamsBuilder::new(app);
+    builder
+        .stream(input, Consumed::with(Str, Str))
+        .flat_map_values(|l: &String| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .group_by(
+            |_, w: &String| w.clone(),
+            Grouped::with(Str, Str).named("words"),
+        )
+        .count(Materialized::named("counts"))
+        .to_stream()
+        .to(&format!("{app}-out"), Produced::with(Str, Long));
+    builder.build()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one(
+    client: &Client,
+    bootstrap: &str,
+    dir: &Path,
+    app: &'static str,
+    records: u64,
+    record: impl Fn(u64) -> KeyValue,
+    build: impl Fn(&str, &str) -> Result<Topology, baton_runtime::topology::TopologyError>,
+    timeout: Duration,
+) -> Result<Row, Failure> {
+    let app_id = format!("bench-{app}");
+    let input = format!("{app_id}-input");
+    fill(client, &input, records, &record).await?;
+    let ceiling_per_s = records as f64 / read_all(client, &input).await?.as_secs_f64();
+    let topology = build(&app_id, &input).map_err(failed)?;
+    let cfg = RuntimeConfig {
+        bootstrap: vec![bootstrap.to_owned()],
+        state_dir: dir.join(app),
+        instance_id: "bench".into(),
+        commit_interval: Duration::from_millis(200),
+        ..RuntimeConfig::default()
+    };
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let instance = tokio::spawn(baton_runtime::instance::run(cfg, topology, shutdown));
+    let app_per_s = committed_rate(client, &app_id, &input, records, timeout).await;
+    let _ = stop.send(true);
+    let _ = instance.await;
+    let app_per_s = app_per_s?;
+    eprintln!(
+        "{app}: {records} records; ceiling {ceiling_per_s:.0}/s, application {app_per_s:.0}/s"
+    );
+    Ok(Row {
+        app,
+        records,
+        ceiling_per_s,
+        app_per_s,
+    })
+}
+
+/// Writes `records` records over the partitions, in batches.
+async fn fill(
+    client: &Client,
+    topic: &str,
+    records: u64,
+    record: &impl Fn(u64) -> KeyValue,
+) -> Result<(), Failure> {
+    client
+        .create_topics(&[NewTopic {
+            name: topic.to_owned(),
+            partitions: PARTITIONS,
+            compacted: false,
+        }])
+        .await
+        .map_err(|e| failed(format!("creating {topic}: {e}")))?;
+    let mut by_partition: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+    for i in 0..records {
+        let p = (i % PARTITIONS as u64) as i32;
+        let batch = by_partition.entry(p).or_default();
+        batch.push(record(i));
+        if batch.len() == BATCH || i + PARTITIONS as u64 >= records {
+            let batch = std::mem::take(batch);
+            let leader = client
+                .leader(topic, p)
+                .await
+                .map_err(|e| failed(format!("{topic}-{p}: {e}")))?;
+            client
+                .produce(&leader, topic, p, &batch)
+                .await
+                .map_err(|e| failed(format!("writing {topic}-{p}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// How long one client takes to read `topic` from the start to its end, every partition in
+/// each fetch, as a consumer does.
+async fn read_all(client: &Client, topic: &str) -> Result<Duration, Failure> {
+    let leader = client
+        .leader(topic, 0)
+        .await
+        .map_err(|e| failed(format!("{topic}: {e}")))?;
+    let mut next: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
+    let mut done: BTreeMap<i32, bool> = BTreeMap::new();
+    let started = Instant::now();
+    while done.len() < PARTITIONS as usize {
+        let wants: Vec<FetchWant> = next
+            .iter()
+            .filter(|(p, _)| !done.contains_key(p))
+            .map(|(&partition, &offset)| FetchWant {
+                topic: topic.to_owned(),
+                partition,
+                offset,
+                max_bytes: 1 << 20,
+            })
+            .collect();
+        let answers = client
+            .fetch_many(&leader, &wants, 100)
+            .await
+            .map_err(|e| failed(format!("reading {topic}: {e}")))?;
+        for (want, answer) in wants.iter().zip(answers) {
+            let f = answer.map_err(|e| failed(format!("reading {topic}: {e}")))?;
+            let at = next.entry(want.partition).or_default();
+            if let Some(last) = f.records.last() {
+                *at = last.offset + 1;
+            }
+            if let Some(n) = f.next_offset {
+                *at = (*at).max(n);
+            }
+            if f.high_watermark >= 0 && *at >= f.high_watermark {
+                done.insert(want.partition, true);
+            }
+        }
+    }
+    Ok(started.elapsed())
+}
+
+/// Input records per second the group's commits covered, from its first commit to the one
+/// that reached `records`.
+async fn committed_rate(
+    client: &Client,
+    group: &str,
+    input: &str,
+    records: u64,
+    timeout: Duration,
+) -> Result<f64, Failure> {
+    let tps: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(input, p))
+        .collect();
+    let deadline = Instant::now() + timeout;
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        let committed: u64 = client
+            .committed_offsets(group, &tps)
+            .await
+            .map(|c| c.values().map(|&o| o.max(0) as u64).sum())
+            .unwrap_or(0);
+        let now = Instant::now();
+        if committed > 0 && first.is_none() {
+            first = Some((now, committed));
+        }
+        if committed >= records {
+            let (t0, n0) = first.unwrap_or((now, 0));
+            let secs = now.duration_since(t0).as_secs_f64();
+            if secs <= 0.0 {
+                return Err(failed(format!(
+                    "{group}: the whole input was committed at once; use more records"
+                )));
+            }
+            return Ok((records - n0) as f64 / secs);
+        }
+        if now > deadline {
+            return Err(failed(format!(
+                "{group}: {committed} of {records} input records committed within {:.0} s",
+                timeout.as_secs_f64()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "application    records   ceiling (records/s)   application (records/s)   ratio\n",
+    );
+    for r in rows {
+        out += &format!(
+            "{:<14} {:>8}   {:>19.0}   {:>23.0}   {:>4.0}%\n",
+            r.app,
+            r.records,
+            r.ceiling_per_s,
+            r.app_per_s,
+            100.0 * r.app_per_s / r.ceiling_per_s
+        );
+    }
+    out
+}
