@@ -129,11 +129,21 @@ async fn prepare(
         if partitions.contains_key(topic) {
             continue;
         }
-        let n = topology
-            .sources_of(writer)
-            .iter()
-            .filter_map(|s| partitions.get(s).copied())
-            .max()
+        // Beside a table, the table's count (a join needs co-partitioned sides); else the
+        // writer's.
+        let table = topology
+            .tables_beside(topic)
+            .into_iter()
+            .filter_map(|t| partitions.get(t).copied())
+            .max();
+        let n = table
+            .or_else(|| {
+                topology
+                    .sources_of(writer)
+                    .iter()
+                    .filter_map(|s| partitions.get(s).copied())
+                    .max()
+            })
             .ok_or_else(|| TopologyError::MissingTopic(topology.sources_of(writer).join(", ")))?;
         partitions.insert(topic.to_owned(), n);
         topics.push(NewTopic {
@@ -144,7 +154,12 @@ async fn prepare(
     }
     let wire = topology.wire(&partitions)?;
     for s in wire.subtopologies.values() {
-        for t in &s.changelog_topics {
+        // A table's changelog is its source topic, which the user made.
+        for t in s
+            .changelog_topics
+            .iter()
+            .filter(|t| !s.source_topics.contains(t))
+        {
             topics.push(NewTopic {
                 name: t.clone(),
                 partitions: s.partitions as i32,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use baton_assignor::TaskId;
 use baton_kafka::offsets::Committed;
-use baton_kafka::records::{FetchWant as WireWant, Fetched, KeyValue};
+use baton_kafka::records::{FetchWant as WireWant, Fetched, KeyValue, Record};
 use baton_kafka::{Backoff, Client, GroupMember, MemberConfig};
 use baton_protocol::TopicPartition;
 use bytes::Bytes;
@@ -790,7 +790,17 @@ impl Driver {
         let mut pending = Pending {
             stores: &t.stores,
             writes: BTreeMap::new(),
+            tables: BTreeMap::new(),
         };
+        // A table source's records go into its store, not through the steps; the store may
+        // hold them already (restored from the topic past the committed offset).
+        let table_of: Vec<Option<usize>> = sources
+            .iter()
+            .map(|tp| {
+                let name = ctx.topology.table_store(task.subtopology, &tp.topic)?;
+                t.stores.iter().position(|s| s.name == name)
+            })
+            .collect();
         let mut out = Output::default();
         // The task's stream time: the largest timestamp it has read, this batch's included;
         // kept only if the batch is done.
@@ -803,16 +813,45 @@ impl Driver {
         let mut records = 0u64;
         // Records the application failed on, for the dead-letter topic (as they came).
         let mut dead_letters: Vec<(String, KeyValue)> = Vec::new();
+        let mut fetched = Vec::with_capacity(inputs.len());
         for &Input { source, from, to } in inputs {
-            let Some(fetched) = sources.get(source).and_then(|tp| self.buffers.remove(tp)) else {
+            let Some(f) = sources.get(source).and_then(|tp| self.buffers.remove(tp)) else {
                 return failed(false);
             };
-            for r in fetched
+            let records: Vec<Record> = f
                 .records
-                .iter()
+                .into_iter()
                 .filter(|r| r.offset >= from && r.offset < to)
+                .collect();
+            fetched.push((source, records));
+        }
+        let stamps: Vec<Vec<i64>> = fetched
+            .iter()
+            .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
+            .collect();
+        for (list, at) in merge_by_timestamp(&stamps) {
+            let (source, r) = (fetched[list].0, &fetched[list].1[at]);
             {
                 records += 1;
+                if let Some(idx) = table_of.get(source).copied().flatten() {
+                    stream_time = stream_time.max(r.timestamp);
+                    if r.offset < t.stores[idx].catchup.position() {
+                        continue;
+                    }
+                    let Some(k) = &r.key else {
+                        // Kafka Streams drops a table record without a key too.
+                        self.ctx.status.add_skipped(task);
+                        let now = self.now();
+                        if let Some(unlogged) = self.skip_log.admit(task, now) {
+                            tracing::warn!(task = %task, record = %format!("{} offset {}", sources[source], r.offset), unlogged_since_last = unlogged, "a table record without a key; skipping it");
+                        }
+                        continue;
+                    };
+                    let (writes, next) = pending.tables.entry(idx).or_default();
+                    writes.insert(k.to_vec(), r.value.as_ref().map(|v| v.to_vec()));
+                    *next = r.offset + 1;
+                    continue;
+                }
                 // A record without a key is read with an empty one (a stateless step may give
                 // it a key, as word count's grouping does); one without a value is a delete,
                 // which no step here takes: it is passed over, as Kafka Streams' aggregations
@@ -924,7 +963,11 @@ impl Driver {
             }
         }
         let changelogs = ctx.wire.changelog_partitions(task);
-        let mut applied: Vec<(usize, Vec<Write>, i64)> = Vec::new();
+        // A table's topic is its changelog: its writes are durable already.
+        let mut applied: Vec<(usize, Vec<Write>, i64)> = std::mem::take(&mut pending.tables)
+            .into_iter()
+            .map(|(idx, (writes, next))| (idx, writes.into_iter().collect(), next))
+            .collect();
         for (idx, writes) in pending.writes {
             let tp = &changelogs[idx];
             let wire: Vec<KeyValue> = writes
@@ -1240,14 +1283,18 @@ struct FailedRecord {
     undecodable: bool,
 }
 
-/// A processing batch's store writes, read back by later records of the same batch.
 /// An output record on its way to a sink partition: the record, which output of the batch it
 /// is, its timestamp.
 type Outgoing = (KeyValue, (usize, i64));
 
+/// A table's updates taken in one batch (`None` deletes) and the source offset after the last.
+type TableUpdates = (BTreeMap<Vec<u8>, Option<Vec<u8>>>, i64);
+
+/// A processing batch's store writes, read back by later records of the same batch.
 struct Pending<'a> {
     stores: &'a [StoreIo],
     writes: BTreeMap<usize, BTreeMap<Vec<u8>, Vec<u8>>>,
+    tables: BTreeMap<usize, TableUpdates>,
 }
 
 impl Stores for Pending<'_> {
@@ -1255,6 +1302,9 @@ impl Stores for Pending<'_> {
         let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
             return Ok(None);
         };
+        if let Some(v) = self.tables.get(&idx).and_then(|(w, _)| w.get(key)) {
+            return Ok(v.clone());
+        }
         if let Some(v) = self.writes.get(&idx).and_then(|w| w.get(key)) {
             return Ok(Some(v.clone()));
         }
@@ -1277,5 +1327,40 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
+    }
+}
+
+/// The order in which a task takes the records of its partitions, as Kafka Streams' partition
+/// group does: next from the partition whose next record has the lowest timestamp (the first
+/// partition on a tie), each partition in offset order. `(partition, index)` pairs.
+fn merge_by_timestamp(stamps: &[Vec<i64>]) -> Vec<(usize, usize)> {
+    let mut next = vec![0usize; stamps.len()];
+    let mut out = Vec::with_capacity(stamps.iter().map(Vec::len).sum());
+    loop {
+        let pick = (0..stamps.len())
+            .filter_map(|p| Some((*stamps[p].get(next[p])?, p)))
+            .min();
+        let Some((_, p)) = pick else {
+            return out;
+        };
+        out.push((p, next[p]));
+        next[p] += 1;
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::merge_by_timestamp;
+
+    #[test]
+    fn takes_the_lowest_timestamp_next_and_keeps_each_partition_in_order() {
+        let order = merge_by_timestamp(&[vec![5, 1, 9], vec![3, 4], vec![]]);
+        // Partition 0's 1 waits behind its 5: offsets stay in order.
+        assert_eq!(order, vec![(1, 0), (1, 1), (0, 0), (0, 1), (0, 2)]);
+        assert_eq!(
+            merge_by_timestamp(&[vec![2], vec![2]]),
+            vec![(0, 0), (1, 0)]
+        );
+        assert!(merge_by_timestamp(&[]).is_empty());
     }
 }

@@ -60,6 +60,44 @@ enum Step {
         windows: Windows,
         f: AggregateFn,
     },
+    /// Looks the record's key up in a table of the stream ([`Stream::table`]) and passes on
+    /// the record with its value and the table's as one [`join_frame`]; with `inner`, a key
+    /// the table lacks drops the record (Kafka Streams' `join`; else `leftJoin`).
+    Join {
+        store: String,
+        inner: bool,
+    },
+}
+
+/// A joined record's value: the stream's value and the table's (if the key was there),
+/// framed as `u32` length + value, then a presence byte + the table's value.
+pub fn join_frame(value: &[u8], table: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + value.len() + table.map_or(0, <[u8]>::len));
+    out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+    out.extend_from_slice(value);
+    match table {
+        Some(t) => {
+            out.push(1);
+            out.extend_from_slice(t);
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+/// The parts of a [`join_frame`]; `None` if `frame` is not one.
+pub fn split_join_frame(frame: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
+    let len = u32::from_be_bytes(frame.get(..4)?.try_into().ok()?) as usize;
+    let rest = &frame[4..];
+    if rest.len() < len + 1 {
+        return None;
+    }
+    let (value, rest) = rest.split_at(len);
+    match rest[0] {
+        0 if rest.len() == 1 => Some((value, None)),
+        1 => Some((value, Some(&rest[1..]))),
+        _ => None,
+    }
 }
 
 /// A record flowing through a stream: key, value, and its timestamp (milliseconds since the
@@ -95,6 +133,8 @@ pub struct Output {
 #[derive(Clone)]
 pub struct Stream {
     sources: Vec<String>,
+    /// Sources read into a store instead of through the steps: `(topic, store)`.
+    tables: Vec<(String, String)>,
     steps: Vec<Step>,
     sink: Option<String>,
 }
@@ -104,6 +144,7 @@ impl Stream {
     pub fn from<S: AsRef<str>>(sources: &[S]) -> Stream {
         Stream {
             sources: sources.iter().map(|s| s.as_ref().to_owned()).collect(),
+            tables: Vec::new(),
             steps: Vec::new(),
             sink: None,
         }
@@ -228,19 +269,51 @@ impl Stream {
         })
     }
 
+    /// Reads `topic` into `store` as a table, as Kafka Streams' `builder.table(topic)`: each
+    /// record sets its key's value (its value bytes as they are), a record without a value
+    /// deletes it. The topic is the store's changelog (no second copy): restores, warm-ups
+    /// and standbys read it. It must be co-partitioned with the stream's other sources.
+    pub fn table(mut self, topic: &str, store: &str) -> Self {
+        self.sources.push(topic.to_owned());
+        self.tables.push((topic.to_owned(), store.to_owned()));
+        self
+    }
+
+    /// Joins each record with the value of its key in the table `store` ([`Stream::table`]);
+    /// records whose key the table lacks are dropped. Passes on `(key, join_frame(value,
+    /// Some(table value)))`.
+    pub fn join_table(mut self, store: &str) -> Self {
+        self.steps.push(Step::Join {
+            store: store.to_owned(),
+            inner: true,
+        });
+        self
+    }
+
+    /// As [`Stream::join_table`], keeping records whose key the table lacks (with `None`).
+    pub fn left_join_table(mut self, store: &str) -> Self {
+        self.steps.push(Step::Join {
+            store: store.to_owned(),
+            inner: false,
+        });
+        self
+    }
+
     /// Writes the stream's records to `topic`, partitioned by key.
     pub fn to(mut self, topic: &str) -> Self {
         self.sink = Some(topic.to_owned());
         self
     }
 
+    /// Tables first, then the steps' stores: the order of the task's changelogs.
     fn stores(&self) -> impl Iterator<Item = &str> {
-        self.steps.iter().filter_map(|s| match s {
+        let tables = self.tables.iter().map(|(_, store)| store.as_str());
+        tables.chain(self.steps.iter().filter_map(|s| match s {
             Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } => {
                 Some(store.as_str())
             }
             _ => None,
-        })
+        }))
     }
 
     fn windows_of(&self, store: &str) -> Option<Windows> {
@@ -296,6 +369,10 @@ pub enum TopologyError {
         advance_ms: i64,
         grace_ms: i64,
     },
+    #[error("streams[{stream}]: a join reads store {store:?}, which is not a table of this stream (a table joined must be read in the joining stream's sub-topology)")]
+    UnknownTable { stream: usize, store: String },
+    #[error("{0}")]
+    Invalid(String),
     #[error("streams[{stream}]: sources are not co-partitioned: {detail}")]
     NotCoPartitioned { stream: usize, detail: String },
     #[error("repartition topic {topic:?}: {why}")]
@@ -385,7 +462,15 @@ impl Topology {
                             grace_ms: w.grace_ms,
                         });
                     }
-                    Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } => {
+                    Step::Join { store, .. } if !s.tables.iter().any(|(_, t)| t == store) => {
+                        return Err(TopologyError::UnknownTable {
+                            stream: i,
+                            store: store.clone(),
+                        });
+                    }
+                    Step::Aggregate { store, .. }
+                    | Step::WindowAggregate { store, .. }
+                    | Step::Join { store, .. } => {
                         if let Some(step) = key_changed_at {
                             return Err(TopologyError::KeyChangeBeforeState {
                                 stream: i,
@@ -494,9 +579,37 @@ impl Topology {
         &self.app_id
     }
 
-    /// The changelog topic of `store`: `<app id>-<store>-changelog`, as Kafka Streams names it.
+    /// The changelog topic of `store`: `<app id>-<store>-changelog`, as Kafka Streams names it;
+    /// for a table read from a topic ([`Stream::table`]), that topic.
     pub fn changelog_topic(&self, store: &str) -> String {
-        format!("{}-{store}-changelog", self.app_id)
+        self.streams
+            .iter()
+            .flat_map(|s| &s.tables)
+            .find(|(_, t)| t == store)
+            .map_or_else(
+                || format!("{}-{store}-changelog", self.app_id),
+                |(topic, _)| topic.clone(),
+            )
+    }
+
+    /// The store that source `topic` of subtopology `sub` is read into, if it is a table.
+    pub fn table_store(&self, sub: u32, topic: &str) -> Option<&str> {
+        self.streams
+            .get(sub as usize)?
+            .tables
+            .iter()
+            .find(|(t, _)| t == topic)
+            .map(|(_, store)| store.as_str())
+    }
+
+    /// The tables read beside `topic` by the stream reading it: a repartition topic feeding a
+    /// join takes the table's partition count, as Kafka Streams co-partitions it.
+    pub fn tables_beside(&self, topic: &str) -> Vec<&str> {
+        self.streams
+            .iter()
+            .filter(|s| s.sources.iter().any(|t| t == topic))
+            .flat_map(|s| s.tables.iter().map(|(t, _)| t.as_str()))
+            .collect()
     }
 
     /// How long `store`'s changelog keeps records (`retention.ms`, with
@@ -673,6 +786,13 @@ impl Topology {
                             let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
                             stores.put(store, &key, timestamped(ts, &agg));
                             next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
+                        }
+                    }
+                    Step::Join { store, inner } => {
+                        let table = stores.get(store, &r.key)?;
+                        if table.is_some() || !inner {
+                            let v = join_frame(&r.value, table.as_deref());
+                            next.push(StreamRecord::new(r.key, v, ts));
                         }
                     }
                 }

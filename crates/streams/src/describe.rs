@@ -5,7 +5,7 @@
 use std::fmt;
 
 /// A node's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Node(String);
 
 #[derive(Debug, Clone)]
@@ -95,6 +95,13 @@ impl Description {
                 from: Some(from.clone()),
             },
         )
+    }
+
+    /// A name of Kafka's form (`<kind>-<counter>`), for what the application did not name.
+    pub fn generated_name(&mut self, kind: &str) -> String {
+        let n = self.counter;
+        self.counter += 1;
+        format!("{kind}-{n:010}")
     }
 
     /// A store name of Kafka's form, for a store the application did not name.

@@ -4,12 +4,12 @@
 //! repartition topic, a store, a sink) run as one typed function per record, so values are
 //! turned into bytes only where Kafka Streams needs a serde too.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use baton_runtime::record::undecodable;
-use baton_runtime::topology::{Layout, Stream, Topology, TopologyError, Windows};
+use baton_runtime::topology::{split_join_frame, Layout, Stream, Topology, TopologyError, Windows};
 
 use crate::describe::{Description, Node};
 use crate::serdes::{Long, Serde, TimeWindowed, Windowed};
@@ -48,6 +48,8 @@ struct Graph {
     streams: Vec<Stream>,
     repartition: Vec<String>,
     description: Description,
+    /// What is wrong with the application, found while it was built; `build` refuses it.
+    errors: Vec<String>,
 }
 
 impl StreamsBuilder {
@@ -59,6 +61,7 @@ impl StreamsBuilder {
                 streams: Vec::new(),
                 repartition: Vec::new(),
                 description: Description::default(),
+                errors: Vec::new(),
             })),
         }
     }
@@ -79,9 +82,43 @@ impl StreamsBuilder {
         }
     }
 
+    /// A table of the records of `topic` (it must exist): each key's latest value, a record
+    /// without a value deleting it, as Kafka Streams' `builder.table(topic)`. The topic is the
+    /// store's changelog: restores, warm-ups and standbys read it, no second copy is written.
+    /// The table is read in the sub-topology of the stream that joins it
+    /// ([`KStream::join`]), so the two must be co-partitioned.
+    pub fn table<KS: Serde, VS: Serde>(
+        &self,
+        topic: &str,
+        consumed: Consumed<KS, VS>,
+        materialized: Materialized,
+    ) -> KTable<KS::Value, VS::Value> {
+        let mut g = self.graph.borrow_mut();
+        let store = materialized.name.unwrap_or_else(|| {
+            g.description
+                .generated_name(&format!("{topic}-STATE-STORE"))
+        });
+        drop(g);
+        KTable {
+            graph: self.graph.clone(),
+            at: None,
+            key: Arc::new(consumed.key),
+            value: Arc::new(consumed.value),
+            last: Node::default(),
+            source: Some(TableSource {
+                topic: topic.to_owned(),
+                store,
+                placed: Rc::new(Cell::new(false)),
+            }),
+        }
+    }
+
     /// The topology to run, or what is wrong with it.
     pub fn build(self) -> Result<Topology, TopologyError> {
         let mut g = self.graph.borrow_mut();
+        if let Some(e) = g.errors.first() {
+            return Err(TopologyError::Invalid(e.clone()));
+        }
         let streams = std::mem::take(&mut g.streams);
         Topology::new(&g.app_id, streams)?
             .with_repartition_topics(g.repartition.clone())
@@ -174,6 +211,31 @@ impl<KS: Serde, VS: Serde> Grouped<KS, VS> {
     }
 
     /// Names the repartition topic, as Kafka's `Grouped.as(name)`.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
+    }
+}
+
+/// The serdes of a stream joined with a table ([`KStream::join`]), and the name of its
+/// repartition topic (`<application id>-<name>-repartition`) when its keys changed.
+pub struct Joined<KS, VS> {
+    key: KS,
+    value: VS,
+    name: Option<String>,
+}
+
+impl<KS: Serde, VS: Serde> Joined<KS, VS> {
+    /// The stream's key and value serdes (the table's are its own).
+    pub fn with(key: KS, value: VS) -> Self {
+        Joined {
+            key,
+            value,
+            name: None,
+        }
+    }
+
+    /// Names the repartition topic, as Kafka's `Joined.as(name)`.
     pub fn named(mut self, name: &str) -> Self {
         self.name = Some(name.to_owned());
         self
@@ -339,6 +401,172 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             })
             .to(&topic)
         });
+    }
+
+    /// Joins each record with its key's value in `table` (read with
+    /// [`StreamsBuilder::table`]): `joiner(value, table value)`; a record whose key the table
+    /// lacks is dropped, as Kafka Streams' stream-table `join`. When a step changed keys, the
+    /// stream first goes through a repartition topic with the table's partition count.
+    ///
+    /// ```
+    /// use baton_streams::serdes::{Str};
+    /// use baton_streams::{Consumed, Joined, Materialized, Produced, StreamsBuilder};
+    ///
+    /// let builder = StreamsBuilder::new("greet");
+    /// let names = builder.table("names", Consumed::with(Str, Str), Materialized::named("names"));
+    /// builder
+    ///     .stream("visits", Consumed::with(Str, Str))
+    ///     .join(&names, |page: &String, name: &String| format!("{name} saw {page}"), Joined::with(Str, Str))
+    ///     .to("greetings", Produced::with(Str, Str));
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn join<VT, VR, KS, VS>(
+        self,
+        table: &KTable<K, VT>,
+        joiner: impl Fn(&V, &VT) -> VR + Send + Sync + 'static,
+        joined: Joined<KS, VS>,
+    ) -> KStream<K, VR>
+    where
+        VT: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+        KS: Serde<Value = K>,
+        VS: Serde<Value = V>,
+    {
+        self.join_with(table, joined, true, move |v, t| t.map(|t| joiner(v, &t)))
+    }
+
+    /// As [`KStream::join`], keeping records whose key the table lacks: `joiner(value, None)`
+    /// (Kafka Streams' `leftJoin`).
+    pub fn left_join<VT, VR, KS, VS>(
+        self,
+        table: &KTable<K, VT>,
+        joiner: impl Fn(&V, Option<&VT>) -> VR + Send + Sync + 'static,
+        joined: Joined<KS, VS>,
+    ) -> KStream<K, VR>
+    where
+        VT: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+        KS: Serde<Value = K>,
+        VS: Serde<Value = V>,
+    {
+        self.join_with(table, joined, false, move |v, t| {
+            Some(joiner(v, t.as_ref()))
+        })
+    }
+
+    fn join_with<VT, VR, KS, VS>(
+        self,
+        table: &KTable<K, VT>,
+        joined: Joined<KS, VS>,
+        inner: bool,
+        f: impl Fn(&V, Option<VT>) -> Option<VR> + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VT: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+        KS: Serde<Value = K>,
+        VS: Serde<Value = V>,
+    {
+        let graph = self.graph.clone();
+        let mut g = graph.borrow_mut();
+        let nothing = |g: &mut Graph, at: usize, why: String| {
+            g.errors.push(why);
+            let chain: Chain<K, VR> = Arc::new(|_, _| Vec::new());
+            (at, chain)
+        };
+        let Some(src) = table.source.as_ref() else {
+            let (at, chain) = nothing(
+                &mut g,
+                self.at,
+                "join: only a table read with StreamsBuilder::table can be joined (an aggregation's table cannot yet)".into(),
+            );
+            return KStream {
+                graph: graph.clone(),
+                at,
+                chain,
+                key_changed: false,
+                last: self.last,
+            };
+        };
+        if src.placed.replace(true) {
+            let (at, chain) = nothing(
+                &mut g,
+                self.at,
+                format!("join: table {:?} is joined twice; read it once per joining stream (a second StreamsBuilder::table)", src.topic),
+            );
+            return KStream {
+                graph: graph.clone(),
+                at,
+                chain,
+                key_changed: false,
+                last: self.last,
+            };
+        }
+        let (key, value) = (Arc::new(joined.key), Arc::new(joined.value));
+        let (mut at, chain, mut last) = (self.at, self.chain, self.last);
+        let encode = {
+            let (key, value) = (key.clone(), value.clone());
+            move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+                chain(k, v)
+                    .iter()
+                    .map(|(k, v)| (key.serialize(k), value.serialize(v)))
+                    .collect()
+            }
+        };
+        if self.key_changed {
+            let name = joined
+                .name
+                .unwrap_or_else(|| g.description.generated_name("KSTREAM-KEY-SELECT"));
+            let topic = g.topic(&name);
+            g.description.sink(at, &topic, &last);
+            let sink = topic.clone();
+            g.edit(at, move |s| s.flat_map(encode).to(&sink));
+            g.repartition.push(topic.clone());
+            at = g.start(&topic);
+            last = g.description.last(at);
+        } else {
+            g.edit(at, move |s| s.flat_map_keeping_keys(encode));
+        }
+        let store = src.store.clone();
+        let table_source = g.description.source(at, &src.topic);
+        g.description
+            .processor(at, "TABLE-SOURCE", &table_source, &[store.as_str()]);
+        let kind = if inner { "JOIN" } else { "LEFTJOIN" };
+        last = g.description.processor(at, kind, &last, &[store.as_str()]);
+        let table_topic = src.topic.clone();
+        g.edit(at, move |s| {
+            let s = s.table(&table_topic, &store);
+            if inner {
+                s.join_table(&store)
+            } else {
+                s.left_join_table(&store)
+            }
+        });
+        let (table_value, table_topic) = (table.value.clone(), src.topic.clone());
+        drop(g);
+        KStream {
+            graph,
+            at,
+            chain: Arc::new(move |k, v| {
+                let (v, t) = split_join_frame(v).unwrap_or_else(|| {
+                    undecodable("join: a value that is not a joined pair".into())
+                });
+                let k = key
+                    .deserialize(k)
+                    .unwrap_or_else(|e| undecodable(format!("joined key: {e}")));
+                let v = value
+                    .deserialize(v)
+                    .unwrap_or_else(|e| undecodable(format!("joined value: {e}")));
+                let t = t.map(|t| {
+                    table_value
+                        .deserialize(t)
+                        .unwrap_or_else(|e| undecodable(format!("{table_topic}: value: {e}")))
+                });
+                f(&v, t).map(|r| (k, r)).into_iter().collect()
+            }),
+            key_changed: false,
+            last,
+        }
     }
 
     /// Groups by `f(key, value)`: always through a repartition topic, as in Kafka Streams.
@@ -553,10 +781,11 @@ where
         drop(g);
         KTable {
             graph,
-            at,
+            at: Some(at),
             key: table_key,
             value: a_serde,
             last,
+            source: None,
         }
     }
 }
@@ -640,24 +869,46 @@ where
 /// A table: each key's latest value, kept in a store backed by a changelog.
 pub struct KTable<K, V> {
     graph: Rc<RefCell<Graph>>,
-    at: usize,
+    /// Its sub-topology; `None` for a table read from a topic until a join places it.
+    at: Option<usize>,
     key: Arc<dyn Serde<Value = K>>,
     value: Arc<dyn Serde<Value = V>>,
     last: Node,
+    source: Option<TableSource>,
+}
+
+/// A table read from a topic ([`StreamsBuilder::table`]).
+struct TableSource {
+    topic: String,
+    store: String,
+    /// Whether a join reads it already.
+    placed: Rc<Cell<bool>>,
 }
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     /// The table's changes as a stream: every update of a key, in order.
+    ///
+    /// For a table read from a topic, its records as a stream (records without a value, the
+    /// deletes, are passed over as every Baton stream passes them over).
     pub fn to_stream(self) -> KStream<K, V> {
         let (key, value) = (self.key, self.value);
-        let last =
-            self.graph
-                .borrow_mut()
-                .description
-                .processor(self.at, "TOSTREAM", &self.last, &[]);
+        let (at, from) = match (self.at, &self.source) {
+            (Some(at), _) => (at, self.last),
+            (None, src) => {
+                let topic = src.as_ref().map_or("", |s| s.topic.as_str());
+                let mut g = self.graph.borrow_mut();
+                let at = g.start(topic);
+                (at, g.description.last(at))
+            }
+        };
+        let last = self
+            .graph
+            .borrow_mut()
+            .description
+            .processor(at, "TOSTREAM", &from, &[]);
         KStream {
             graph: self.graph,
-            at: self.at,
+            at,
             chain: Arc::new(move |k, v| {
                 let k = key
                     .deserialize(k)

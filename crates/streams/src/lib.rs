@@ -31,8 +31,8 @@ pub mod serdes;
 mod windows;
 
 pub use dsl::{
-    Consumed, Grouped, KGroupedStream, KStream, KTable, Materialized, Produced, StreamsBuilder,
-    TimeWindowedKStream,
+    Consumed, Grouped, Joined, KGroupedStream, KStream, KTable, Materialized, Produced,
+    StreamsBuilder, TimeWindowedKStream,
 };
 pub use run::{main, parse_args, run, RunArgs, RunError};
 pub use serdes::{Window, Windowed};

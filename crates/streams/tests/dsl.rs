@@ -402,3 +402,145 @@ fn windows_that_cannot_work_are_refused_when_built() {
         "{e}"
     );
 }
+
+#[path = "../examples/enrich-orders/enrich.rs"]
+mod enrich;
+
+/// Puts a table record into its store as a task does with a record of a table's topic.
+fn table_put(t: &Topology, sub: u32, topic: &str, stores: &mut Mem, key: &[u8], value: &[u8]) {
+    let store = t.table_store(sub, topic).expect("a table topic");
+    stores.put(store, key, value.to_vec());
+}
+
+#[test]
+fn enrich_orders_rekeys_through_a_repartition_topic_and_left_joins_the_table() {
+    use enrich::{Customer, EnrichedOrder, Order};
+    let t = enrich::topology("shop", "orders", "customers", "enriched").unwrap();
+    assert_eq!(
+        t.repartition_topics(),
+        vec![("shop-orders-by-customer-repartition", 0)]
+    );
+    // The table's topic is its changelog: no `shop-customers-changelog`.
+    assert_eq!(t.changelog_topic("customers"), "customers");
+    let mut partitions = BTreeMap::new();
+    for topic in ["orders", "customers", "shop-orders-by-customer-repartition"] {
+        partitions.insert(topic.to_owned(), 4);
+    }
+    let wire = t.wire(&partitions).unwrap();
+    assert_eq!(
+        wire.subtopologies[&1].source_topics,
+        vec!["shop-orders-by-customer-repartition", "customers"]
+    );
+    assert_eq!(wire.subtopologies[&1].changelog_topics, vec!["customers"]);
+    assert!(wire.subtopologies[&0].changelog_topics.is_empty());
+
+    let json = |v: &dyn erased::Ser| v.bytes();
+    let mut stores = Mem::default();
+    let order = Order {
+        customer: "c1".into(),
+        item: "book".into(),
+        quantity: 2,
+    };
+    let hop = run(
+        &t,
+        0,
+        &mut stores,
+        &[
+            (b"o1".to_vec(), json(&order)),
+            (
+                b"o2".to_vec(),
+                json(&Order {
+                    customer: "c9".into(),
+                    ..order.clone()
+                }),
+            ),
+        ],
+    );
+    assert_eq!(hop[0].0, b"c1");
+    assert_eq!(hop[1].0, b"c9");
+    let alice = Customer {
+        name: "Alice".into(),
+        tier: "gold".into(),
+    };
+    table_put(&t, 1, "customers", &mut stores, b"c1", &json(&alice));
+    let out = run(&t, 1, &mut stores, &hop);
+    let enriched: Vec<(String, EnrichedOrder)> = out
+        .iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8(k.clone()).unwrap(),
+                serde_json::from_slice(v).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(enriched[0].0, "o1");
+    assert_eq!(enriched[0].1.customer_name.as_deref(), Some("Alice"));
+    assert_eq!(enriched[0].1.tier.as_deref(), Some("gold"));
+    assert_eq!(enriched[1].0, "o2");
+    assert_eq!(
+        enriched[1].1.customer_name, None,
+        "unknown customers are kept"
+    );
+}
+
+#[test]
+fn an_inner_join_drops_keys_the_table_lacks_and_refuses_a_table_joined_twice() {
+    use baton_streams::Joined;
+    let builder = StreamsBuilder::new("app");
+    let names = builder.table(
+        "names",
+        Consumed::with(Str, Str),
+        Materialized::named("names"),
+    );
+    builder
+        .stream("visits", Consumed::with(Str, Str))
+        .join(
+            &names,
+            |page: &String, name: &String| format!("{name}:{page}"),
+            Joined::with(Str, Str),
+        )
+        .to("out", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    let mut stores = Mem::default();
+    table_put(&t, 0, "names", &mut stores, b"u1", b"Ann");
+    let out = run(
+        &t,
+        0,
+        &mut stores,
+        &[
+            (b"u1".to_vec(), b"home".to_vec()),
+            (b"u2".to_vec(), b"faq".to_vec()),
+        ],
+    );
+    assert_eq!(out, vec![(b"u1".to_vec(), b"Ann:home".to_vec())]);
+
+    let builder = StreamsBuilder::new("app");
+    let names = builder.table(
+        "names",
+        Consumed::with(Str, Str),
+        Materialized::named("names"),
+    );
+    for input in ["a", "b"] {
+        builder
+            .stream(input, Consumed::with(Str, Str))
+            .join(
+                &names,
+                |v: &String, _: &String| v.clone(),
+                Joined::with(Str, Str),
+            )
+            .to("out", Produced::with(Str, Str));
+    }
+    let e = builder.build().err().expect("refused").to_string();
+    assert!(e.contains("joined twice"), "{e}");
+}
+
+mod erased {
+    pub trait Ser {
+        fn bytes(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn bytes(&self) -> Vec<u8> {
+            serde_json::to_vec(self).unwrap()
+        }
+    }
+}
