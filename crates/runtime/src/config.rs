@@ -43,6 +43,9 @@ pub struct RuntimeConfig {
     pub static_membership: bool,
     /// `application.server`: `host:port` for interactive queries, or empty.
     pub user_endpoint: String,
+    /// `statestore.cache.max.bytes`: above 0, the updates of one key that one batch of input
+    /// gives a table's sink collapse to the last ([`crate::cache`]); 0 writes every update.
+    pub cache_max_bytes: u64,
     /// What to do with an output record larger than any batch the broker takes.
     pub on_oversized_record: OversizedRecord,
     /// What to do with an input record the application's code fails on (it panics).
@@ -162,6 +165,7 @@ impl Default for RuntimeConfig {
             state_cleanup_delay: Duration::from_secs(600),
             metrics_addr: None,
             static_membership: false,
+            cache_max_bytes: 0,
             on_oversized_record: OversizedRecord::Fail,
             on_processing_error: ProcessingErrorPolicy::Fail,
             on_deserialization_error: ProcessingErrorPolicy::Fail,

@@ -7,7 +7,7 @@
 //! fetch runs on a task of its own while the store applies the previous one. Store work
 //! (bulk loads, fsync) runs with `block_in_place`, off the executor's other tasks.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -829,116 +829,126 @@ impl Driver {
             .iter()
             .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
             .collect();
-        for (list, at) in merge_by_timestamp(&stamps) {
-            let (source, r) = (fetched[list].0, &fetched[list].1[at]);
-            {
-                records += 1;
-                if let Some(idx) = table_of.get(source).copied().flatten() {
-                    stream_time = stream_time.max(r.timestamp);
-                    if r.offset < t.stores[idx].catchup.position() {
+        // One hand-over of the worker for the whole batch, not one per record: a store read
+        // may block on the disk, and block_in_place wakes another worker each time it runs.
+        let started = self.now();
+        let stopped = blocking(|| {
+            for (list, at) in merge_by_timestamp(&stamps) {
+                let (source, r) = (fetched[list].0, &fetched[list].1[at]);
+                {
+                    records += 1;
+                    if let Some(idx) = table_of.get(source).copied().flatten() {
+                        stream_time = stream_time.max(r.timestamp);
+                        if r.offset < t.stores[idx].catchup.position() {
+                            continue;
+                        }
+                        let Some(k) = &r.key else {
+                            // Kafka Streams drops a table record without a key too.
+                            self.ctx.status.add_skipped(task);
+                            if let Some(unlogged) = self.skip_log.admit(task, started) {
+                                tracing::warn!(task = %task, record = %format!("{} offset {}", sources[source], r.offset), unlogged_since_last = unlogged, "a table record without a key; skipping it");
+                            }
+                            continue;
+                        };
+                        let (writes, next) = pending.tables.entry(idx).or_default();
+                        writes.insert(k.to_vec(), r.value.as_ref().map(|v| v.to_vec()));
+                        *next = r.offset + 1;
                         continue;
                     }
-                    let Some(k) = &r.key else {
-                        // Kafka Streams drops a table record without a key too.
-                        self.ctx.status.add_skipped(task);
-                        let now = self.now();
-                        if let Some(unlogged) = self.skip_log.admit(task, now) {
-                            tracing::warn!(task = %task, record = %format!("{} offset {}", sources[source], r.offset), unlogged_since_last = unlogged, "a table record without a key; skipping it");
-                        }
+                    // A record without a key is read with an empty one (a stateless step may give
+                    // it a key, as word count's grouping does); one without a value is a delete,
+                    // which no step here takes: it is passed over, as Kafka Streams' aggregations
+                    // pass over null values.
+                    let Some(v) = &r.value else {
                         continue;
                     };
-                    let (writes, next) = pending.tables.entry(idx).or_default();
-                    writes.insert(k.to_vec(), r.value.as_ref().map(|v| v.to_vec()));
-                    *next = r.offset + 1;
-                    continue;
-                }
-                // A record without a key is read with an empty one (a stateless step may give
-                // it a key, as word count's grouping does); one without a value is a delete,
-                // which no step here takes: it is passed over, as Kafka Streams' aggregations
-                // pass over null values.
-                let Some(v) = &r.value else {
-                    continue;
-                };
-                let k = r.key.clone().unwrap_or_default();
-                let k = &k;
-                stream_time = stream_time.max(r.timestamp);
-                let step = blocking(|| {
-                    run_record(
+                    let k = r.key.clone().unwrap_or_default();
+                    let k = &k;
+                    stream_time = stream_time.max(r.timestamp);
+                    let step = run_record(
                         &ctx.topology,
                         task,
                         StreamRecord::new(k.clone(), v.clone(), r.timestamp),
                         stream_time,
                         &mut pending,
                         &mut out,
-                    )
-                });
-                let failed_record = match step {
-                    RecordOutcome::Done => None,
-                    RecordOutcome::Store(e) => {
-                        self.store_failures.failed(
-                            task,
-                            "processing a record with the task's stores",
-                            &e.to_string(),
-                            &self.ctx.cfg.state_dir,
-                        );
-                        if e.is_corrupt() {
-                            // Nothing of the batch was written: rebuild, then run it again.
-                            self.rebuild.insert(task, e.to_string());
-                            return Event::StoreFailed {
+                    );
+                    let failed_record = match step {
+                        RecordOutcome::Done => None,
+                        RecordOutcome::Store(e) => {
+                            self.store_failures.failed(
                                 task,
-                                error: e.to_string(),
-                            };
+                                "processing a record with the task's stores",
+                                &e.to_string(),
+                                &self.ctx.cfg.state_dir,
+                            );
+                            if e.is_corrupt() {
+                                // Nothing of the batch was written: rebuild, then run it again.
+                                self.rebuild.insert(task, e.to_string());
+                                return Some(Event::StoreFailed {
+                                    task,
+                                    error: e.to_string(),
+                                });
+                            }
+                            return Some(failed(false));
                         }
-                        return failed(false);
-                    }
-                    RecordOutcome::Panicked(why) => Some(FailedRecord {
-                        source,
-                        offset: r.offset,
-                        why,
-                        undecodable: false,
-                    }),
-                    RecordOutcome::Undecodable(why) => Some(FailedRecord {
-                        source,
-                        offset: r.offset,
-                        why,
-                        undecodable: true,
-                    }),
-                };
-                if let Some(f) = failed_record {
-                    let (policy, setting, failure) = if f.undecodable {
-                        (
-                            &ctx.cfg.on_deserialization_error,
-                            "on-deserialization-error",
-                            "cannot be deserialized",
-                        )
-                    } else {
-                        (
-                            &ctx.cfg.on_processing_error,
-                            "on-processing-error",
-                            "failed in the application's code",
-                        )
+                        RecordOutcome::Panicked(why) => Some(FailedRecord {
+                            source,
+                            offset: r.offset,
+                            why,
+                            undecodable: false,
+                        }),
+                        RecordOutcome::Undecodable(why) => Some(FailedRecord {
+                            source,
+                            offset: r.offset,
+                            why,
+                            undecodable: true,
+                        }),
                     };
-                    let at = sources
-                        .get(f.source)
-                        .map_or("an unknown partition".into(), |tp| {
-                            format!("{tp} offset {}", f.offset)
-                        });
-                    if *policy == ProcessingErrorPolicy::Fail {
-                        tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): it holds its partitions and processes nothing more until it moves or the instance restarts");
-                        return Event::RecordFailed { task, batch };
+                    if let Some(f) = failed_record {
+                        let (policy, setting, failure) = if f.undecodable {
+                            (
+                                &ctx.cfg.on_deserialization_error,
+                                "on-deserialization-error",
+                                "cannot be deserialized",
+                            )
+                        } else {
+                            (
+                                &ctx.cfg.on_processing_error,
+                                "on-processing-error",
+                                "failed in the application's code",
+                            )
+                        };
+                        let at = sources
+                            .get(f.source)
+                            .map_or("an unknown partition".into(), |tp| {
+                                format!("{tp} offset {}", f.offset)
+                            });
+                        if *policy == ProcessingErrorPolicy::Fail {
+                            tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): it holds its partitions and processes nothing more until it moves or the instance restarts");
+                            return Some(Event::RecordFailed { task, batch });
+                        }
+                        if let Some(unlogged) = self.skip_log.admit(task, started) {
+                            tracing::error!(task = %task, record = %at, error = %f.why, policy = ?policy, unlogged_since_last = unlogged, "an input record {failure}; skipping it ({setting})");
+                        }
+                        self.ctx.status.add_skipped(task);
+                        if let Some(topic) = policy.dead_letter_topic() {
+                            dead_letters
+                                .push((topic.to_owned(), (Some(k.clone()), Some(v.clone()))));
+                        }
+                        continue;
                     }
-                    let now = self.now();
-                    if let Some(unlogged) = self.skip_log.admit(task, now) {
-                        tracing::error!(task = %task, record = %at, error = %f.why, policy = ?policy, unlogged_since_last = unlogged, "an input record {failure}; skipping it ({setting})");
-                    }
-                    self.ctx.status.add_skipped(task);
-                    if let Some(topic) = policy.dead_letter_topic() {
-                        dead_letters.push((topic.to_owned(), (Some(k.clone()), Some(v.clone()))));
-                    }
-                    continue;
+                    origins.push((source, r.offset, out.records.len()));
                 }
-                origins.push((source, r.offset, out.records.len()));
             }
+            None
+        });
+        if let Some(event) = stopped {
+            return event;
+        }
+        if ctx.cfg.cache_max_bytes > 0 && ctx.topology.sink_is_table(task.subtopology) {
+            let kept = crate::cache::keep_last_per_key(&mut out.records);
+            origins = crate::cache::origins_of_kept(&origins, &kept);
         }
         let origin_of = |i: usize| {
             let at = origins.partition_point(|o| o.2 <= i);
@@ -966,9 +976,10 @@ impl Driver {
         // A table's topic is its changelog: its writes are durable already.
         let mut applied: Vec<(usize, Vec<Write>, i64)> = std::mem::take(&mut pending.tables)
             .into_iter()
-            .map(|(idx, (writes, next))| (idx, writes.into_iter().collect(), next))
+            .map(|(idx, (writes, next))| (idx, sorted(writes), next))
             .collect();
         for (idx, writes) in pending.writes {
+            let writes = sorted(writes);
             let tp = &changelogs[idx];
             let wire: Vec<KeyValue> = writes
                 .iter()
@@ -1288,12 +1299,14 @@ struct FailedRecord {
 type Outgoing = (KeyValue, (usize, i64));
 
 /// A table's updates taken in one batch (`None` deletes) and the source offset after the last.
-type TableUpdates = (BTreeMap<Vec<u8>, Option<Vec<u8>>>, i64);
+type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
 
-/// A processing batch's store writes, read back by later records of the same batch.
+/// A processing batch's store writes, read back by later records of the same batch. Hashed,
+/// not ordered: every record reads and writes here, and a batch's writes are sorted once at
+/// its end ([`sorted`]).
 struct Pending<'a> {
     stores: &'a [StoreIo],
-    writes: BTreeMap<usize, BTreeMap<Vec<u8>, Vec<u8>>>,
+    writes: BTreeMap<usize, HashMap<Vec<u8>, Vec<u8>>>,
     tables: BTreeMap<usize, TableUpdates>,
 }
 
@@ -1319,6 +1332,13 @@ impl Stores for Pending<'_> {
                 .insert(key.to_vec(), value);
         }
     }
+}
+
+/// A batch's writes in key order, so that its changelog records come out the same in every run.
+fn sorted<V>(writes: HashMap<Vec<u8>, V>) -> Vec<(Vec<u8>, V)> {
+    let mut writes: Vec<_> = writes.into_iter().collect();
+    writes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    writes
 }
 
 /// Runs store work off the executor's other tasks (`block_in_place`) on a multi-threaded

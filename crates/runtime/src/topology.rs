@@ -662,6 +662,27 @@ impl Topology {
         self.streams.get(sub as usize)?.sink.as_deref()
     }
 
+    /// Whether the sink of subtopology `sub` carries a table's updates: an aggregation, then
+    /// only steps that keep the key and give at most one record per record. Then a later
+    /// record of a key replaces an earlier one, read as a table, and the record cache may
+    /// write the last only ([`crate::cache`]).
+    pub fn sink_is_table(&self, sub: u32) -> bool {
+        let Some(stream) = self.streams.get(sub as usize) else {
+            return false;
+        };
+        if stream.sink.is_none() {
+            return false;
+        }
+        for step in stream.steps.iter().rev() {
+            match step {
+                Step::Aggregate { .. } | Step::WindowAggregate { .. } => return true,
+                Step::Filter(_) | Step::MapValues(_) | Step::Peek(_) | Step::Join { .. } => {}
+                Step::Map(_) | Step::FlatMap { .. } | Step::FlatMapValues(_) => return false,
+            }
+        }
+        false
+    }
+
     pub fn sources_of(&self, sub: u32) -> &[String] {
         self.streams
             .get(sub as usize)

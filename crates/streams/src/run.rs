@@ -95,6 +95,13 @@ pub struct RunArgs {
     /// application.server: HOST:PORT advertised for interactive queries.
     #[arg(long, env = "BATON_APPLICATION_SERVER", default_value = "")]
     pub application_server: String,
+    /// statestore.cache.max.bytes: above 0, where a sink writes a table's updates (an
+    /// aggregation, then only key-keeping steps), the updates of one key within one batch of
+    /// input collapse to the last: far fewer output records under a backlog, the same last
+    /// value per key. 0 (the default) writes every update, as Kafka Streams does with the
+    /// cache at 0. Baton's cache lasts one batch, not one commit (docs/API.md).
+    #[arg(long, env = "BATON_CACHE_MAX_BYTES", default_value_t = 0)]
+    pub cache_max_bytes: u64,
     /// What to do with an output record larger than any record batch the broker takes
     /// (message.max.bytes): `fail` stops the instance with an error naming the task, partition
     /// and input offset; `skip` drops the record, logs it and counts it in
@@ -348,6 +355,8 @@ const PROPERTIES: &[(&str, &str)] = &[
         "BATON_ON_DESERIALIZATION_ERROR",
     ),
     ("metrics.addr", "BATON_METRICS_ADDR"),
+    ("statestore.cache.max.bytes", "BATON_CACHE_MAX_BYTES"),
+    ("cache.max.bytes.buffering", "BATON_CACHE_MAX_BYTES"),
 ];
 
 /// The `BATON_*` variables a properties file sets, in file order, or what is wrong with it.
@@ -445,6 +454,7 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
         metrics_addr: args.metrics_addr,
         static_membership: args.static_membership,
         user_endpoint: args.application_server,
+        cache_max_bytes: args.cache_max_bytes,
         on_oversized_record: args
             .on_oversized_record
             .parse()

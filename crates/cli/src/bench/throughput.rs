@@ -1,7 +1,8 @@
 //! `baton bench throughput`: how fast one instance gets through a backlog, against how fast a
 //! plain consumer reads the same topic (the ceiling), both measured in the same run.
 //!
-//! For each application (count per key, and word count with its repartition hop), a fresh
+//! For each application (count per key, and word count with its repartition hop), without the
+//! record cache and with it (`-cached`, statestore.cache.max.bytes above 0), a fresh
 //! input topic is filled first. The ceiling is one client fetching every partition from the
 //! start to the end, as a consumer with nothing to do would. The application then runs in
 //! this process on one instance with one stream thread; its rate is the input its commits
@@ -43,6 +44,9 @@ pub struct ThroughputArgs {
     /// Keep state here (default: a temporary directory, removed at the end).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// statestore.cache.max.bytes of the `-cached` rows (the others run with 0).
+    #[arg(long, default_value_t = 10 << 20)]
+    cache_max_bytes: u64,
     /// Use this broker (HOST:PORT) instead of starting nisshi on a free loopback port.
     #[arg(long)]
     bootstrap: Option<String>,
@@ -50,6 +54,7 @@ pub struct ThroughputArgs {
 
 struct Row {
     app: &'static str,
+    cache_max_bytes: u64,
     records: u64,
     ceiling_per_s: f64,
     app_per_s: f64,
@@ -67,34 +72,45 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
     let timeout = Duration::from_millis(args.step_timeout_ms);
     let result = runtime.block_on(async {
         let client = Client::new(&[bootstrap.as_str()], "baton-bench-throughput");
-        let count = one(
-            &client,
-            &bootstrap,
-            &dir,
-            "count-per-key",
-            args.count_records,
-            |i| {
-                (
-                    Some(Bytes::from(format!("k{}", i % 10_000))),
-                    Some(Bytes::from_static(b"event")),
+        let mut rows = Vec::new();
+        for (app, cache) in [("count-per-key", 0), ("count-cached", args.cache_max_bytes)] {
+            rows.push(
+                one(
+                    &client,
+                    &bootstrap,
+                    &dir,
+                    app,
+                    cache,
+                    args.count_records,
+                    |i| {
+                        (
+                            Some(Bytes::from(format!("k{}", i % 10_000))),
+                            Some(Bytes::from_static(b"event")),
+                        )
+                    },
+                    |app, input| count_per_key(app, input, &format!("{app}-out")),
+                    timeout,
                 )
-            },
-            |app, input| count_per_key(app, input, &format!("{app}-out")),
-            timeout,
-        )
-        .await?;
-        let words = one(
-            &client,
-            &bootstrap,
-            &dir,
-            "wordcount",
-            args.wordcount_lines,
-            |i| (None, Some(Bytes::from(line(i)))),
-            wordcount,
-            timeout,
-        )
-        .await?;
-        Ok::<_, Failure>(vec![count, words])
+                .await?,
+            );
+        }
+        for (app, cache) in [("wordcount", 0), ("wordcount-cached", args.cache_max_bytes)] {
+            rows.push(
+                one(
+                    &client,
+                    &bootstrap,
+                    &dir,
+                    app,
+                    cache,
+                    args.wordcount_lines,
+                    |i| (None, Some(Bytes::from(line(i)))),
+                    wordcount,
+                    timeout,
+                )
+                .await?,
+            );
+        }
+        Ok::<_, Failure>(rows)
     });
     drop(runtime);
     if temporary {
@@ -135,6 +151,7 @@ async fn one(
     bootstrap: &str,
     dir: &Path,
     app: &'static str,
+    cache_max_bytes: u64,
     records: u64,
     record: impl Fn(u64) -> KeyValue,
     build: impl Fn(&str, &str) -> Result<Topology, baton_runtime::topology::TopologyError>,
@@ -150,6 +167,7 @@ async fn one(
         state_dir: dir.join(app),
         instance_id: "bench".into(),
         commit_interval: Duration::from_millis(200),
+        cache_max_bytes,
         ..RuntimeConfig::default()
     };
     let (stop, shutdown) = tokio::sync::watch::channel(false);
@@ -163,6 +181,7 @@ async fn one(
     );
     Ok(Row {
         app,
+        cache_max_bytes,
         records,
         ceiling_per_s,
         app_per_s,
@@ -292,12 +311,13 @@ async fn committed_rate(
 
 fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "application    records   ceiling (records/s)   application (records/s)   ratio\n",
+        "application        cache (bytes)    records   ceiling (records/s)   application (records/s)   ratio\n",
     );
     for r in rows {
         out += &format!(
-            "{:<14} {:>8}   {:>19.0}   {:>23.0}   {:>4.0}%\n",
+            "{:<18} {:>13} {:>10}   {:>19.0}   {:>23.0}   {:>4.0}%\n",
             r.app,
+            r.cache_max_bytes,
             r.records,
             r.ceiling_per_s,
             r.app_per_s,
