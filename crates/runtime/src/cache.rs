@@ -6,8 +6,8 @@
 //! written. Changelog writes collapse per batch either way.
 //!
 //! Baton's cache lives for one batch (at most `INPUT_FETCH_BYTES` of input per partition), not
-//! until the next commit: under a backlog it removes nearly every intermediate update, and
-//! with live traffic, whose batches are a few records, it delays nothing.
+//! until the next commit: it delays no output, and it removes only the updates that one batch
+//! repeats (few when a batch holds few updates per key: 10,000 keys in `bench throughput`).
 
 use std::collections::HashSet;
 

@@ -886,6 +886,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn only_a_sink_after_an_aggregation_and_key_keeping_steps_is_a_table() {
+        let counts = count_per_key("a", "in", "out").unwrap();
+        assert!(counts.sink_is_table(0));
+        let stateless = Topology::new(
+            "a",
+            vec![Stream::from(&["in"])
+                .map_values(|_, v| v.to_vec())
+                .to("out")],
+        )
+        .unwrap();
+        assert!(!stateless.sink_is_table(0));
+        let exploded = Topology::new(
+            "a",
+            vec![Stream::from(&["in"])
+                .count("c")
+                .flat_map_values(|_, v| vec![v.to_vec(), v.to_vec()])
+                .to("out")],
+        )
+        .unwrap();
+        assert!(!exploded.sink_is_table(0));
+        assert!(!counts.sink_is_table(7));
+    }
+
     fn run(t: &Topology, records: &[(&str, &str)]) -> (MemStores, Vec<(String, String)>) {
         let mut stores = MemStores::default();
         let mut out = Output::default();

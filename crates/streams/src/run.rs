@@ -97,8 +97,8 @@ pub struct RunArgs {
     pub application_server: String,
     /// statestore.cache.max.bytes: above 0, where a sink writes a table's updates (an
     /// aggregation, then only key-keeping steps), the updates of one key within one batch of
-    /// input collapse to the last: far fewer output records under a backlog, the same last
-    /// value per key. 0 (the default) writes every update, as Kafka Streams does with the
+    /// input collapse to the last: fewer output records where a batch repeats keys, the same
+    /// last value per key. 0 (the default) writes every update, as Kafka Streams does with the
     /// cache at 0. Baton's cache lasts one batch, not one commit (docs/API.md).
     #[arg(long, env = "BATON_CACHE_MAX_BYTES", default_value_t = 0)]
     pub cache_max_bytes: u64,

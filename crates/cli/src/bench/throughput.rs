@@ -72,43 +72,29 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
     let timeout = Duration::from_millis(args.step_timeout_ms);
     let result = runtime.block_on(async {
         let client = Client::new(&[bootstrap.as_str()], "baton-bench-throughput");
+        let apps: [Bench; 2] = [
+            Bench {
+                names: ["count-per-key", "count-cached"],
+                records: args.count_records,
+                record: count_record,
+                build: |app, input| count_per_key(app, input, &format!("{app}-out")),
+            },
+            Bench {
+                names: ["wordcount", "wordcount-cached"],
+                records: args.wordcount_lines,
+                record: |i| (None, Some(Bytes::from(line(i)))),
+                build: wordcount,
+            },
+        ];
         let mut rows = Vec::new();
-        for (app, cache) in [("count-per-key", 0), ("count-cached", args.cache_max_bytes)] {
-            rows.push(
-                one(
-                    &client,
-                    &bootstrap,
-                    &dir,
-                    app,
-                    cache,
-                    args.count_records,
-                    |i| {
-                        (
-                            Some(Bytes::from(format!("k{}", i % 10_000))),
-                            Some(Bytes::from_static(b"event")),
-                        )
-                    },
-                    |app, input| count_per_key(app, input, &format!("{app}-out")),
-                    timeout,
+        for a in &apps {
+            for (name, cache) in a.names.into_iter().zip([0, args.cache_max_bytes]) {
+                let row = one(
+                    &client, &bootstrap, &dir, name, cache, a.records, a.record, a.build, timeout,
                 )
-                .await?,
-            );
-        }
-        for (app, cache) in [("wordcount", 0), ("wordcount-cached", args.cache_max_bytes)] {
-            rows.push(
-                one(
-                    &client,
-                    &bootstrap,
-                    &dir,
-                    app,
-                    cache,
-                    args.wordcount_lines,
-                    |i| (None, Some(Bytes::from(line(i)))),
-                    wordcount,
-                    timeout,
-                )
-                .await?,
-            );
+                .await?;
+                rows.push(row);
+            }
         }
         Ok::<_, Failure>(rows)
     });
@@ -117,6 +103,22 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     crate::emit(&table(&result?))
+}
+
+/// One application of the bench: its rows without the cache and with it, its input and its
+/// topology.
+struct Bench {
+    names: [&'static str; 2],
+    records: u64,
+    record: fn(u64) -> KeyValue,
+    build: fn(&str, &str) -> Result<Topology, baton_runtime::topology::TopologyError>,
+}
+
+fn count_record(i: u64) -> KeyValue {
+    (
+        Some(Bytes::from(format!("k{}", i % 10_000))),
+        Some(Bytes::from_static(b"event")),
+    )
 }
 
 fn line(i: u64) -> String {
