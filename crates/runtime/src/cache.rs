@@ -13,16 +13,19 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 
+use crate::topology::Emitted;
+#[cfg(test)]
 use crate::topology::StreamRecord;
 
-/// Keeps the last record of each key, in the order of those last records (the order in which
-/// Kafka Streams' cache flushes its dirty keys). Returns the kept records' indices in the
-/// list as it came, ascending.
-pub fn keep_last_per_key(records: &mut Vec<StreamRecord>) -> Vec<usize> {
-    let mut seen: HashSet<Bytes> = HashSet::with_capacity(records.len().min(1 << 16));
+/// Keeps the last record of each key of each sink that `table` says carries a table, in the
+/// order of those last records (the order in which Kafka Streams' cache flushes its dirty
+/// keys), and every record of the other sinks. Returns the kept records' indices in the list
+/// as it came, ascending.
+pub fn keep_last_per_key(records: &mut Vec<Emitted>, table: impl Fn(u16) -> bool) -> Vec<usize> {
+    let mut seen: HashSet<(u16, Bytes)> = HashSet::with_capacity(records.len().min(1 << 16));
     let mut kept = Vec::new();
-    for (i, r) in records.iter().enumerate().rev() {
-        if seen.insert(r.key.clone()) {
+    for (i, e) in records.iter().enumerate().rev() {
+        if !table(e.sink) || seen.insert((e.sink, e.record.key.clone())) {
             kept.push(i);
         }
     }
@@ -61,8 +64,11 @@ pub fn origins_of_kept<I: Copy>(
 mod tests {
     use super::*;
 
-    fn rec(key: &str, value: &str) -> StreamRecord {
-        StreamRecord::new(key.as_bytes().to_vec(), value.as_bytes().to_vec(), 0)
+    fn rec(key: &str, value: &str) -> Emitted {
+        Emitted {
+            sink: 0,
+            record: StreamRecord::new(key.as_bytes().to_vec(), value.as_bytes().to_vec(), 0),
+        }
     }
 
     #[test]
@@ -74,11 +80,11 @@ mod tests {
             rec("c", "1"),
             rec("b", "2"),
         ];
-        let kept = keep_last_per_key(&mut records);
+        let kept = keep_last_per_key(&mut records, |_| true);
         assert_eq!(kept, vec![2, 3, 4]);
         let got: Vec<(&[u8], &[u8])> = records
             .iter()
-            .map(|r| (r.key.as_ref(), r.value.as_ref()))
+            .map(|e| (e.record.key.as_ref(), e.record.value.as_ref()))
             .collect();
         assert_eq!(
             got,
@@ -104,18 +110,27 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn one_record_per_key_remains_and_it_is_the_last(keys in proptest::collection::vec(0u8..6, 0..60)) {
-            let mut records: Vec<StreamRecord> = keys
+            // Sink 1 is not a table's: every record of it stays.
+            let mut records: Vec<Emitted> = keys
                 .iter()
                 .enumerate()
-                .map(|(i, k)| StreamRecord::new(vec![*k], i.to_string().into_bytes(), 0))
+                .map(|(i, k)| Emitted {
+                    sink: u16::from(k % 2),
+                    record: StreamRecord::new(vec![*k / 2], i.to_string().into_bytes(), 0),
+                })
                 .collect();
             let before = records.clone();
-            let kept = keep_last_per_key(&mut records);
-            let distinct: HashSet<u8> = keys.iter().copied().collect();
-            proptest::prop_assert_eq!(records.len(), distinct.len());
+            let kept = keep_last_per_key(&mut records, |sink| sink == 0);
+            let distinct: HashSet<u8> = keys.iter().copied().filter(|k| k % 2 == 0).collect();
+            let stream = keys.iter().filter(|k| *k % 2 == 1).count();
+            proptest::prop_assert_eq!(records.len(), distinct.len() + stream);
             for (r, &i) in records.iter().zip(&kept) {
                 proptest::prop_assert_eq!(r, &before[i]);
-                proptest::prop_assert!(before[i + 1..].iter().all(|later| later.key != r.key));
+                if r.sink == 0 {
+                    proptest::prop_assert!(before[i + 1..]
+                        .iter()
+                        .all(|later| later.sink != 0 || later.record.key != r.record.key));
+                }
             }
         }
     }

@@ -169,7 +169,7 @@ async fn prepare(
     }
     let mut sink_partitions = BTreeMap::new();
     for (sub, s) in &wire.subtopologies {
-        if let Some(sink) = topology.sink_of(*sub) {
+        for sink in topology.sinks_of(*sub) {
             let n = partitions.get(sink).copied().unwrap_or(s.partitions);
             sink_partitions.insert(sink.to_owned(), n);
             if !partitions.contains_key(sink) {

@@ -34,7 +34,7 @@ use crate::record::{run_record, RecordOutcome, SkipLog};
 use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{StoreError, TaskStore, Write};
 use crate::stream_time;
-use crate::topology::{Output, Stores, StreamRecord};
+use crate::topology::{Emitted, Output, Stores, StreamRecord};
 
 pub use crate::machine::Exit;
 
@@ -946,8 +946,9 @@ impl Driver {
         if let Some(event) = stopped {
             return event;
         }
-        if ctx.cfg.cache_max_bytes > 0 && ctx.topology.sink_is_table(task.subtopology) {
-            let kept = crate::cache::keep_last_per_key(&mut out.records);
+        if ctx.cfg.cache_max_bytes > 0 {
+            let table = |sink| ctx.topology.sink_is_table(task.subtopology, sink);
+            let kept = crate::cache::keep_last_per_key(&mut out.records, table);
             origins = crate::cache::origins_of_kept(&origins, &kept);
         }
         let origin_of = |i: usize| {
@@ -1014,18 +1015,22 @@ impl Driver {
                 }
             }
         }
-        if let Some(sink) = ctx.topology.sink_of(task.subtopology) {
-            let partitions = ctx.sink_partitions.get(sink).copied().unwrap_or(1);
-            let mut by_partition: BTreeMap<i32, Vec<Outgoing>> = BTreeMap::new();
-            for (i, r) in out.records.into_iter().enumerate() {
+        let sinks = ctx.topology.sinks_of(task.subtopology);
+        if !out.records.is_empty() {
+            let mut by_partition: BTreeMap<(u16, i32), Vec<Outgoing>> = BTreeMap::new();
+            for (i, Emitted { sink, record: r }) in out.records.into_iter().enumerate() {
+                let Some(topic) = sinks.get(sink as usize) else {
+                    continue;
+                };
+                let partitions = ctx.sink_partitions.get(*topic).copied().unwrap_or(1);
                 let p = partition_for(&r.key, partitions) as i32;
                 by_partition
-                    .entry(p)
+                    .entry((sink, p))
                     .or_default()
                     .push(((Some(r.key), Some(r.value)), (i, r.timestamp)));
             }
-            for (p, batch) in by_partition {
-                let tp = TopicPartition::new(sink, p);
+            for ((sink, p), batch) in by_partition {
+                let tp = TopicPartition::new(sinks[sink as usize], p);
                 let (mut batch, origin): (Vec<KeyValue>, Vec<(usize, i64)>) =
                     batch.into_iter().unzip();
                 let (mut output, mut stamps): (Vec<usize>, Vec<i64>) = origin.into_iter().unzip();

@@ -37,10 +37,13 @@ enum Step {
     Filter(FilterFn),
     MapValues(MapValuesFn),
     Map(MapFn),
-    /// Each record becomes any number of records; keys may change unless `keeps_keys`.
+    /// Each record becomes any number of records; keys may change unless `keeps_keys`;
+    /// with `updates`, each record becomes at most one with its key (a table's update stays
+    /// one, [`Topology::sink_is_table`]).
     FlatMap {
         f: FlatMapFn,
         keeps_keys: bool,
+        updates: bool,
     },
     /// Each record becomes any number of records with its key.
     FlatMapValues(FlatMapValuesFn),
@@ -67,6 +70,59 @@ enum Step {
         store: String,
         inner: bool,
     },
+    /// Each record goes through every branch, in order, as a Kafka Streams processor passes
+    /// a record to each of its children. `id` names the fork for [`fork_epoch`].
+    Fork {
+        id: usize,
+        branches: Vec<Vec<Step>>,
+    },
+    /// Writes each record to the sink `topic` (its index among the sub-topology's sinks,
+    /// [`Topology::sinks_of`], set when the topology is validated); passes nothing on.
+    To {
+        topic: String,
+        sink: u16,
+    },
+}
+
+static NEXT_FORK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// How many records each fork has passed to its branches on this thread.
+    static FORK_EPOCHS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A new fork's id, unique in the process.
+pub fn new_fork_id() -> usize {
+    NEXT_FORK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// How many records fork `id` has passed to its branches on this thread so far: a step in a
+/// branch that shares work between the branches of one record (the typed API's `split`
+/// evaluates its predicates once per record) tells one record from the next by it.
+pub fn fork_epoch(id: usize) -> u64 {
+    FORK_EPOCHS.with(|e| e.borrow().get(id).copied().unwrap_or(0))
+}
+
+fn next_fork_epoch(id: usize) {
+    FORK_EPOCHS.with(|e| {
+        let mut e = e.borrow_mut();
+        if e.len() <= id {
+            e.resize(id + 1, 0);
+        }
+        e[id] += 1;
+    });
+}
+
+/// Every step of `steps`, those in forks' branches included, in order.
+fn walk<'a>(steps: &'a [Step], f: &mut impl FnMut(&'a Step)) {
+    for step in steps {
+        f(step);
+        if let Step::Fork { branches, .. } = step {
+            for b in branches {
+                walk(b, f);
+            }
+        }
+    }
 }
 
 /// A joined record's value: the stream's value and the table's (if the key was there),
@@ -119,24 +175,30 @@ impl StreamRecord {
     }
 }
 
+/// A record for one of a sub-topology's sinks: `sink` indexes [`Topology::sinks_of`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Emitted {
+    pub sink: u16,
+    pub record: StreamRecord,
+}
+
 /// What one input record became.
 #[derive(Debug, Default)]
 pub struct Output {
-    /// Records for the stream's sink, in order.
-    pub records: Vec<StreamRecord>,
+    /// Records for the stream's sinks, in order.
+    pub records: Vec<Emitted>,
     /// Windows a record came too late for (their end plus grace was behind stream time), as
     /// Kafka Streams counts them in `dropped-records`.
     pub late: u64,
 }
 
-/// One stream: sources, steps, and optionally a sink. Built with chained calls.
+/// One stream: sources, steps, and optionally sinks. Built with chained calls.
 #[derive(Clone)]
 pub struct Stream {
     sources: Vec<String>,
     /// Sources read into a store instead of through the steps: `(topic, store)`.
     tables: Vec<(String, String)>,
     steps: Vec<Step>,
-    sink: Option<String>,
 }
 
 impl Stream {
@@ -146,8 +208,81 @@ impl Stream {
             sources: sources.iter().map(|s| s.as_ref().to_owned()).collect(),
             tables: Vec::new(),
             steps: Vec::new(),
-            sink: None,
         }
+    }
+
+    /// Reads `topic` too (co-partitioned with the other sources).
+    pub fn also_from(mut self, topic: &str) -> Self {
+        self.sources.push(topic.to_owned());
+        self
+    }
+
+    /// The steps of one branch of a fork ([`Stream::fork`]): a stream without sources.
+    pub fn branch() -> Stream {
+        Stream::from::<&str>(&[])
+    }
+
+    /// Passes each record through every one of `branches` (built from [`Stream::branch`]), in
+    /// order; nothing comes after a fork but its branches.
+    pub fn fork(mut self, branches: Vec<Stream>) -> Self {
+        self.steps.push(Step::Fork {
+            id: new_fork_id(),
+            branches: branches.into_iter().map(|b| b.steps).collect(),
+        });
+        self
+    }
+
+    /// Adds a branch to the fork that ends the steps at `path` (the branch indices of nested
+    /// forks, from the top; a fork is made when those steps do not end in one) and returns
+    /// the new branch's path and its fork's id. Building a typed graph, every later step of a
+    /// node goes into one of its branches this way.
+    pub fn open_branch(&mut self, path: &[usize]) -> (Vec<usize>, usize) {
+        let id = self.fork_at(path);
+        let Some(Step::Fork { branches, .. }) = self.steps_at(path).last_mut() else {
+            unreachable!("fork_at made the fork");
+        };
+        branches.push(Vec::new());
+        let mut at = path.to_vec();
+        at.push(branches.len() - 1);
+        (at, id)
+    }
+
+    /// The id of the fork that ends the steps at `path`, made if they do not end in one.
+    pub fn fork_at(&mut self, path: &[usize]) -> usize {
+        let steps = self.steps_at(path);
+        match steps.last() {
+            Some(Step::Fork { id, .. }) => *id,
+            _ => {
+                let id = new_fork_id();
+                steps.push(Step::Fork {
+                    id,
+                    branches: Vec::new(),
+                });
+                id
+            }
+        }
+    }
+
+    /// Runs `f` on the steps at `path` ([`Stream::open_branch`]) as if they were a stream's.
+    pub fn edit_branch(&mut self, path: &[usize], f: impl FnOnce(Stream) -> Stream) {
+        let steps = std::mem::take(self.steps_at(path));
+        let edited = f(Stream {
+            sources: Vec::new(),
+            tables: Vec::new(),
+            steps,
+        });
+        *self.steps_at(path) = edited.steps;
+    }
+
+    fn steps_at(&mut self, path: &[usize]) -> &mut Vec<Step> {
+        let mut steps = &mut self.steps;
+        for &b in path {
+            match steps.last_mut() {
+                Some(Step::Fork { branches, .. }) if b < branches.len() => steps = &mut branches[b],
+                _ => panic!("no branch {b} at the end of these steps"),
+            }
+        }
+        steps
     }
 
     /// Keeps the records for which `f(key, value)` holds.
@@ -183,6 +318,7 @@ impl Stream {
         self.steps.push(Step::FlatMap {
             f: Arc::new(f),
             keeps_keys: false,
+            updates: false,
         });
         self
     }
@@ -196,6 +332,22 @@ impl Stream {
         self.steps.push(Step::FlatMap {
             f: Arc::new(f),
             keeps_keys: true,
+            updates: false,
+        });
+        self
+    }
+
+    /// As [`Stream::flat_map_keeping_keys`], for an `f` that also gives at most one record per
+    /// record (a typed layer's steps after a table's `to_stream`): a table's updates stay a
+    /// table's updates, and the record cache applies to the sink.
+    pub fn map_updates(
+        mut self,
+        f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::FlatMap {
+            f: Arc::new(f),
+            keeps_keys: true,
+            updates: true,
         });
         self
     }
@@ -299,32 +451,149 @@ impl Stream {
         self
     }
 
-    /// Writes the stream's records to `topic`, partitioned by key.
+    /// Writes the stream's records to `topic`, partitioned by key; nothing comes after.
     pub fn to(mut self, topic: &str) -> Self {
-        self.sink = Some(topic.to_owned());
+        self.steps.push(Step::To {
+            topic: topic.to_owned(),
+            sink: 0,
+        });
         self
     }
 
     /// Tables first, then the steps' stores: the order of the task's changelogs.
-    fn stores(&self) -> impl Iterator<Item = &str> {
-        let tables = self.tables.iter().map(|(_, store)| store.as_str());
-        tables.chain(self.steps.iter().filter_map(|s| match s {
-            Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } => {
-                Some(store.as_str())
+    fn stores(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
+        walk(&self.steps, &mut |s| {
+            if let Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } = s {
+                out.push(store);
             }
-            _ => None,
-        }))
+        });
+        out
     }
 
     fn windows_of(&self, store: &str) -> Option<Windows> {
-        self.steps.iter().find_map(|s| match s {
+        let mut found = None;
+        walk(&self.steps, &mut |s| match s {
             Step::WindowAggregate {
                 store: name,
                 windows,
                 ..
-            } if name == store => Some(*windows),
-            _ => None,
-        })
+            } if name == store => found = found.or(Some(*windows)),
+            _ => {}
+        });
+        found
+    }
+
+    /// The sink topics, in the order of their first `to`.
+    fn sinks(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        walk(&self.steps, &mut |s| {
+            if let Step::To { topic, .. } = s {
+                if !out.contains(&topic.as_str()) {
+                    out.push(topic);
+                }
+            }
+        });
+        out
+    }
+}
+
+/// Checks the steps at `at` of stream `i`; `key_changed` is where a step before them changed
+/// keys, if one did.
+fn check_steps(
+    i: usize,
+    s: &Stream,
+    steps: &[Step],
+    at: &str,
+    mut key_changed: Option<String>,
+) -> Result<(), TopologyError> {
+    for (j, step) in steps.iter().enumerate() {
+        let here = format!("{at}[{j}]");
+        if matches!(step, Step::Fork { .. } | Step::To { .. }) && j + 1 < steps.len() {
+            return Err(TopologyError::Invalid(format!(
+                "streams[{i}].{here}: nothing may follow a `to` or a fork in its branch"
+            )));
+        }
+        match step {
+            Step::Map(_)
+            | Step::FlatMap {
+                keeps_keys: false, ..
+            } => key_changed = key_changed.or(Some(here)),
+            Step::WindowAggregate {
+                store, windows: w, ..
+            } if w.size_ms <= 0
+                || w.advance_ms <= 0
+                || w.advance_ms > w.size_ms
+                || w.grace_ms < 0 =>
+            {
+                return Err(TopologyError::BadWindows {
+                    stream: i,
+                    store: store.clone(),
+                    size_ms: w.size_ms,
+                    advance_ms: w.advance_ms,
+                    grace_ms: w.grace_ms,
+                });
+            }
+            Step::Join { store, .. } if !s.tables.iter().any(|(_, t)| t == store) => {
+                return Err(TopologyError::UnknownTable {
+                    stream: i,
+                    store: store.clone(),
+                });
+            }
+            Step::Aggregate { store, .. }
+            | Step::WindowAggregate { store, .. }
+            | Step::Join { store, .. } => {
+                if let Some(step) = key_changed {
+                    return Err(TopologyError::KeyChangeBeforeState {
+                        stream: i,
+                        step,
+                        store: store.clone(),
+                    });
+                }
+            }
+            Step::Fork { branches, .. } => {
+                for (b, branch) in branches.iter().enumerate() {
+                    check_steps(
+                        i,
+                        s,
+                        branch,
+                        &format!("{here}.branches[{b}]"),
+                        key_changed.clone(),
+                    )?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Sets each `to`'s index among `names`; a sink is a table's only if every `to` of it comes
+/// after an aggregation and only steps that keep the key and give at most one record per
+/// record (`table` says whether the steps before these do).
+fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &mut [bool]) {
+    for step in steps {
+        match step {
+            Step::Aggregate { .. } | Step::WindowAggregate { .. } => table = true,
+            Step::Filter(_)
+            | Step::MapValues(_)
+            | Step::Peek(_)
+            | Step::Join { .. }
+            | Step::FlatMap { updates: true, .. } => {}
+            Step::Map(_) | Step::FlatMap { .. } | Step::FlatMapValues(_) => table = false,
+            Step::Fork { branches, .. } => {
+                // Two branches may write the same key: read as a table, the topic then holds
+                // whichever came last, as it would without the cache.
+                for b in branches {
+                    number_sinks(b, names, table, tables);
+                }
+            }
+            Step::To { topic, sink } => {
+                let ix = names.iter().position(|n| n == topic).unwrap_or(0);
+                *sink = ix as u16;
+                tables[ix] &= table;
+            }
+        }
     }
 }
 
@@ -355,10 +624,10 @@ pub enum TopologyError {
         first: usize,
         store: String,
     },
-    #[error("streams[{stream}].steps[{step}]: `map` changes keys before the stateful step on store {store:?}; use `map_values`, or group through a repartition topic")]
+    #[error("streams[{stream}].{step}: `map` changes keys before the stateful step on store {store:?}; use `map_values`, or group through a repartition topic")]
     KeyChangeBeforeState {
         stream: usize,
-        step: usize,
+        step: String,
         store: String,
     },
     #[error("streams[{stream}]: store {store:?}: windows of {size_ms} ms advancing by {advance_ms} ms with {grace_ms} ms of grace: the size must be positive, the advance positive and at most the size, the grace not negative")]
@@ -392,6 +661,9 @@ pub enum TopologyError {
 pub struct Topology {
     app_id: String,
     streams: Vec<Stream>,
+    /// Per sub-topology, per sink: whether it carries a table's updates
+    /// ([`Topology::sink_is_table`]).
+    table_sinks: Vec<Vec<bool>>,
     /// Topics Baton creates and owns: each the sink of one stream and the source of a later
     /// one, with the writing stream's partition count.
     repartition: BTreeSet<String>,
@@ -440,52 +712,20 @@ impl Topology {
                 }
                 store_of.insert(store, i);
             }
-            let mut key_changed_at = None;
-            for (j, step) in s.steps.iter().enumerate() {
-                match step {
-                    Step::Map(_)
-                    | Step::FlatMap {
-                        keeps_keys: false, ..
-                    } => key_changed_at = key_changed_at.or(Some(j)),
-                    Step::WindowAggregate {
-                        store, windows: w, ..
-                    } if w.size_ms <= 0
-                        || w.advance_ms <= 0
-                        || w.advance_ms > w.size_ms
-                        || w.grace_ms < 0 =>
-                    {
-                        return Err(TopologyError::BadWindows {
-                            stream: i,
-                            store: store.clone(),
-                            size_ms: w.size_ms,
-                            advance_ms: w.advance_ms,
-                            grace_ms: w.grace_ms,
-                        });
-                    }
-                    Step::Join { store, .. } if !s.tables.iter().any(|(_, t)| t == store) => {
-                        return Err(TopologyError::UnknownTable {
-                            stream: i,
-                            store: store.clone(),
-                        });
-                    }
-                    Step::Aggregate { store, .. }
-                    | Step::WindowAggregate { store, .. }
-                    | Step::Join { store, .. } => {
-                        if let Some(step) = key_changed_at {
-                            return Err(TopologyError::KeyChangeBeforeState {
-                                stream: i,
-                                step,
-                                store: store.clone(),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            check_steps(i, s, &s.steps, "steps", None)?;
+        }
+        let mut streams = streams;
+        let mut table_sinks = Vec::with_capacity(streams.len());
+        for s in &mut streams {
+            let names: Vec<String> = s.sinks().into_iter().map(str::to_owned).collect();
+            let mut tables = vec![true; names.len()];
+            number_sinks(&mut s.steps, &names, false, &mut tables);
+            table_sinks.push(tables);
         }
         Ok(Topology {
             app_id: app_id.to_owned(),
             streams,
+            table_sinks,
             repartition: BTreeSet::new(),
             description: None,
         })
@@ -507,13 +747,13 @@ impl Topology {
         for (i, s) in self.streams.iter().enumerate() {
             out += &format!("   Sub-topology: {i}\n");
             out += &format!("    Source: (topics: [{}])\n", s.sources.join(", "));
-            let stores: Vec<&str> = s.stores().collect();
+            let mut steps = 0;
+            walk(&s.steps, &mut |_| steps += 1);
             out += &format!(
-                "    Processor: {} step(s) (stores: [{}])\n",
-                s.steps.len(),
-                stores.join(", ")
+                "    Processor: {steps} step(s) (stores: [{}])\n",
+                s.stores().join(", ")
             );
-            if let Some(sink) = &s.sink {
+            for sink in s.sinks() {
                 out += &format!("    Sink: (topic: {sink})\n");
             }
             out += "\n";
@@ -534,7 +774,7 @@ impl Topology {
                 why: why.to_owned(),
             };
             let writers: Vec<usize> = (0..self.streams.len())
-                .filter(|&i| self.streams[i].sink.as_deref() == Some(topic.as_str()))
+                .filter(|&i| self.streams[i].sinks().contains(&topic.as_str()))
                 .collect();
             let readers: Vec<usize> = (0..self.streams.len())
                 .filter(|&i| self.streams[i].sources.contains(&topic))
@@ -562,7 +802,7 @@ impl Topology {
                 let w = self
                     .streams
                     .iter()
-                    .position(|s| s.sink.as_deref() == Some(t.as_str()))?;
+                    .position(|s| s.sinks().contains(&t.as_str()))?;
                 Some((t.as_str(), w as u32))
             })
             .collect();
@@ -632,17 +872,14 @@ impl Topology {
 
     /// Every sink topic.
     pub fn sink_topics(&self) -> BTreeSet<&str> {
-        self.streams
-            .iter()
-            .filter_map(|s| s.sink.as_deref())
-            .collect()
+        self.streams.iter().flat_map(|s| s.sinks()).collect()
     }
 
     /// The stores of subtopology `sub`, in step order.
     pub fn stores_of(&self, sub: u32) -> Vec<&str> {
         self.streams
             .get(sub as usize)
-            .map(|s| s.stores().collect())
+            .map(|s| s.stores())
             .unwrap_or_default()
     }
 
@@ -652,35 +889,31 @@ impl Topology {
             .get(sub as usize)
             .map(|s| {
                 s.stores()
+                    .into_iter()
                     .filter(|store| s.windows_of(store).is_some())
                     .collect()
             })
             .unwrap_or_default()
     }
 
-    pub fn sink_of(&self, sub: u32) -> Option<&str> {
-        self.streams.get(sub as usize)?.sink.as_deref()
+    /// The sink topics of subtopology `sub`: [`Emitted::sink`] indexes them.
+    pub fn sinks_of(&self, sub: u32) -> Vec<&str> {
+        self.streams
+            .get(sub as usize)
+            .map(Stream::sinks)
+            .unwrap_or_default()
     }
 
-    /// Whether the sink of subtopology `sub` carries a table's updates: an aggregation, then
-    /// only steps that keep the key and give at most one record per record. Then a later
-    /// record of a key replaces an earlier one, read as a table, and the record cache may
-    /// write the last only ([`crate::cache`]).
-    pub fn sink_is_table(&self, sub: u32) -> bool {
-        let Some(stream) = self.streams.get(sub as usize) else {
-            return false;
-        };
-        if stream.sink.is_none() {
-            return false;
-        }
-        for step in stream.steps.iter().rev() {
-            match step {
-                Step::Aggregate { .. } | Step::WindowAggregate { .. } => return true,
-                Step::Filter(_) | Step::MapValues(_) | Step::Peek(_) | Step::Join { .. } => {}
-                Step::Map(_) | Step::FlatMap { .. } | Step::FlatMapValues(_) => return false,
-            }
-        }
-        false
+    /// Whether sink `sink` of subtopology `sub` carries a table's updates: each `to` of it
+    /// comes after an aggregation and only steps that keep the key and give at most one
+    /// record per record. Then a later record of a key replaces an earlier one, read as a
+    /// table, and the record cache may write the last only ([`crate::cache`]).
+    pub fn sink_is_table(&self, sub: u32, sink: u16) -> bool {
+        self.table_sinks
+            .get(sub as usize)
+            .and_then(|t| t.get(sink as usize))
+            .copied()
+            .unwrap_or(false)
     }
 
     pub fn sources_of(&self, sub: u32) -> &[String] {
@@ -716,7 +949,11 @@ impl Topology {
                 i as u32,
                 Subtopology {
                     source_topics: s.sources.clone(),
-                    changelog_topics: s.stores().map(|st| self.changelog_topic(st)).collect(),
+                    changelog_topics: s
+                        .stores()
+                        .into_iter()
+                        .map(|st| self.changelog_topic(st))
+                        .collect(),
                     partitions: distinct.into_iter().next().unwrap_or(0),
                 },
             );
@@ -738,96 +975,117 @@ impl Topology {
         let Some(stream) = self.streams.get(task.subtopology as usize) else {
             return Ok(());
         };
-        // Most steps keep one record one record; a flat-map makes it many, each going through
-        // the later steps in order.
-        let mut records = vec![record];
-        for step in &stream.steps {
-            let mut next = Vec::with_capacity(records.len());
-            for r in records {
-                let ts = r.timestamp;
-                match step {
-                    Step::Filter(f) => {
-                        if f(&r.key, &r.value) {
-                            next.push(r);
-                        }
-                    }
-                    Step::MapValues(f) => {
-                        let v = f(&r.key, &r.value);
-                        next.push(StreamRecord::new(r.key, v, ts));
-                    }
-                    Step::Map(f) => {
-                        let (k, v) = f(&r.key, &r.value);
-                        next.push(StreamRecord::new(k, v, ts));
-                    }
-                    Step::FlatMap { f, .. } => next.extend(
-                        f(&r.key, &r.value)
-                            .into_iter()
-                            .map(|(k, v)| StreamRecord::new(k, v, ts)),
-                    ),
-                    Step::FlatMapValues(f) => next.extend(
-                        f(&r.key, &r.value)
-                            .into_iter()
-                            .map(|v| StreamRecord::new(r.key.clone(), v, ts)),
-                    ),
-                    Step::Peek(f) => {
-                        f(&r.key, &r.value);
+        run_steps(&stream.steps, vec![record], stream_time, stores, out)
+    }
+}
+
+/// Runs `records` through `steps` in order; most steps keep one record one record, a
+/// flat-map makes it many, each going through the later steps in order.
+fn run_steps(
+    steps: &[Step],
+    mut records: Vec<StreamRecord>,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+) -> Result<(), StoreError> {
+    for step in steps {
+        let mut next = Vec::with_capacity(records.len());
+        for r in records {
+            let ts = r.timestamp;
+            match step {
+                Step::Filter(f) => {
+                    if f(&r.key, &r.value) {
                         next.push(r);
                     }
-                    Step::Aggregate { store, f, layout } => {
-                        let current = stores.get(store, &r.key)?;
-                        match layout {
-                            Layout::Plain => {
-                                let agg = f(current.as_deref(), &r.key, &r.value);
-                                stores.put(store, &r.key, agg.clone());
-                                next.push(StreamRecord::new(r.key, agg, ts));
-                            }
-                            Layout::Timestamped => {
-                                let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
-                                stores.put(store, &r.key, timestamped(ts, &agg));
-                                next.push(StreamRecord::new(r.key, agg, ts));
-                            }
+                }
+                Step::MapValues(f) => {
+                    let v = f(&r.key, &r.value);
+                    next.push(StreamRecord::new(r.key, v, ts));
+                }
+                Step::Map(f) => {
+                    let (k, v) = f(&r.key, &r.value);
+                    next.push(StreamRecord::new(k, v, ts));
+                }
+                Step::FlatMap { f, .. } => next.extend(
+                    f(&r.key, &r.value)
+                        .into_iter()
+                        .map(|(k, v)| StreamRecord::new(k, v, ts)),
+                ),
+                Step::FlatMapValues(f) => next.extend(
+                    f(&r.key, &r.value)
+                        .into_iter()
+                        .map(|v| StreamRecord::new(r.key.clone(), v, ts)),
+                ),
+                Step::Peek(f) => {
+                    f(&r.key, &r.value);
+                    next.push(r);
+                }
+                Step::Aggregate { store, f, layout } => {
+                    let current = stores.get(store, &r.key)?;
+                    match layout {
+                        Layout::Plain => {
+                            let agg = f(current.as_deref(), &r.key, &r.value);
+                            stores.put(store, &r.key, agg.clone());
+                            next.push(StreamRecord::new(r.key, agg, ts));
                         }
-                    }
-                    Step::WindowAggregate { store, windows, f } => {
-                        if ts < 0 {
-                            crate::record::undecodable(format!(
-                                "record timestamp {ts} is negative: windows need event time"
-                            ));
-                        }
-                        // Kafka Streams' rule: a window takes a record while its end is after
-                        // stream time minus the grace period.
-                        let close = stream_time.saturating_sub(windows.grace_ms);
-                        for start in windows.starts_for(ts) {
-                            if start.saturating_add(windows.size_ms) <= close {
-                                out.late += 1;
-                                continue;
-                            }
-                            let key = window_store_key(&r.key, start);
-                            let current = stores.get(store, &key)?;
+                        Layout::Timestamped => {
                             let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
-                            stores.put(store, &key, timestamped(ts, &agg));
-                            next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
-                        }
-                    }
-                    Step::Join { store, inner } => {
-                        let table = stores.get(store, &r.key)?;
-                        if table.is_some() || !inner {
-                            let v = join_frame(&r.value, table.as_deref());
-                            next.push(StreamRecord::new(r.key, v, ts));
+                            stores.put(store, &r.key, timestamped(ts, &agg));
+                            next.push(StreamRecord::new(r.key, agg, ts));
                         }
                     }
                 }
-            }
-            records = next;
-            if records.is_empty() {
-                return Ok(());
+                Step::WindowAggregate { store, windows, f } => {
+                    if ts < 0 {
+                        crate::record::undecodable(format!(
+                            "record timestamp {ts} is negative: windows need event time"
+                        ));
+                    }
+                    // Kafka Streams' rule: a window takes a record while its end is after
+                    // stream time minus the grace period.
+                    let close = stream_time.saturating_sub(windows.grace_ms);
+                    for start in windows.starts_for(ts) {
+                        if start.saturating_add(windows.size_ms) <= close {
+                            out.late += 1;
+                            continue;
+                        }
+                        let key = window_store_key(&r.key, start);
+                        let current = stores.get(store, &key)?;
+                        let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
+                        stores.put(store, &key, timestamped(ts, &agg));
+                        next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
+                    }
+                }
+                Step::Join { store, inner } => {
+                    let table = stores.get(store, &r.key)?;
+                    if table.is_some() || !inner {
+                        let v = join_frame(&r.value, table.as_deref());
+                        next.push(StreamRecord::new(r.key, v, ts));
+                    }
+                }
+                Step::Fork { id, branches } => {
+                    next_fork_epoch(*id);
+                    let n = branches.len();
+                    let mut r = Some(r);
+                    for (b, branch) in branches.iter().enumerate() {
+                        let one = if b + 1 == n { r.take() } else { r.clone() };
+                        if let Some(one) = one {
+                            run_steps(branch, vec![one], stream_time, stores, out)?;
+                        }
+                    }
+                }
+                Step::To { sink, .. } => out.records.push(Emitted {
+                    sink: *sink,
+                    record: r,
+                }),
             }
         }
-        if stream.sink.is_some() {
-            out.records.extend(records);
+        records = next;
+        if records.is_empty() {
+            return Ok(());
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Folds `r` into a timestamped store value: the new aggregate and its timestamp, the newer
@@ -889,7 +1147,7 @@ mod tests {
     #[test]
     fn only_a_sink_after_an_aggregation_and_key_keeping_steps_is_a_table() {
         let counts = count_per_key("a", "in", "out").unwrap();
-        assert!(counts.sink_is_table(0));
+        assert!(counts.sink_is_table(0, 0));
         let stateless = Topology::new(
             "a",
             vec![Stream::from(&["in"])
@@ -897,7 +1155,7 @@ mod tests {
                 .to("out")],
         )
         .unwrap();
-        assert!(!stateless.sink_is_table(0));
+        assert!(!stateless.sink_is_table(0, 0));
         let exploded = Topology::new(
             "a",
             vec![Stream::from(&["in"])
@@ -906,8 +1164,9 @@ mod tests {
                 .to("out")],
         )
         .unwrap();
-        assert!(!exploded.sink_is_table(0));
-        assert!(!counts.sink_is_table(7));
+        assert!(!exploded.sink_is_table(0, 0));
+        assert!(!counts.sink_is_table(7, 0));
+        assert!(!counts.sink_is_table(0, 1));
     }
 
     fn run(t: &Topology, records: &[(&str, &str)]) -> (MemStores, Vec<(String, String)>) {
@@ -926,10 +1185,10 @@ mod tests {
         let out = out
             .records
             .into_iter()
-            .map(|r| {
+            .map(|e| {
                 (
-                    String::from_utf8(r.key.to_vec()).unwrap(),
-                    String::from_utf8(r.value.to_vec()).unwrap(),
+                    String::from_utf8(e.record.key.to_vec()).unwrap(),
+                    String::from_utf8(e.record.value.to_vec()).unwrap(),
                 )
             })
             .collect();

@@ -19,7 +19,7 @@ enum Kind {
 struct Entry {
     name: Node,
     kind: Kind,
-    from: Option<Node>,
+    from: Vec<Node>,
 }
 
 /// What an application is made of, built alongside it.
@@ -54,9 +54,21 @@ impl Description {
                 kind: Kind::Source {
                     topic: topic.to_owned(),
                 },
-                from: None,
+                from: Vec::new(),
             },
         )
+    }
+
+    /// Adds `topic` to the topics of sub-topology `at`'s first source.
+    pub fn also_source(&mut self, at: usize, topic: &str) {
+        if let Some(Entry {
+            kind: Kind::Source { topic: topics },
+            ..
+        }) = self.subtopologies.get_mut(at).and_then(|e| e.first_mut())
+        {
+            topics.push_str(", ");
+            topics.push_str(topic);
+        }
     }
 
     /// The last node of sub-topology `at`.
@@ -78,7 +90,30 @@ impl Description {
                 kind: Kind::Processor {
                     stores: stores.iter().map(|s| (*s).to_owned()).collect(),
                 },
-                from: Some(from.clone()),
+                from: vec![from.clone()],
+            },
+        )
+    }
+
+    /// A processor without a store named `name` (or a generated `KSTREAM-<kind>-<n>` name),
+    /// after every node of `from`.
+    pub fn named_processor(
+        &mut self,
+        at: usize,
+        kind: &str,
+        name: Option<&str>,
+        from: &[&Node],
+    ) -> Node {
+        let name = match name {
+            Some(n) => Node(n.to_owned()),
+            None => self.name(kind),
+        };
+        self.push(
+            at,
+            Entry {
+                name,
+                kind: Kind::Processor { stores: Vec::new() },
+                from: from.iter().map(|n| (*n).clone()).collect(),
             },
         )
     }
@@ -92,7 +127,7 @@ impl Description {
                 kind: Kind::Sink {
                     topic: topic.to_owned(),
                 },
-                from: Some(from.clone()),
+                from: vec![from.clone()],
             },
         )
     }
@@ -118,7 +153,7 @@ impl fmt::Display for Description {
             for e in entries {
                 let to: Vec<&str> = entries
                     .iter()
-                    .filter(|n| n.from.as_ref() == Some(&e.name))
+                    .filter(|n| n.from.contains(&e.name))
                     .map(|n| n.name.0.as_str())
                     .collect();
                 match &e.kind {
@@ -136,8 +171,9 @@ impl fmt::Display for Description {
                 if !to.is_empty() {
                     writeln!(f, "      --> {}", to.join(", "))?;
                 }
-                if let Some(from) = &e.from {
-                    writeln!(f, "      <-- {}", from.0)?;
+                if !e.from.is_empty() {
+                    let from: Vec<&str> = e.from.iter().map(|n| n.0.as_str()).collect();
+                    writeln!(f, "      <-- {}", from.join(", "))?;
                 }
             }
             writeln!(f)?;

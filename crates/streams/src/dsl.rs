@@ -16,7 +16,7 @@ use crate::serdes::{Long, Serde, TimeWindowed, Windowed};
 use crate::windows::TimeWindows;
 
 /// A segment of stateless steps: the records one input record becomes.
-type Chain<K, V> = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(K, V)> + Send + Sync>;
+pub(crate) type Chain<K, V> = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(K, V)> + Send + Sync>;
 
 /// Builds an application. Start streams with [`StreamsBuilder::stream`], end them with
 /// [`KStream::to`], then [`StreamsBuilder::build`].
@@ -42,14 +42,14 @@ pub struct StreamsBuilder {
     graph: Rc<RefCell<Graph>>,
 }
 
-struct Graph {
+pub(crate) struct Graph {
     app_id: String,
     /// One per subtopology, in Kafka Streams' numbering order.
     streams: Vec<Stream>,
     repartition: Vec<String>,
-    description: Description,
+    pub(crate) description: Description,
     /// What is wrong with the application, found while it was built; `build` refuses it.
-    errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 impl StreamsBuilder {
@@ -75,10 +75,42 @@ impl StreamsBuilder {
         let at = self.graph.borrow_mut().start(topic);
         KStream {
             graph: self.graph.clone(),
+            last: self.graph.borrow().description.last(at.sub),
             at,
             chain: decoding(consumed.key, consumed.value, topic.to_owned()),
             key_changed: false,
-            last: self.graph.borrow().description.last(at),
+            updates: false,
+        }
+    }
+
+    /// One stream of the records of several topics (they must exist and have as many
+    /// partitions each), all read with `consumed`'s serdes, as Kafka Streams'
+    /// `builder.stream(Collection<String>)`.
+    pub fn stream_of<KS: Serde, VS: Serde>(
+        &self,
+        topics: &[&str],
+        consumed: Consumed<KS, VS>,
+    ) -> KStream<KS::Value, VS::Value> {
+        let mut g = self.graph.borrow_mut();
+        let Some((first, rest)) = topics.split_first() else {
+            g.errors.push("stream_of: no topic".into());
+            drop(g);
+            return self.stream("", consumed);
+        };
+        let at = g.start(first);
+        for t in rest {
+            g.edit_sources(at.sub, |s| s.also_from(t));
+            g.description.also_source(at.sub, t);
+        }
+        let last = g.description.last(at.sub);
+        drop(g);
+        KStream {
+            graph: self.graph.clone(),
+            at,
+            chain: decoding(consumed.key, consumed.value, topics.join(" or ")),
+            key_changed: false,
+            updates: false,
+            last,
         }
     }
 
@@ -131,19 +163,47 @@ impl StreamsBuilder {
     }
 }
 
+/// A point in the byte-level topology: a sub-topology, and the branches of nested forks
+/// down to the steps that records reach there ([`Stream::open_branch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Pos {
+    pub(crate) sub: usize,
+    path: Vec<usize>,
+}
+
 impl Graph {
-    fn start(&mut self, topic: &str) -> usize {
-        let at = self.streams.len();
+    fn start(&mut self, topic: &str) -> Pos {
+        let sub = self.streams.len();
         self.streams.push(Stream::from(&[topic]));
-        self.description.source(at, topic);
-        at
+        self.description.source(sub, topic);
+        Pos {
+            sub,
+            path: Vec::new(),
+        }
     }
 
-    /// Adds steps to sub-topology `at` (a stream's builder methods take it by value).
-    fn edit(&mut self, at: usize, f: impl FnOnce(Stream) -> Stream) {
-        let none: &[&str] = &[];
-        let s = std::mem::replace(&mut self.streams[at], Stream::from(none));
-        self.streams[at] = f(s);
+    /// A new branch at `at`, for steps that take the records reaching `at`: every use of a
+    /// stream (a sink, a store, a join) is a branch of its own, as a Kafka Streams node may
+    /// have several children.
+    fn exit(&mut self, at: &Pos) -> Pos {
+        let (path, _) = self.streams[at.sub].open_branch(&at.path);
+        Pos { sub: at.sub, path }
+    }
+
+    /// The id of the fork whose branches take the records reaching `at`.
+    pub(crate) fn fork_at(&mut self, at: &Pos) -> usize {
+        self.streams[at.sub].fork_at(&at.path)
+    }
+
+    /// Adds steps at `at`, a branch just opened with [`Graph::exit`].
+    fn edit(&mut self, at: &Pos, f: impl FnOnce(Stream) -> Stream) {
+        self.streams[at.sub].edit_branch(&at.path, f);
+    }
+
+    /// Adds tables to sub-topology `sub`'s sources.
+    fn edit_sources(&mut self, sub: usize, f: impl FnOnce(Stream) -> Stream) {
+        let s = std::mem::replace(&mut self.streams[sub], Stream::branch());
+        self.streams[sub] = f(s);
     }
 
     fn topic(&self, name: &str) -> String {
@@ -264,28 +324,43 @@ impl Materialized {
 
 /// A stream of records with keys of type `K` and values of type `V`.
 pub struct KStream<K, V> {
-    graph: Rc<RefCell<Graph>>,
-    at: usize,
-    chain: Chain<K, V>,
+    pub(crate) graph: Rc<RefCell<Graph>>,
+    pub(crate) at: Pos,
+    pub(crate) chain: Chain<K, V>,
     /// A step may have changed keys since the last repartition: a grouping repartitions.
-    key_changed: bool,
+    pub(crate) key_changed: bool,
+    /// Its records are a table's updates: since an aggregation, only steps that keep the key
+    /// and give at most one record per record. The record cache may then keep the last
+    /// update of each key only.
+    pub(crate) updates: bool,
     /// The last node, for `describe`.
-    last: Node,
+    pub(crate) last: Node,
+}
+
+/// What a stateless step does to keys and record counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// Each record gives at most one, with its key.
+    KeepsKeys,
+    /// Keys may change.
+    ChangesKeys,
+    /// Each record may give several, with its key.
+    FansOut,
 }
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
     fn then<K2, V2>(
         self,
         kind: &str,
-        key_changed: bool,
+        effect: Effect,
         step: impl Fn(K, V, &mut Vec<(K2, V2)>) + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
         let prev = self.chain;
-        let last = self
-            .graph
-            .borrow_mut()
-            .description
-            .processor(self.at, kind, &self.last, &[]);
+        let last =
+            self.graph
+                .borrow_mut()
+                .description
+                .processor(self.at.sub, kind, &self.last, &[]);
         KStream {
             graph: self.graph,
             at: self.at,
@@ -296,14 +371,15 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 }
                 out
             }),
-            key_changed: self.key_changed || key_changed,
+            key_changed: self.key_changed || effect == Effect::ChangesKeys,
+            updates: self.updates && effect == Effect::KeepsKeys,
             last,
         }
     }
 
     /// Keeps the records for which `f(key, value)` holds.
     pub fn filter(self, f: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KStream<K, V> {
-        self.then("FILTER", false, move |k, v, out| {
+        self.then("FILTER", Effect::KeepsKeys, move |k, v, out| {
             if f(&k, &v) {
                 out.push((k, v));
             }
@@ -320,7 +396,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         self,
         f: impl Fn(&V) -> V2 + Send + Sync + 'static,
     ) -> KStream<K, V2> {
-        self.then("MAPVALUES", false, move |k, v, out| {
+        self.then("MAPVALUES", Effect::KeepsKeys, move |k, v, out| {
             let v2 = f(&v);
             out.push((k, v2));
         })
@@ -331,7 +407,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         self,
         f: impl Fn(&K, &V) -> (K2, V2) + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
-        self.then("MAP", true, move |k, v, out| out.push(f(&k, &v)))
+        self.then("MAP", Effect::ChangesKeys, move |k, v, out| {
+            out.push(f(&k, &v))
+        })
     }
 
     /// Replaces each record's key with `f(key, value)`.
@@ -339,7 +417,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         self,
         f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
     ) -> KStream<K2, V> {
-        self.then("KEY-SELECT", true, move |k, v, out| {
+        self.then("KEY-SELECT", Effect::ChangesKeys, move |k, v, out| {
             let k2 = f(&k, &v);
             out.push((k2, v));
         })
@@ -355,7 +433,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         V2: Send + Sync + 'static,
         I: IntoIterator<Item = (K2, V2)>,
     {
-        self.then("FLATMAP", true, move |k, v, out| out.extend(f(&k, &v)))
+        self.then("FLATMAP", Effect::ChangesKeys, move |k, v, out| {
+            out.extend(f(&k, &v))
+        })
     }
 
     /// Replaces each record with one record per value `f(value)` returns, same key.
@@ -368,14 +448,62 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         V2: Send + Sync + 'static,
         I: IntoIterator<Item = V2>,
     {
-        self.then("FLATMAPVALUES", false, move |k, v, out| {
+        self.then("FLATMAPVALUES", Effect::FansOut, move |k, v, out| {
             out.extend(f(&v).into_iter().map(|v2| (k.clone(), v2)))
         })
     }
 
+    /// The records of both streams, as Kafka Streams' `merge`: each input record's results
+    /// from `self` first, then from `other`. Both must come from one stream (branches of a
+    /// [`KStream::split`], say); two topics are read as one stream with
+    /// [`StreamsBuilder::stream_of`].
+    ///
+    /// ```
+    /// use baton_streams::serdes::Str;
+    /// use baton_streams::{Branched, Consumed, Produced, StreamsBuilder};
+    ///
+    /// let builder = StreamsBuilder::new("shout");
+    /// let mut parts = builder
+    ///     .stream("words", Consumed::with(Str, Str))
+    ///     .split_named("words-")
+    ///     .branch(|_, w: &String| w.len() > 3, Branched::named("long"))
+    ///     .default_branch(Branched::named("short"));
+    /// let long = parts.remove("words-long").unwrap().map_values(|w: &String| w.to_uppercase());
+    /// let short = parts.remove("words-short").unwrap();
+    /// long.merge(short).to("shouted", Produced::with(Str, Str));
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn merge(self, other: KStream<K, V>) -> KStream<K, V> {
+        let graph = self.graph.clone();
+        let mut g = graph.borrow_mut();
+        let last =
+            g.description
+                .named_processor(self.at.sub, "MERGE", None, &[&self.last, &other.last]);
+        if !Rc::ptr_eq(&self.graph, &other.graph) || self.at != other.at {
+            g.errors.push(format!(
+                "merge: the streams come from different points of the topology (sub-topologies {} and {}); merge streams that come from one stream (branches of a split), or read two topics as one stream with StreamsBuilder::stream_of",
+                self.at.sub, other.at.sub
+            ));
+        }
+        drop(g);
+        let (a, b) = (self.chain, other.chain);
+        KStream {
+            graph,
+            at: self.at,
+            chain: Arc::new(move |k, v| {
+                let mut out = a(k, v);
+                out.extend(b(k, v));
+                out
+            }),
+            key_changed: self.key_changed || other.key_changed,
+            updates: false,
+            last,
+        }
+    }
+
     /// Calls `f(key, value)` for each record and passes it on.
     pub fn peek(self, f: impl Fn(&K, &V) + Send + Sync + 'static) -> KStream<K, V> {
-        self.then("PEEK", false, move |k, v, out| {
+        self.then("PEEK", Effect::KeepsKeys, move |k, v, out| {
             f(&k, &v);
             out.push((k, v));
         })
@@ -389,17 +517,23 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         VS: Serde<Value = V>,
     {
         let mut g = self.graph.borrow_mut();
-        g.description.sink(self.at, topic, &self.last);
+        g.description.sink(self.at.sub, topic, &self.last);
         let (chain, key, value) = (self.chain, produced.key, produced.value);
         let topic = topic.to_owned();
-        g.edit(self.at, move |s| {
-            s.flat_map(move |k, v| {
+        let at = g.exit(&self.at);
+        let updates = self.updates;
+        g.edit(&at, move |s| {
+            let encode = move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
                 chain(k, v)
                     .iter()
                     .map(|(k, v)| (key.serialize(k), value.serialize(v)))
                     .collect()
-            })
-            .to(&topic)
+            };
+            if updates {
+                s.map_updates(encode).to(&topic)
+            } else {
+                s.flat_map(encode).to(&topic)
+            }
         });
     }
 
@@ -469,7 +603,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
     {
         let graph = self.graph.clone();
         let mut g = graph.borrow_mut();
-        let nothing = |g: &mut Graph, at: usize, why: String| {
+        let nothing = |g: &mut Graph, at: Pos, why: String| {
             g.errors.push(why);
             let chain: Chain<K, VR> = Arc::new(|_, _| Vec::new());
             (at, chain)
@@ -477,7 +611,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         let Some(src) = table.source.as_ref() else {
             let (at, chain) = nothing(
                 &mut g,
-                self.at,
+                self.at.clone(),
                 "join: only a table read with StreamsBuilder::table can be joined (an aggregation's table cannot yet)".into(),
             );
             return KStream {
@@ -485,13 +619,14 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 at,
                 chain,
                 key_changed: false,
+                updates: false,
                 last: self.last,
             };
         };
         if src.placed.replace(true) {
             let (at, chain) = nothing(
                 &mut g,
-                self.at,
+                self.at.clone(),
                 format!("join: table {:?} is joined twice; read it once per joining stream (a second StreamsBuilder::table)", src.topic),
             );
             return KStream {
@@ -499,6 +634,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 at,
                 chain,
                 key_changed: false,
+                updates: false,
                 last: self.last,
             };
         }
@@ -518,24 +654,32 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 .name
                 .unwrap_or_else(|| g.description.generated_name("KSTREAM-KEY-SELECT"));
             let topic = g.topic(&name);
-            g.description.sink(at, &topic, &last);
+            g.description.sink(at.sub, &topic, &last);
             let sink = topic.clone();
-            g.edit(at, move |s| s.flat_map(encode).to(&sink));
+            let exit = g.exit(&at);
+            g.edit(&exit, move |s| s.flat_map(encode).to(&sink));
             g.repartition.push(topic.clone());
             at = g.start(&topic);
-            last = g.description.last(at);
+            last = g.description.last(at.sub);
+            at = g.exit(&at);
         } else {
-            g.edit(at, move |s| s.flat_map_keeping_keys(encode));
+            at = g.exit(&at);
+            g.edit(&at, move |s| s.flat_map_keeping_keys(encode));
         }
         let store = src.store.clone();
-        let table_source = g.description.source(at, &src.topic);
+        let table_source = g.description.source(at.sub, &src.topic);
         g.description
-            .processor(at, "TABLE-SOURCE", &table_source, &[store.as_str()]);
+            .processor(at.sub, "TABLE-SOURCE", &table_source, &[store.as_str()]);
         let kind = if inner { "JOIN" } else { "LEFTJOIN" };
-        last = g.description.processor(at, kind, &last, &[store.as_str()]);
+        last = g
+            .description
+            .processor(at.sub, kind, &last, &[store.as_str()]);
         let table_topic = src.topic.clone();
-        g.edit(at, move |s| {
-            let s = s.table(&table_topic, &store);
+        {
+            let store = store.clone();
+            g.edit_sources(at.sub, move |s| s.table(&table_topic, &store));
+        }
+        g.edit(&at, move |s| {
             if inner {
                 s.join_table(&store)
             } else {
@@ -565,6 +709,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 f(&v, t).map(|r| (k, r)).into_iter().collect()
             }),
             key_changed: false,
+            updates: false,
             last,
         }
     }
@@ -751,17 +896,22 @@ where
         };
         if repartition {
             let topic = g.topic(name.as_deref().unwrap_or(&store));
-            g.description.sink(at, &topic, &last);
+            g.description.sink(at.sub, &topic, &last);
             let sink = topic.clone();
-            g.edit(at, move |s| s.flat_map(encode).to(&sink));
+            let exit = g.exit(&at);
+            g.edit(&exit, move |s| s.flat_map(encode).to(&sink));
             g.repartition.push(topic.clone());
             at = g.start(&topic);
-            last = g.description.last(at);
+            last = g.description.last(at.sub);
+            at = g.exit(&at);
         } else {
             // Keys as they came (decoded and encoded again): the store sits beside the source.
-            g.edit(at, move |s| s.flat_map_keeping_keys(encode));
+            at = g.exit(&at);
+            g.edit(&at, move |s| s.flat_map_keeping_keys(encode));
         }
-        last = g.description.processor(at, kind, &last, &[store.as_str()]);
+        last = g
+            .description
+            .processor(at.sub, kind, &last, &[store.as_str()]);
         let a_serde = Arc::new(serde);
         let (agg, v_serde) = (a_serde.clone(), value);
         let step = move |current: Option<&[u8]>, k: &[u8], v: &[u8]| {
@@ -774,7 +924,7 @@ where
                 .unwrap_or_else(|e| undecodable(format!("grouped value: {e}")));
             agg.serialize(&fold(k, current, v))
         };
-        g.edit(at, move |s| match windows {
+        g.edit(&at, move |s| match windows {
             Some(w) => s.window_aggregate(&store, w, step),
             None => s.aggregate_as(&store, Layout::Timestamped, step),
         });
@@ -869,8 +1019,8 @@ where
 /// A table: each key's latest value, kept in a store backed by a changelog.
 pub struct KTable<K, V> {
     graph: Rc<RefCell<Graph>>,
-    /// Its sub-topology; `None` for a table read from a topic until a join places it.
-    at: Option<usize>,
+    /// Where its updates come out; `None` for a table read from a topic.
+    at: Option<Pos>,
     key: Arc<dyn Serde<Value = K>>,
     value: Arc<dyn Serde<Value = V>>,
     last: Node,
@@ -898,14 +1048,15 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
                 let topic = src.as_ref().map_or("", |s| s.topic.as_str());
                 let mut g = self.graph.borrow_mut();
                 let at = g.start(topic);
-                (at, g.description.last(at))
+                let last = g.description.last(at.sub);
+                (at, last)
             }
         };
         let last = self
             .graph
             .borrow_mut()
             .description
-            .processor(at, "TOSTREAM", &from, &[]);
+            .processor(at.sub, "TOSTREAM", &from, &[]);
         KStream {
             graph: self.graph,
             at,
@@ -919,6 +1070,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
                 vec![(k, v)]
             }),
             key_changed: false,
+            updates: true,
             last,
         }
     }

@@ -28,6 +28,7 @@ mod describe;
 mod dsl;
 pub mod run;
 pub mod serdes;
+mod split;
 mod windows;
 
 pub use dsl::{
@@ -36,4 +37,5 @@ pub use dsl::{
 };
 pub use run::{main, parse_args, run, RunArgs, RunError};
 pub use serdes::{Window, Windowed};
+pub use split::{Branched, BranchedKStream};
 pub use windows::TimeWindows;

@@ -10,7 +10,8 @@ use std::time::Duration;
 use baton_runtime::topology::{Output, Stores, StreamRecord, Topology};
 use baton_streams::serdes::{Integer, Json, Long, Serde, Str, TimeWindowed};
 use baton_streams::{
-    Consumed, Grouped, Materialized, Produced, StreamsBuilder, TimeWindows, Window, Windowed,
+    Branched, Consumed, Grouped, Materialized, Produced, StreamsBuilder, TimeWindows, Window,
+    Windowed,
 };
 
 #[derive(Default)]
@@ -64,7 +65,256 @@ fn run_at(
         )
         .unwrap();
     }
-    (out.records, out.late)
+    (
+        out.records.into_iter().map(|e| e.record).collect(),
+        out.late,
+    )
+}
+
+/// Runs `records` (stamped 0) through sub-topology `sub`: each output with its sink topic,
+/// key and value as text.
+fn run_to_sinks(t: &Topology, sub: u32, records: &[(&str, &str)]) -> Vec<(String, String, String)> {
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    for (k, v) in records {
+        t.process(
+            TaskId::new(sub, 0),
+            StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 0),
+            0,
+            &mut stores,
+            &mut out,
+        )
+        .unwrap();
+    }
+    let sinks = t.sinks_of(sub);
+    out.records
+        .into_iter()
+        .map(|e| {
+            (
+                sinks[e.sink as usize].to_owned(),
+                Str.deserialize(&e.record.key).unwrap(),
+                Str.deserialize(&e.record.value).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn owned(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    v.iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect()
+}
+
+#[test]
+fn split_sends_each_record_to_its_first_matching_branch_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let builder = StreamsBuilder::new("sp");
+    let mut branches = builder
+        .stream("in", Consumed::with(Str, Str))
+        .peek(move |_, _| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        })
+        .split_named("route-")
+        .branch(|_, v: &String| v.starts_with('a'), Branched::named("a"))
+        .branch(|_, v: &String| v.len() > 3, Branched::generated())
+        .default_branch(Branched::named("rest"));
+    assert_eq!(
+        branches.keys().collect::<Vec<_>>(),
+        ["route-2", "route-a", "route-rest"]
+    );
+    branches
+        .remove("route-a")
+        .unwrap()
+        .to("out-a", Produced::with(Str, Str));
+    branches
+        .remove("route-2")
+        .unwrap()
+        .map_values(|v: &String| v.to_uppercase())
+        .to("out-long", Produced::with(Str, Str));
+    branches
+        .remove("route-rest")
+        .unwrap()
+        .to("out-rest", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    assert_eq!(t.sinks_of(0), ["out-a", "out-long", "out-rest"]);
+    let out = run_to_sinks(
+        &t,
+        0,
+        &[("1", "apple"), ("2", "banana"), ("3", "kiwi"), ("4", "fig")],
+    );
+    assert_eq!(
+        out,
+        owned(&[
+            ("out-a", "1", "apple"),
+            ("out-long", "2", "BANANA"),
+            ("out-long", "3", "KIWI"),
+            ("out-rest", "4", "fig"),
+        ])
+    );
+    // The steps before the split ran once per record, not once per branch.
+    assert_eq!(seen.load(Ordering::Relaxed), 4);
+    let described = builder_describe_split();
+    assert!(
+        described.contains(
+            "Processor: route- (stores: [])
+      --> route-a, route-0"
+        ),
+        "{described}"
+    );
+}
+
+fn builder_describe_split() -> String {
+    let builder = StreamsBuilder::new("sp");
+    let mut b = builder
+        .stream("in", Consumed::with(Str, Str))
+        .split_named("route-")
+        .branch(|_, v: &String| v.is_empty(), Branched::named("a"))
+        .default_branch(Branched::generated());
+    b.remove("route-a")
+        .unwrap()
+        .to("x", Produced::with(Str, Str));
+    b.remove("route-0")
+        .unwrap()
+        .to("y", Produced::with(Str, Str));
+    builder.describe()
+}
+
+#[test]
+fn branches_merge_back_and_a_stream_of_two_topics_reads_both() {
+    let builder = StreamsBuilder::new("mg");
+    let mut parts = builder
+        .stream_of(&["in", "more"], Consumed::with(Str, Str))
+        .split()
+        .branch(|_, w: &String| w.len() > 3, Branched::named("long"))
+        .no_default_branch();
+    let long = parts.remove("KSTREAM-BRANCH-0000000001long").unwrap();
+    // A nested split, then both parts merged back and counted.
+    let mut halves = long
+        .split_named("half-")
+        .branch(|k: &String, _| k.as_str() < "m", Branched::named("low"))
+        .default_branch(Branched::named("high"));
+    let low = halves
+        .remove("half-low")
+        .unwrap()
+        .map_values(|w: &String| format!("low {w}"));
+    let high = halves.remove("half-high").unwrap();
+    low.merge(high).to("out", Produced::with(Str, Str));
+    let described = builder.describe();
+    let t = builder.build().unwrap();
+    assert_eq!(t.sources_of(0), ["in", "more"]);
+    let out = run_to_sinks(
+        &t,
+        0,
+        &[("a", "tiny"), ("z", "large"), ("b", "no"), ("c", "words")],
+    );
+    assert_eq!(
+        out,
+        owned(&[
+            ("out", "a", "low tiny"),
+            ("out", "z", "large"),
+            ("out", "c", "low words"),
+        ])
+    );
+    assert!(described.contains("topics: [in, more]"), "{described}");
+    assert!(
+        described.contains("<-- KSTREAM-MAPVALUES-0000000002, half-high"),
+        "{described}"
+    );
+    // Streams of two sub-topologies cannot merge: said at build.
+    let builder = StreamsBuilder::new("mg");
+    let a = builder.stream("a", Consumed::with(Str, Str));
+    let b = builder.stream("b", Consumed::with(Str, Str));
+    a.merge(b).to("out", Produced::with(Str, Str));
+    let e = builder.build().err().unwrap().to_string();
+    assert!(
+        e.contains("merge: the streams come from different points"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_record_failing_in_a_branch_leaves_nothing_for_the_next_record() {
+    let builder = StreamsBuilder::new("fb");
+    let mut parts = builder
+        .stream("in", Consumed::with(Str, Str))
+        .split_named("p-")
+        .branch(|_, v: &String| v.starts_with('a'), Branched::named("a"))
+        .default_branch(Branched::named("b"));
+    parts
+        .remove("p-a")
+        .unwrap()
+        .peek(|_, v: &String| assert!(v != "a-boom", "boom"))
+        .to("a", Produced::with(Str, Str));
+    parts
+        .remove("p-b")
+        .unwrap()
+        .to("b", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    let mut run = |k: &str, v: &str, out: &mut Output| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.process(
+                TaskId::new(0, 0),
+                StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 0),
+                0,
+                &mut stores,
+                out,
+            )
+            .unwrap()
+        }))
+        .is_ok()
+    };
+    assert!(run("1", "a-ok", &mut out));
+    assert!(!run("2", "a-boom", &mut Output::default()));
+    assert!(run("3", "b-ok", &mut out));
+    assert!(run("4", "a-two", &mut out));
+    let got: Vec<(u16, String)> = out
+        .records
+        .iter()
+        .map(|e| (e.sink, Str.deserialize(&e.record.value).unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(0, "a-ok".into()), (1, "b-ok".into()), (0, "a-two".into())]
+    );
+}
+
+#[test]
+fn a_branch_counted_and_a_branch_written_share_the_sub_topology() {
+    let builder = StreamsBuilder::new("bc");
+    let mut parts = builder
+        .stream("in", Consumed::with(Str, Str))
+        .split_named("p-")
+        .branch(|_, v: &String| v == "count", Branched::named("count"))
+        .default_branch(Branched::named("pass"));
+    parts
+        .remove("p-count")
+        .unwrap()
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("counted"))
+        .to_stream()
+        .map_values(|n: &i64| n.to_string())
+        .to("counts", Produced::with(Str, Str));
+    parts
+        .remove("p-pass")
+        .unwrap()
+        .to("passed", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    assert!(t.repartition_topics().is_empty());
+    assert_eq!(t.stores_of(0), ["counted"]);
+    let out = run_to_sinks(&t, 0, &[("k", "count"), ("k", "other"), ("k", "count")]);
+    assert_eq!(
+        out,
+        owned(&[
+            ("counts", "k", "1"),
+            ("passed", "k", "other"),
+            ("counts", "k", "2"),
+        ])
+    );
+    assert!(t.sink_is_table(0, 0));
+    assert!(!t.sink_is_table(0, 1));
 }
 
 /// A value as Kafka Streams' timestamped key-value stores hold it.
@@ -96,6 +346,11 @@ fn wordcount() -> Topology {
 fn word_count_repartitions_by_word_and_writes_longs() {
     let t = wordcount();
     assert_eq!(t.repartition_topics(), vec![("wc-words-repartition", 0)]);
+    assert!(!t.sink_is_table(0, 0), "words are not a table's updates");
+    assert!(
+        t.sink_is_table(1, 0),
+        "counts are: the record cache applies"
+    );
     let mut stores = Mem::default();
     let line = |s: &str| (Vec::new(), s.as_bytes().to_vec());
     let words = run(&t, 0, &mut stores, &[line("Hello hello"), line("world")]);
