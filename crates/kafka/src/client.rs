@@ -341,6 +341,23 @@ impl Client {
         &self,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, i64>> {
+        self.list_offsets(partitions, -1).await
+    }
+
+    /// Earliest (log start) offsets of the given partitions: below them, records are gone.
+    pub async fn start_offsets(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        self.list_offsets(partitions, -2).await
+    }
+
+    /// ListOffsets at `timestamp`: -1 for the end, -2 for the start.
+    async fn list_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        timestamp: i64,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
         let mut topics: Vec<String> = partitions.iter().map(|tp| tp.topic.clone()).collect();
         topics.sort();
         topics.dedup();
@@ -381,7 +398,7 @@ impl Client {
                                         .map(|&p| {
                                             ListOffsetsPartition::default()
                                                 .with_partition_index(p)
-                                                .with_timestamp(-1)
+                                                .with_timestamp(timestamp)
                                         })
                                         .collect(),
                                 )

@@ -154,6 +154,7 @@ impl StreamThread {
                     attempts: u32::MAX,
                 },
                 rejoin_mode: cfg.assignment.rejoin_mode,
+                auto_offset_reset: cfg.auto_offset_reset,
             },
             self.ctx.wire.clone(),
             epoch.elapsed(),
@@ -360,11 +361,29 @@ impl Driver {
                     error: format!("checkpoint {} is past the end of {}", want.offset, want.tp),
                 });
             }
-            None => tracing::warn!(
-                partition = %want.tp,
-                offset = want.offset,
-                "fetching past the partition's end; retrying"
-            ),
+            None => {
+                let source = self.tasks.keys().copied().find_map(|t| {
+                    let i = self
+                        .ctx
+                        .wire
+                        .source_partitions(t)
+                        .iter()
+                        .position(|tp| *tp == want.tp)?;
+                    Some((t, i))
+                });
+                match source {
+                    Some((task, source)) => self.local.push_back(Event::SourceOutOfRange {
+                        task,
+                        source,
+                        offset: want.offset,
+                    }),
+                    None => tracing::warn!(
+                        partition = %want.tp,
+                        offset = want.offset,
+                        "fetching past the partition's end; retrying"
+                    ),
+                }
+            }
         }
     }
 
@@ -446,6 +465,61 @@ impl Driver {
                 // The fetches find the ends too; this only saves their wait.
                 Err(e) => tracing::debug!(task = %task, error = %e, "listing changelog ends"),
             },
+            Command::ListSourceOffsets {
+                task,
+                source,
+                offset,
+            } => {
+                // No such source: nothing to list, and the thread goes on (`None`).
+                let tp = self.ctx.wire.source_partitions(task).get(source).cloned()?;
+                let tps = [tp.clone()];
+                let listed = match self.io.start_offsets(&tps).await {
+                    Ok(start) => self.io.end_offsets(&tps).await.map(|end| (start, end)),
+                    Err(e) => Err(e),
+                };
+                let event = match listed {
+                    Ok((start, end)) => match (start.get(&tp), end.get(&tp)) {
+                        (Some(&earliest), Some(&latest)) => Event::SourceOffsetsListed {
+                            task,
+                            source,
+                            offset,
+                            earliest,
+                            latest,
+                        },
+                        _ => Event::SourceOffsetsListFailed { task, source },
+                    },
+                    Err(e) => {
+                        tracing::debug!(task = %task, partition = %tp, error = %e, "listing a source partition's offsets");
+                        Event::SourceOffsetsListFailed { task, source }
+                    }
+                };
+                self.local.push_back(event);
+            }
+            Command::SourceReset {
+                task,
+                source,
+                from,
+                to,
+            } => {
+                let tp = self.ctx.wire.source_partitions(task).get(source).cloned();
+                let tp = tp.map_or_else(|| format!("source {source}"), |tp| tp.to_string());
+                let reset = self.ctx.cfg.auto_offset_reset.name();
+                match to {
+                    Some(to) => tracing::warn!(
+                        task = %task,
+                        partition = %tp,
+                        position = from,
+                        now_from = to,
+                        "the input partition has no offset {from} (the topic was deleted and made again, or its records were deleted): reading it from offset {to} (auto.offset.reset={reset})"
+                    ),
+                    None => tracing::error!(
+                        task = %task,
+                        partition = %tp,
+                        position = from,
+                        "the input partition has no offset {from} (the topic was deleted and made again, or its records were deleted); stopping this task (auto.offset.reset=none): it holds its partitions and processes nothing until it moves or the instance restarts"
+                    ),
+                }
+            }
             Command::ReadCommitted { task } => {
                 let wanted = self.ctx.wire.source_partitions(task);
                 let e = match self.io.committed(self.ctx.group(), &wanted).await {

@@ -258,6 +258,7 @@ impl World {
                 attempts: u32::MAX,
             },
             rejoin_mode: baton_assignor::RejoinMode::Eager,
+            auto_offset_reset: baton_runtime::config::OffsetReset::Earliest,
         }
     }
 
@@ -619,6 +620,8 @@ impl World {
                     },
                 );
             }
+            // The fuzzer's logs are never deleted or made again: no fetch is out of range.
+            Command::ListSourceOffsets { .. } | Command::SourceReset { .. } => {}
             Command::ListEnds { task, request, .. } => {
                 // Lost answers need none: the fetches find the ends too.
                 if !self.rng.chance(5) {

@@ -108,6 +108,12 @@ pub struct RunArgs {
     /// baton_records_skipped_total. Batches are always split to fit; this is for one record.
     #[arg(long, env = "BATON_ON_OVERSIZED_RECORD", default_value = "fail", value_parser = ["fail", "skip"])]
     pub on_oversized_record: String,
+    /// auto.offset.reset: where a task reads an input partition from when its position is not
+    /// in it (the topic was deleted and made again, or the broker deleted the records):
+    /// `earliest` (the default, as Kafka Streams), `latest`, or `none` (that task stops,
+    /// naming partition and offset). Said once per partition in the log, either way.
+    #[arg(long, env = "BATON_AUTO_OFFSET_RESET", default_value = "earliest", value_parser = ["earliest", "latest", "none"])]
+    pub auto_offset_reset: String,
     /// What a task does with an input record its application code fails on (a panic in a
     /// step): `fail` stops that task only, logging topic, partition and offset, while every
     /// other task goes on; `skip` drops the record, logs it (at most once a second per task)
@@ -325,6 +331,7 @@ const PROPERTIES: &[(&str, &str)] = &[
     ("commit.interval.ms", "BATON_COMMIT_INTERVAL_MS"),
     ("state.cleanup.delay.ms", "BATON_STATE_CLEANUP_DELAY_MS"),
     ("application.server", "BATON_APPLICATION_SERVER"),
+    ("auto.offset.reset", "BATON_AUTO_OFFSET_RESET"),
     ("client.rack", "BATON_RACK"),
     (
         "rack.aware.assignment.tags",
@@ -457,6 +464,10 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
         cache_max_bytes: args.cache_max_bytes,
         on_oversized_record: args
             .on_oversized_record
+            .parse()
+            .map_err(RunError::bad_input)?,
+        auto_offset_reset: args
+            .auto_offset_reset
             .parse()
             .map_err(RunError::bad_input)?,
         on_processing_error: policy("on-processing-error", &args.on_processing_error)?,

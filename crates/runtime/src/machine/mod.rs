@@ -63,6 +63,8 @@ pub struct MachineConfig {
     /// Rejoin for the hand-over when one warm-up has caught up (`Eager`) or all of this
     /// thread's have (`Stable`: fewer rebalances, later hand-overs).
     pub rejoin_mode: RejoinMode,
+    /// `auto.offset.reset`: where a source position that is gone moves to.
+    pub auto_offset_reset: crate::config::OffsetReset,
 }
 
 /// What one join round gave this member.
@@ -191,6 +193,26 @@ pub enum Event {
     },
     CommittedReadFailed {
         task: TaskId,
+    },
+    /// A fetch of source `source` of `task` at `offset` found no such offset in the partition:
+    /// the topic was deleted and made again, or its records were deleted.
+    SourceOutOfRange {
+        task: TaskId,
+        source: usize,
+        offset: i64,
+    },
+    /// The answer to [`Command::ListSourceOffsets`]: the partition's start and end.
+    SourceOffsetsListed {
+        task: TaskId,
+        source: usize,
+        offset: i64,
+        earliest: i64,
+        latest: i64,
+    },
+    /// [`Command::ListSourceOffsets`] failed: the next fetch finds out again.
+    SourceOffsetsListFailed {
+        task: TaskId,
+        source: usize,
     },
     /// The answer to [`Command::ListEnds`]: one end per changelog, in its order.
     EndsListed {
@@ -328,6 +350,21 @@ pub enum Command {
     },
     ReadCommitted {
         task: TaskId,
+    },
+    /// List the start and end of source `source` of `task`, whose position `offset` is not in
+    /// it; answered by [`Event::SourceOffsetsListed`].
+    ListSourceOffsets {
+        task: TaskId,
+        source: usize,
+        offset: i64,
+    },
+    /// The task's position in a source was gone and `auto.offset.reset` placed it anew (or,
+    /// with `to: None`, stopped the task): the driver says so, once.
+    SourceReset {
+        task: TaskId,
+        source: usize,
+        from: i64,
+        to: Option<i64>,
     },
     Commit {
         commit: RequestId,
@@ -602,6 +639,61 @@ impl ThreadMachine {
                     }
                 }
             }
+            Event::SourceOutOfRange {
+                task,
+                source,
+                offset,
+            } => {
+                if let Some(s) = self.running_source(task, source, offset) {
+                    if !s.resetting {
+                        s.resetting = true;
+                        out.push(Command::ListSourceOffsets {
+                            task,
+                            source,
+                            offset,
+                        });
+                    }
+                }
+            }
+            Event::SourceOffsetsListed {
+                task,
+                source,
+                offset,
+                earliest,
+                latest,
+            } => {
+                let reset = self.cfg.auto_offset_reset;
+                if let Some(s) = self.running_source(task, source, offset) {
+                    s.resetting = false;
+                    // Within the partition after all: the topic grew since the fetch.
+                    if !(earliest..=latest).contains(&offset) {
+                        let to = reset.position(earliest, latest);
+                        match to {
+                            Some(to) => s.position = Some(to),
+                            None => {
+                                if let Some(t) = self.tasks.get_mut(&task) {
+                                    t.phase = Phase::Failed;
+                                }
+                            }
+                        }
+                        out.push(Command::SourceReset {
+                            task,
+                            source,
+                            from: offset,
+                            to,
+                        });
+                    }
+                }
+            }
+            Event::SourceOffsetsListFailed { task, source } => {
+                if let Some(s) = self
+                    .tasks
+                    .get_mut(&task)
+                    .and_then(|t| t.sources.get_mut(source))
+                {
+                    s.resetting = false;
+                }
+            }
             Event::CommittedReadFailed { task } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
                     t.reading_committed = false;
@@ -682,6 +774,23 @@ impl ThreadMachine {
         }
         self.poll(now, &mut out);
         out
+    }
+
+    /// Source `source` of `task`, if the task is a running active and the source still stands
+    /// at `offset` (an answer about an older position is stale).
+    fn running_source(
+        &mut self,
+        task: TaskId,
+        source: usize,
+        offset: i64,
+    ) -> Option<&mut SourceCursor> {
+        let t = self.tasks.get_mut(&task)?;
+        if !t.is_running_active() {
+            return None;
+        }
+        t.sources
+            .get_mut(source)
+            .filter(|s| s.position == Some(offset))
     }
 
     /// What is due at `now` whatever the event: fencing, timers, opens, restores, the next fetch.
@@ -803,7 +912,7 @@ impl ThreadMachine {
                 Phase::Running
                     if may_write && t.batch.is_none() && t.retry_at.is_none_or(|r| now >= r) =>
                 {
-                    wants.extend(t.sources.iter().filter_map(|s| {
+                    wants.extend(t.sources.iter().filter(|s| !s.resetting).filter_map(|s| {
                         Some(FetchWant {
                             tp: s.tp.clone(),
                             offset: s.position?,

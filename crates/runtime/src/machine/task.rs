@@ -41,6 +41,9 @@ pub struct SourceCursor {
     pub position: Option<i64>,
     /// The position the group has committed.
     pub committed: Option<i64>,
+    /// The position was not in the partition, and its start and end are being listed
+    /// ([`super::Command::ListSourceOffsets`]): no fetch until they are.
+    pub resetting: bool,
 }
 
 /// A processing batch the driver is running.
@@ -100,6 +103,7 @@ impl TaskState {
                     tp,
                     position: None,
                     committed: None,
+                    resetting: false,
                 })
                 .collect(),
             batch: None,

@@ -55,6 +55,7 @@ fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
                 attempts: u32::MAX,
             },
             rejoin_mode,
+            auto_offset_reset: crate::config::OffsetReset::Earliest,
         },
         topology(),
         Duration::ZERO,
@@ -1231,4 +1232,116 @@ fn beside_a_running_active_a_restore_is_asked_after_the_input_and_in_smaller_chu
     let (_, wants) = fetch_of(&cmds).expect("a next fetch");
     assert_eq!(wants.len(), 1);
     assert_eq!(wants[0].max_bytes, 4 << 20);
+}
+
+fn source_resets(cmds: &[Command]) -> Vec<(i64, Option<i64>)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::SourceReset { from, to, .. } => Some((*from, *to)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The input topic was deleted and made again under a running active at position 10: the
+/// fetch finds no offset 10, the partition's start and end are listed once, and the task reads
+/// the new topic from its start (`auto.offset.reset=earliest`), said once. Until then no
+/// fetch asks for the gone position; a stale or racing answer changes nothing.
+#[test]
+fn an_input_position_that_is_gone_moves_to_the_partitions_start_once() {
+    let mut m = processed_to_ten();
+    let out_of_range = Event::SourceOutOfRange {
+        task: task(0),
+        source: 0,
+        offset: 10,
+    };
+    let cmds = m.handle(out_of_range.clone(), S * 2);
+    let lists: Vec<_> = cmds
+        .iter()
+        .filter(|c| matches!(c, Command::ListSourceOffsets { offset: 10, .. }))
+        .collect();
+    assert_eq!(lists.len(), 1, "{cmds:?}");
+    assert!(
+        fetch_of(&cmds).is_none_or(|(_, w)| w.iter().all(|w| w.tp != tp("in", 0))),
+        "no fetch of the gone position while it is listed: {cmds:?}"
+    );
+    // A second out-of-range answer while listing asks nothing more.
+    let again = m.handle(out_of_range, S * 2);
+    assert!(!again
+        .iter()
+        .any(|c| matches!(c, Command::ListSourceOffsets { .. })));
+    // A topic that grew past 10 meanwhile: the position stands.
+    let grown = m.handle(
+        Event::SourceOffsetsListed {
+            task: task(0),
+            source: 0,
+            offset: 10,
+            earliest: 0,
+            latest: 12,
+        },
+        S * 2,
+    );
+    assert!(source_resets(&grown).is_empty());
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(10));
+    // Gone for real: from the new topic's start.
+    m.handle(
+        Event::SourceOutOfRange {
+            task: task(0),
+            source: 0,
+            offset: 10,
+        },
+        S * 3,
+    );
+    let reset = m.handle(
+        Event::SourceOffsetsListed {
+            task: task(0),
+            source: 0,
+            offset: 10,
+            earliest: 0,
+            latest: 3,
+        },
+        S * 3,
+    );
+    assert_eq!(source_resets(&reset), [(10, Some(0))]);
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
+    // A late answer about the old position is stale now.
+    let stale = m.handle(
+        Event::SourceOffsetsListed {
+            task: task(0),
+            source: 0,
+            offset: 10,
+            earliest: 5,
+            latest: 6,
+        },
+        S * 3,
+    );
+    assert!(source_resets(&stale).is_empty());
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
+}
+
+#[test]
+fn with_no_offset_reset_a_gone_position_stops_its_task_only() {
+    let mut m = processed_to_ten();
+    m.cfg.auto_offset_reset = crate::config::OffsetReset::None;
+    m.handle(
+        Event::SourceOutOfRange {
+            task: task(0),
+            source: 0,
+            offset: 10,
+        },
+        S * 2,
+    );
+    let cmds = m.handle(
+        Event::SourceOffsetsListed {
+            task: task(0),
+            source: 0,
+            offset: 10,
+            earliest: 0,
+            latest: 3,
+        },
+        S * 2,
+    );
+    assert_eq!(source_resets(&cmds), [(10, None)]);
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(10));
 }

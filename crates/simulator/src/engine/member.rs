@@ -116,6 +116,7 @@ impl Engine<'_> {
                 attempts: u32::MAX,
             },
             rejoin_mode: self.rejoin_mode(),
+            auto_offset_reset: baton_runtime::config::OffsetReset::Earliest,
         }
     }
 
@@ -401,6 +402,8 @@ impl Engine<'_> {
             Command::Absorb {
                 task, changelog, ..
             } => self.absorb(ii, ti, task, changelog),
+            // The simulated logs are never deleted or made again: no fetch is out of range.
+            Command::ListSourceOffsets { .. } | Command::SourceReset { .. } => {}
             Command::ListEnds {
                 task,
                 request,
