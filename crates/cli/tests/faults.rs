@@ -19,7 +19,15 @@ const SESSION: Duration = Duration::from_secs(6);
 fn faults() {
     let started = Instant::now();
     let mut times = Vec::new();
+    // `BATON_FAULTS=name,name` runs only those scenarios (while working on one).
+    let only = std::env::var("BATON_FAULTS").ok();
     let mut timed = |name: &str, f: fn()| {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|n| n == name))
+        {
+            return;
+        }
         let t = Instant::now();
         f();
         times.push(format!("{name} {:.0} s", t.elapsed().as_secs_f64()));
@@ -27,6 +35,7 @@ fn faults() {
     timed("backlog", backlog_larger_than_a_message);
     timed("damaged state", damaged_state_is_rebuilt);
     timed("lost broker", checkpoint_past_a_recreated_changelog);
+    timed("input recreated", input_recreated_under_a_running_instance);
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
@@ -231,6 +240,39 @@ fn checkpoint_past_a_recreated_changelog() {
     assert!(
         log.contains("past its changelog's end"),
         "the stale checkpoints were noticed\n{log}"
+    );
+    a.stop();
+}
+
+/// The input topic deleted and made again (same partitions) under a running instance: the
+/// tasks' positions are past the new topic's end. Each task notices once, reads the new
+/// topic from its start (auto.offset.reset=earliest), and counts every new event once on
+/// top of the old counts, which the stores keep.
+fn input_recreated_under_a_running_instance() {
+    let cluster = Cluster::new("recreated");
+    let mut a = cluster.spawn("a", &[]);
+    let mut produced = cluster.produce_backlog("k", 30, 100);
+    assert_exact(&cluster, &produced, "input recreated, before");
+    cluster
+        .rt
+        .block_on(cluster.client.delete_topics(&[harness::INPUT.to_owned()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.create_topics();
+    // 40 per key: every partition of the new topic ends well before the old positions.
+    let after = cluster.produce_backlog("k", 30, 40);
+    for (k, n) in after {
+        *produced.entry(k).or_default() += n;
+    }
+    assert_exact(&cluster, &produced, "input recreated, after");
+    let log = a.log_text();
+    let resets = log
+        .matches("reading it from offset 0 (auto.offset.reset=earliest)")
+        .count();
+    assert_eq!(
+        resets,
+        harness::PARTITIONS as usize,
+        "one reset per partition, said once each\n{log}"
     );
     a.stop();
 }

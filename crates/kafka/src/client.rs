@@ -11,8 +11,9 @@ use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, CreateTopicsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
-    ListOffsetsRequest, MetadataRequest, MetadataResponse, TopicName,
+    ApiKey, BrokerId, CreateTopicsRequest, DeleteTopicsRequest, DescribeGroupsRequest,
+    FindCoordinatorRequest, GroupId, ListOffsetsRequest, MetadataRequest, MetadataResponse,
+    TopicName,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::ResponseError;
@@ -328,6 +329,39 @@ impl Client {
                 Some(error) => {
                     return Err(Error::Broker {
                         api: ApiKey::CreateTopics,
+                        error,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes `topics` (an operator's or a test's act: Baton never deletes a topic itself).
+    /// A topic that does not exist is no error.
+    pub async fn delete_topics(&self, topics: &[String]) -> Result<()> {
+        use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+        let names: Vec<TopicName> = topics
+            .iter()
+            .map(|t| TopicName(StrBytes::from_string(t.clone())))
+            .collect();
+        // Versions before 6 read the names, later ones the states: both are set.
+        let req = DeleteTopicsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topic_names(names.clone())
+            .with_topics(
+                names
+                    .into_iter()
+                    .map(|n| DeleteTopicState::default().with_name(Some(n)))
+                    .collect(),
+            );
+        let resp = self.retry(|| self.send_any(&req)).await?;
+        for t in &resp.responses {
+            match ResponseError::try_from_code(t.error_code) {
+                None | Some(ResponseError::UnknownTopicOrPartition) => {}
+                Some(error) => {
+                    return Err(Error::Broker {
+                        api: ApiKey::DeleteTopics,
                         error,
                     })
                 }

@@ -319,6 +319,13 @@ impl Driver {
                 }
             };
             let high_watermark = (f.high_watermark >= 0).then_some(f.high_watermark);
+            // Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE; a broker that answers
+            // with nothing (nisshi) says the same by its high watermark. A source position is
+            // never past what a fetch of the partition showed, unless the topic was made again.
+            if high_watermark.is_some_and(|hw| want.offset > hw) && self.is_source(&want.tp) {
+                self.out_of_range(&want);
+                continue;
+            }
             let next = next_position(&f, want.offset, high_watermark.unwrap_or(i64::MAX));
             out.push(FetchResult {
                 tp: want.tp.clone(),
@@ -335,6 +342,12 @@ impl Driver {
             fetch,
             results: out,
         }
+    }
+
+    fn is_source(&self, tp: &TopicPartition) -> bool {
+        self.tasks
+            .keys()
+            .any(|t| self.ctx.wire.source_partitions(*t).contains(tp))
     }
 
     /// A fetch from past a partition's end. For a changelog, the store's checkpoint belongs to
