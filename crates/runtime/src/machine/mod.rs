@@ -67,6 +67,9 @@ pub struct MachineConfig {
     pub auto_offset_reset: crate::config::OffsetReset,
 }
 
+/// The least time between two commits when one is made early, before the commit interval.
+pub const EARLY_COMMIT_GAP: Duration = Duration::from_secs(1);
+
 /// What one join round gave this member.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Assigned {
@@ -398,6 +401,8 @@ pub struct ThreadMachine {
     fetch: Option<RequestId>,
     commit: Option<(RequestId, Vec<Position>)>,
     last_commit: Duration,
+    /// A task caught up with its input since the last commit: commit before the interval.
+    commit_early: bool,
     probe_at: Option<Duration>,
     /// The newest generation assigned so far, and the member id it came with.
     last_generation: i32,
@@ -428,6 +433,7 @@ impl ThreadMachine {
             fetch: None,
             commit: None,
             last_commit: now,
+            commit_early: false,
             probe_at: None,
             last_generation: -1,
             last_member_id: None,
@@ -636,6 +642,7 @@ impl ThreadMachine {
                         }
                         t.reading_committed = false;
                         t.phase = Phase::Running;
+                        t.commit_when_caught_up = true;
                     }
                 }
             }
@@ -808,8 +815,14 @@ impl ThreadMachine {
             self.probe_at = None;
             out.push(self.join("probing rebalance"));
         }
-        if now.saturating_sub(self.last_commit) >= self.cfg.commit_interval {
+        let since = now.saturating_sub(self.last_commit);
+        // An early commit (a task caught up, [`TaskState::commit_when_caught_up`]) waits at
+        // least EARLY_COMMIT_GAP after the last one, so bursty input cannot make commits
+        // back to back.
+        let early = self.commit_early && since >= EARLY_COMMIT_GAP.min(self.cfg.commit_interval);
+        if since >= self.cfg.commit_interval || early {
             self.last_commit = now;
+            self.commit_early = false;
             self.commit_now(out);
         }
         let due = |t: &TaskState| t.retry_at.is_none_or(|r| now >= r);
@@ -993,8 +1006,14 @@ impl ThreadMachine {
                             })
                         })
                         .collect();
+                    let caught_up = inputs.iter().all(|i| {
+                        let end = by_tp
+                            .get(&t.sources[i.source].tp)
+                            .and_then(|r| r.high_watermark);
+                        end.is_some_and(|end| i.to >= end)
+                    });
                     if !inputs.is_empty() {
-                        batches.push((t.id, inputs));
+                        batches.push((t.id, inputs, caught_up));
                     }
                 }
                 _ => {}
@@ -1004,12 +1023,13 @@ impl ThreadMachine {
             out.push(Command::Discard { task, why });
             self.reopen(task, now, out);
         }
-        for (task, inputs) in batches {
+        for (task, inputs, caught_up) in batches {
             let batch = self.id();
             if let Some(t) = self.tasks.get_mut(&task) {
                 t.batch = Some(Batch {
                     id: batch,
                     inputs: inputs.iter().map(|i| (i.source, i.to)).collect(),
+                    caught_up,
                 });
             }
             out.push(Command::Process {
@@ -1105,6 +1125,12 @@ impl ThreadMachine {
         t.failures = 0;
         for (i, next) in b.inputs {
             t.sources[i].position = Some(next);
+        }
+        if !b.caught_up {
+            t.commit_when_caught_up = true;
+        } else if t.commit_when_caught_up {
+            t.commit_when_caught_up = false;
+            self.commit_early = true;
         }
         for (i, next) in changelogs {
             if let Some(c) = t.changelogs.get_mut(i) {

@@ -52,6 +52,8 @@ pub struct Batch {
     pub id: RequestId,
     /// (source index, offset after the batch).
     pub inputs: Vec<(usize, i64)>,
+    /// The batch reaches the end its fetch saw in every source it reads.
+    pub caught_up: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +77,10 @@ pub struct TaskState {
     pub failures: u32,
     /// A restoring active asked for its changelogs' ends (see [`super::Command::ListEnds`]).
     pub ends_asked: bool,
+    /// Commit once a batch reaches the input's end: set when the task starts running (it was
+    /// taken over, or the process restarted) and when a batch is left behind (a backlog).
+    /// What a crash repeats is then what came since, not a whole commit interval's backlog.
+    pub commit_when_caught_up: bool,
 }
 
 impl TaskState {
@@ -113,6 +119,7 @@ impl TaskState {
             fresh_from: RequestId(0),
             failures: 0,
             ends_asked: false,
+            commit_when_caught_up: true,
         }
     }
 

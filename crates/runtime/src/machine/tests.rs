@@ -1345,3 +1345,63 @@ fn with_no_offset_reset_a_gone_position_stops_its_task_only() {
     assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
     assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(10));
 }
+
+/// A task that starts running commits as soon as a batch reaches its input's end, not a
+/// whole commit interval later; after that, only when it caught up with a backlog (a batch
+/// that fell short of the end), and never twice within EARLY_COMMIT_GAP.
+#[test]
+fn a_task_commits_once_it_has_caught_up_after_taking_over_or_a_backlog() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let done = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S * 2,
+    );
+    let (commit, _, offsets) = commit_of(&done).expect("an early commit after taking over");
+    assert_eq!(offsets, vec![(tp("in", 0), 10)]);
+    let mut pending = done.clone();
+    pending.extend(m.handle(Event::CommitDone { commit, ok: true }, S * 2));
+    // The next fetch (already asked, or asked now) brings `from..next` of an end at `hw`.
+    let mut fetch_and_process = |m: &mut ThreadMachine, from: i64, next: i64, hw: i64, at| {
+        let mut cmds = std::mem::take(&mut pending);
+        cmds.extend(m.handle(Event::Tick, at));
+        let (fetch, _) = fetch_of(&cmds).expect("a fetch");
+        let cmds = m.handle(
+            Event::Fetched {
+                fetch,
+                results: vec![FetchResult {
+                    tp: tp("in", 0),
+                    from,
+                    next,
+                    high_watermark: Some(hw),
+                }],
+            },
+            at,
+        );
+        let (_, batch, _) = processes(&cmds).first().cloned().expect("a batch");
+        let out = m.handle(
+            Event::BatchDone {
+                task: task(0),
+                batch,
+                changelogs: vec![(0, next)],
+            },
+            at,
+        );
+        pending = out.clone();
+        out
+    };
+    let behind = fetch_and_process(&mut m, 10, 40, 100, S * 3);
+    assert!(commit_of(&behind).is_none(), "behind: no early commit");
+    let caught = fetch_and_process(&mut m, 40, 100, 100, S * 3 + ms(200));
+    assert!(
+        commit_of(&caught).is_none(),
+        "within EARLY_COMMIT_GAP of the last commit: not yet"
+    );
+    let later = m.handle(Event::Tick, S * 4 + ms(100));
+    let (_, _, offsets) = commit_of(&later).expect("the caught-up commit, once the gap passed");
+    assert_eq!(offsets, vec![(tp("in", 0), 100)]);
+}
