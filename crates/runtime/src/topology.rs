@@ -29,6 +29,13 @@ type MapFn = Arc<dyn Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync>;
 type FlatMapFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync>;
 type FlatMapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync>;
 type PeekFn = Arc<dyn Fn(&[u8], &[u8]) + Send + Sync>;
+/// A user's processor over one record: the task, the record, the task's stream time and its
+/// stores; the records it forwards. A store error ends the record (its writes are dropped).
+type ProcessFn = Arc<
+    dyn Fn(TaskId, &StreamRecord, i64, &mut dyn Stores) -> Result<Vec<StreamRecord>, StoreError>
+        + Send
+        + Sync,
+>;
 /// `(current aggregate or None, key, value) -> new aggregate`.
 type AggregateFn = Arc<dyn Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync>;
 
@@ -69,6 +76,13 @@ enum Step {
     Join {
         store: String,
         inner: bool,
+    },
+    /// The Processor API's escape hatch: `f` reads and writes `stores` (plain key-value
+    /// stores of this stream, each with its changelog) and forwards any records, with any
+    /// keys.
+    Process {
+        stores: Vec<String>,
+        f: ProcessFn,
     },
     /// Each record goes through every branch, in order, as a Kafka Streams processor passes
     /// a record to each of its children. `id` names the fork for [`fork_epoch`].
@@ -451,6 +465,24 @@ impl Stream {
         self
     }
 
+    /// Runs `f` on each record with `stores` (Kafka Streams' `process` with named stores):
+    /// each a plain key-value store with a changelog, `f` forwarding any records. Keys may
+    /// change: not allowed before a stateful step.
+    pub fn process(
+        mut self,
+        stores: &[&str],
+        f: impl Fn(TaskId, &StreamRecord, i64, &mut dyn Stores) -> Result<Vec<StreamRecord>, StoreError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.steps.push(Step::Process {
+            stores: stores.iter().map(|s| (*s).to_owned()).collect(),
+            f: Arc::new(f),
+        });
+        self
+    }
+
     /// Writes the stream's records to `topic`, partitioned by key; nothing comes after.
     pub fn to(mut self, topic: &str) -> Self {
         self.steps.push(Step::To {
@@ -463,10 +495,10 @@ impl Stream {
     /// Tables first, then the steps' stores: the order of the task's changelogs.
     fn stores(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
-        walk(&self.steps, &mut |s| {
-            if let Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } = s {
-                out.push(store);
-            }
+        walk(&self.steps, &mut |s| match s {
+            Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } => out.push(store),
+            Step::Process { stores, .. } => out.extend(stores.iter().map(String::as_str)),
+            _ => {}
         });
         out
     }
@@ -516,6 +548,7 @@ fn check_steps(
         }
         match step {
             Step::Map(_)
+            | Step::Process { .. }
             | Step::FlatMap {
                 keeps_keys: false, ..
             } => key_changed = key_changed.or(Some(here)),
@@ -580,7 +613,9 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::Peek(_)
             | Step::Join { .. }
             | Step::FlatMap { updates: true, .. } => {}
-            Step::Map(_) | Step::FlatMap { .. } | Step::FlatMapValues(_) => table = false,
+            Step::Map(_) | Step::FlatMap { .. } | Step::FlatMapValues(_) | Step::Process { .. } => {
+                table = false
+            }
             Step::Fork { branches, .. } => {
                 // Two branches may write the same key: read as a table, the topic then holds
                 // whichever came last, as it would without the cache.
@@ -975,13 +1010,14 @@ impl Topology {
         let Some(stream) = self.streams.get(task.subtopology as usize) else {
             return Ok(());
         };
-        run_steps(&stream.steps, vec![record], stream_time, stores, out)
+        run_steps(task, &stream.steps, vec![record], stream_time, stores, out)
     }
 }
 
 /// Runs `records` through `steps` in order; most steps keep one record one record, a
 /// flat-map makes it many, each going through the later steps in order.
 fn run_steps(
+    task: TaskId,
     steps: &[Step],
     mut records: Vec<StreamRecord>,
     stream_time: i64,
@@ -1056,6 +1092,7 @@ fn run_steps(
                         next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
                     }
                 }
+                Step::Process { f, .. } => next.extend(f(task, &r, stream_time, stores)?),
                 Step::Join { store, inner } => {
                     let table = stores.get(store, &r.key)?;
                     if table.is_some() || !inner {
@@ -1070,7 +1107,7 @@ fn run_steps(
                     for (b, branch) in branches.iter().enumerate() {
                         let one = if b + 1 == n { r.take() } else { r.clone() };
                         if let Some(one) = one {
-                            run_steps(branch, vec![one], stream_time, stores, out)?;
+                            run_steps(task, branch, vec![one], stream_time, stores, out)?;
                         }
                     }
                 }

@@ -185,7 +185,7 @@ impl Graph {
     /// A new branch at `at`, for steps that take the records reaching `at`: every use of a
     /// stream (a sink, a store, a join) is a branch of its own, as a Kafka Streams node may
     /// have several children.
-    fn exit(&mut self, at: &Pos) -> Pos {
+    pub(crate) fn exit(&mut self, at: &Pos) -> Pos {
         let (path, _) = self.streams[at.sub].open_branch(&at.path);
         Pos { sub: at.sub, path }
     }
@@ -196,7 +196,7 @@ impl Graph {
     }
 
     /// Adds steps at `at`, a branch just opened with [`Graph::exit`].
-    fn edit(&mut self, at: &Pos, f: impl FnOnce(Stream) -> Stream) {
+    pub(crate) fn edit(&mut self, at: &Pos, f: impl FnOnce(Stream) -> Stream) {
         self.streams[at.sub].edit_branch(&at.path, f);
     }
 
@@ -225,6 +225,23 @@ fn decoding<KS: Serde, VS: Serde>(
         let v = value
             .deserialize(v)
             .unwrap_or_else(|e| undecodable(format!("{topic}: value: {e}")));
+        vec![(k, v)]
+    })
+}
+
+/// As [`decoding`], for serdes a step shares (a processor's output).
+pub(crate) fn decoding_at<KS: Serde, VS: Serde>(
+    key: Arc<KS>,
+    value: Arc<VS>,
+    what: &'static str,
+) -> Chain<KS::Value, VS::Value> {
+    Arc::new(move |k, v| {
+        let k = key
+            .deserialize(k)
+            .unwrap_or_else(|e| undecodable(format!("{what}: key: {e}")));
+        let v = value
+            .deserialize(v)
+            .unwrap_or_else(|e| undecodable(format!("{what}: value: {e}")));
         vec![(k, v)]
     })
 }

@@ -26,6 +26,7 @@
 
 mod describe;
 mod dsl;
+mod process;
 pub mod run;
 pub mod serdes;
 mod split;
@@ -35,6 +36,7 @@ pub use dsl::{
     Consumed, Grouped, Joined, KGroupedStream, KStream, KTable, Materialized, Produced,
     StreamsBuilder, TimeWindowedKStream,
 };
+pub use process::{KeyValueStore, Processor, ProcessorContext, Record};
 pub use run::{main, parse_args, run, RunArgs, RunError};
 pub use serdes::{Window, Windowed};
 pub use split::{Branched, BranchedKStream};

@@ -799,3 +799,89 @@ mod erased {
         }
     }
 }
+
+/// Counts per key in its store and forwards each count; every 100 ms of stream time it
+/// forwards a `tick` record stamped with the stream time.
+struct CountAndTick(baton_streams::KeyValueStore<Str, Long>);
+
+impl baton_streams::Processor<String, String, String, String> for CountAndTick {
+    fn process(
+        &self,
+        r: baton_streams::Record<String, String>,
+        ctx: &mut baton_streams::ProcessorContext<'_, String, String>,
+    ) {
+        let n = ctx.get(&self.0, &r.key).unwrap_or(0) + 1;
+        ctx.put(&self.0, &r.key, &n);
+        ctx.forward(r.key, n.to_string());
+    }
+
+    fn punctuate_every(&self) -> Option<Duration> {
+        Some(Duration::from_millis(100))
+    }
+
+    fn punctuate(
+        &self,
+        stream_time: i64,
+        ctx: &mut baton_streams::ProcessorContext<'_, String, String>,
+    ) {
+        ctx.forward("tick".into(), stream_time.to_string());
+    }
+}
+
+#[test]
+fn a_processor_keeps_its_store_forwards_and_punctuates_on_stream_time() {
+    let builder = StreamsBuilder::new("pr");
+    builder
+        .stream("in", Consumed::with(Str, Str))
+        .process(
+            CountAndTick(baton_streams::KeyValueStore::new("seen", Str, Long)),
+            &["seen"],
+            Str,
+            Str,
+        )
+        .to("out", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    assert_eq!(t.stores_of(0), ["seen"]);
+    assert_eq!(t.changelog_topic("seen"), "pr-seen-changelog");
+    let mut stores = Mem::default();
+    let at = |k: &str, ts| (k.as_bytes().to_vec(), b"v".to_vec(), ts);
+    let (out, _) = run_at(
+        &t,
+        0,
+        &mut stores,
+        &[
+            at("a", 1000),
+            at("b", 1050),
+            at("a", 1099),
+            at("a", 1100),
+            at("b", 1350),
+        ],
+    );
+    let got: Vec<(String, String, i64)> = out
+        .iter()
+        .map(|r| {
+            (
+                Str.deserialize(&r.key).unwrap(),
+                Str.deserialize(&r.value).unwrap(),
+                r.timestamp,
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, i64)> = [
+        ("a", "1", 1000),
+        ("tick", "1000", 1000),
+        ("b", "1", 1050),
+        ("a", "2", 1099),
+        ("a", "3", 1100),
+        ("tick", "1100", 1100),
+        ("b", "2", 1350),
+        ("tick", "1350", 1350),
+    ]
+    .iter()
+    .map(|(k, v, ts)| (k.to_string(), v.to_string(), *ts))
+    .collect();
+    assert_eq!(got, want);
+    // The store holds Kafka's plain key-value layout: the key's and the value's serde bytes.
+    let a = stores.0.get(&("seen".to_owned(), b"a".to_vec())).cloned();
+    assert_eq!(a, Some(3i64.to_be_bytes().to_vec()));
+}

@@ -1,0 +1,270 @@
+//! The Processor API's escape hatch: [`KStream::process`] runs a user's [`Processor`] on each
+//! record with named key-value stores (each backed by its changelog and scaled like every
+//! other store: warm-ups, standbys, restores), forwarding any records, and punctuating on
+//! stream time as Kafka Streams' `ProcessorContext.schedule(..., STREAM_TIME, ...)` does.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_assignor::TaskId;
+use baton_runtime::record::undecodable;
+use baton_runtime::store::StoreError;
+use baton_runtime::topology::{Stores, StreamRecord};
+
+use crate::dsl::{decoding_at, KStream};
+use crate::serdes::Serde;
+
+/// A record as a processor sees it: key, value and timestamp (milliseconds since the epoch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<K, V> {
+    pub key: K,
+    pub value: V,
+    pub timestamp: i64,
+}
+
+/// A named key-value store a processor reads and writes, with its serdes:
+/// `<application id>-<name>-changelog` is its changelog, keys and values in the serdes'
+/// bytes (Kafka Streams' plain key-value store layout, no timestamp).
+pub struct KeyValueStore<KS, VS> {
+    name: String,
+    key: KS,
+    value: VS,
+}
+
+impl<KS: Serde, VS: Serde> KeyValueStore<KS, VS> {
+    /// As Kafka's `Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(name), k, v)`.
+    pub fn new(name: &str, key: KS, value: VS) -> Self {
+        KeyValueStore {
+            name: name.to_owned(),
+            key,
+            value,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// What a processor may do while it handles a record or a punctuation: forward records,
+/// read and write its stores, and see the record's timestamp and the task's stream time.
+pub struct ProcessorContext<'a, KO, VO> {
+    stores: &'a mut dyn Stores,
+    allowed: &'a [String],
+    forwarded: Vec<(KO, VO, i64)>,
+    timestamp: i64,
+    stream_time: i64,
+    task: TaskId,
+    error: Option<StoreError>,
+}
+
+impl<KO, VO> ProcessorContext<'_, KO, VO> {
+    /// Passes a record on, with the timestamp of the record being processed (or of the
+    /// punctuation).
+    pub fn forward(&mut self, key: KO, value: VO) {
+        self.forwarded.push((key, value, self.timestamp));
+    }
+
+    /// Passes a record on with its own timestamp.
+    pub fn forward_at(&mut self, key: KO, value: VO, timestamp: i64) {
+        self.forwarded.push((key, value, timestamp));
+    }
+
+    /// The timestamp of the record being processed; in a punctuation, the stream time.
+    pub fn timestamp(&self) -> i64 {
+        self.timestamp
+    }
+
+    /// The task's stream time: the largest record timestamp it has seen.
+    pub fn stream_time(&self) -> i64 {
+        self.stream_time
+    }
+
+    /// The task (`<subtopology>_<partition>`): each task has its own stores.
+    pub fn task(&self) -> TaskId {
+        self.task
+    }
+
+    /// The value of `key` in `store`, if any. A store that cannot be read ends the record:
+    /// its writes and forwards are dropped and the batch is tried again.
+    pub fn get<KS: Serde, VS: Serde>(
+        &mut self,
+        store: &KeyValueStore<KS, VS>,
+        key: &KS::Value,
+    ) -> Option<VS::Value> {
+        self.check(&store.name);
+        let bytes = match self.stores.get(&store.name, &store.key.serialize(key)) {
+            Ok(v) => v?,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                return None;
+            }
+        };
+        let value = store
+            .value
+            .deserialize(&bytes)
+            .unwrap_or_else(|e| undecodable(format!("store {:?}: value: {e}", store.name)));
+        Some(value)
+    }
+
+    /// Sets `key`'s value in `store` (written to its changelog with the record's outputs).
+    pub fn put<KS: Serde, VS: Serde>(
+        &mut self,
+        store: &KeyValueStore<KS, VS>,
+        key: &KS::Value,
+        value: &VS::Value,
+    ) {
+        self.check(&store.name);
+        self.stores.put(
+            &store.name,
+            &store.key.serialize(key),
+            store.value.serialize(value),
+        );
+    }
+
+    fn check(&self, store: &str) {
+        if !self.allowed.iter().any(|s| s == store) {
+            panic!("store {store:?} is not connected to this processor: name it in KStream::process's stores");
+        }
+    }
+}
+
+/// A user's processor, as Kafka Streams' `Processor<K, V, KO, VO>`. One value serves every
+/// task; what it keeps per task belongs in its stores (or keyed by [`ProcessorContext::task`]).
+pub trait Processor<K, V, KO, VO>: Send + Sync + 'static {
+    /// Handles one record.
+    fn process(&self, record: Record<K, V>, ctx: &mut ProcessorContext<'_, KO, VO>);
+
+    /// How often [`Processor::punctuate`] runs on stream time (`None`: never).
+    fn punctuate_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Runs when the task's stream time has passed the next punctuation time: first at the
+    /// first record, then each `punctuate_every` of stream time (after the record that
+    /// crossed it), as Kafka's `PunctuationType.STREAM_TIME`. `stream_time` is its time.
+    fn punctuate(&self, stream_time: i64, ctx: &mut ProcessorContext<'_, KO, VO>) {
+        let _ = (stream_time, ctx);
+    }
+}
+
+impl<K, V> KStream<K, V>
+where
+    K: Send + Sync + 'static,
+    V: Send + Sync + 'static,
+{
+    /// Runs `processor` on each record with the stores named in `stores` (created with
+    /// [`KeyValueStore::new`]), as Kafka Streams' `process(supplier, storeNames)`. What it
+    /// forwards is a stream again, read with `key`/`value` (the serdes it crosses the store
+    /// step with). Keys may change: a later grouping repartitions.
+    ///
+    /// ```
+    /// use baton_streams::serdes::{Long, Str};
+    /// use baton_streams::{Consumed, KeyValueStore, Processor, ProcessorContext, Produced, Record, StreamsBuilder};
+    ///
+    /// /// Forwards each key's running total, kept in the store "totals".
+    /// struct Totals(KeyValueStore<Str, Long>);
+    /// impl Processor<String, i64, String, i64> for Totals {
+    ///     fn process(&self, r: Record<String, i64>, ctx: &mut ProcessorContext<'_, String, i64>) {
+    ///         let total = ctx.get(&self.0, &r.key).unwrap_or(0) + r.value;
+    ///         ctx.put(&self.0, &r.key, &total);
+    ///         ctx.forward(r.key, total);
+    ///     }
+    /// }
+    ///
+    /// let builder = StreamsBuilder::new("totals");
+    /// builder
+    ///     .stream("amounts", Consumed::with(Str, Long))
+    ///     .process(Totals(KeyValueStore::new("totals", Str, Long)), &["totals"], Str, Long)
+    ///     .to("running-totals", Produced::with(Str, Long));
+    /// assert_eq!(builder.build().unwrap().changelog_topic("totals"), "totals-totals-changelog");
+    /// ```
+    pub fn process<KO, VO, KS, VS>(
+        self,
+        processor: impl Processor<K, V, KO, VO>,
+        stores: &[&str],
+        key: KS,
+        value: VS,
+    ) -> KStream<KO, VO>
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        KS: Serde<Value = KO>,
+        VS: Serde<Value = VO>,
+    {
+        let graph = self.graph.clone();
+        let mut g = graph.borrow_mut();
+        let at = g.exit(&self.at);
+        let last = g
+            .description
+            .processor(at.sub, "PROCESSOR", &self.last, stores);
+        let names: Vec<String> = stores.iter().map(|s| (*s).to_owned()).collect();
+        let (chain, key, value) = (self.chain, Arc::new(key), Arc::new(value));
+        let (out_key, out_value) = (key.clone(), value.clone());
+        let every = processor
+            .punctuate_every()
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1));
+        let next_punctuation: Mutex<BTreeMap<TaskId, i64>> = Mutex::new(BTreeMap::new());
+        let allowed = names.clone();
+        let step = move |task: TaskId,
+                         r: &StreamRecord,
+                         stream_time: i64,
+                         stores: &mut dyn Stores|
+              -> Result<Vec<StreamRecord>, StoreError> {
+            let mut ctx = ProcessorContext {
+                stores,
+                allowed: &allowed,
+                forwarded: Vec::new(),
+                timestamp: r.timestamp,
+                stream_time,
+                task,
+                error: None,
+            };
+            for (k, v) in chain(&r.key, &r.value) {
+                let record = Record {
+                    key: k,
+                    value: v,
+                    timestamp: r.timestamp,
+                };
+                processor.process(record, &mut ctx);
+            }
+            if let Some(every) = every {
+                let due = {
+                    let mut next = next_punctuation.lock().unwrap_or_else(|p| p.into_inner());
+                    let at = next.entry(task).or_insert(stream_time);
+                    let due = stream_time >= *at;
+                    if due {
+                        // The next time after this one, on the schedule's steps.
+                        let behind = (stream_time - *at) / every + 1;
+                        *at = at.saturating_add(behind.saturating_mul(every));
+                    }
+                    due
+                };
+                if due {
+                    ctx.timestamp = stream_time;
+                    processor.punctuate(stream_time, &mut ctx);
+                }
+            }
+            if let Some(e) = ctx.error {
+                return Err(e);
+            }
+            Ok(ctx
+                .forwarded
+                .into_iter()
+                .map(|(k, v, ts)| StreamRecord::new(key.serialize(&k), value.serialize(&v), ts))
+                .collect())
+        };
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        g.edit(&at, move |s| s.process(&refs, step));
+        drop(g);
+        KStream {
+            graph,
+            at,
+            chain: decoding_at(out_key, out_value, "a processor's output"),
+            key_changed: true,
+            updates: false,
+            last,
+        }
+    }
+}
