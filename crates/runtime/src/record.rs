@@ -61,7 +61,7 @@ pub fn run_record(
     match ran {
         Ok(Ok(())) => {
             for (store, key, value) in scope.writes {
-                scope.stores.put(&store, &key, value);
+                scope.stores.write(&store, &key, value);
             }
             out.records.append(&mut produced.records);
             out.late += produced.late;
@@ -78,7 +78,7 @@ pub fn run_record(
 /// A record's writes, read back by the record itself before they reach the batch.
 struct Scope<'s> {
     stores: &'s mut dyn Stores,
-    writes: Vec<(String, Vec<u8>, Vec<u8>)>,
+    writes: Vec<(String, Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl Stores for Scope<'_> {
@@ -89,12 +89,12 @@ impl Stores for Scope<'_> {
             .rev()
             .find(|(s, k, _)| s == store && k == key);
         match mine {
-            Some((_, _, v)) => Ok(Some(v.clone())),
+            Some((_, _, v)) => Ok(v.clone()),
             None => self.stores.get(store, key),
         }
     }
 
-    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+    fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
         self.writes.push((store.to_owned(), key.to_vec(), value));
     }
 }
@@ -174,8 +174,12 @@ mod tests {
         fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
             Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
         }
-        fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
-            self.0.insert((store.to_owned(), key.to_vec()), value);
+        fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
+            let k = (store.to_owned(), key.to_vec());
+            match value {
+                Some(v) => self.0.insert(k, v),
+                None => self.0.remove(&k),
+            };
         }
     }
 

@@ -1071,7 +1071,7 @@ impl Driver {
             let tp = &changelogs[idx];
             let wire: Vec<KeyValue> = writes
                 .iter()
-                .map(|(k, v)| (Some(Bytes::from(k.clone())), Some(Bytes::from(v.clone()))))
+                .map(|(k, v)| (Some(Bytes::from(k.clone())), v.clone().map(Bytes::from)))
                 .collect();
             if wire.is_empty() {
                 continue;
@@ -1081,11 +1081,7 @@ impl Driver {
             }
             match self.produce(tp, &wire, None).await {
                 Ok(next) => {
-                    applied.push((
-                        idx,
-                        writes.into_iter().map(|(k, v)| (k, Some(v))).collect(),
-                        next,
-                    ));
+                    applied.push((idx, writes, next));
                 }
                 Err(Produced::Failed) => return failed(false),
                 Err(Produced::Oversized { index, .. }) => {
@@ -1398,7 +1394,7 @@ type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
 /// its end ([`sorted`]).
 struct Pending<'a> {
     stores: &'a [StoreIo],
-    writes: BTreeMap<usize, HashMap<Vec<u8>, Vec<u8>>>,
+    writes: BTreeMap<usize, HashMap<Vec<u8>, Option<Vec<u8>>>>,
     tables: BTreeMap<usize, TableUpdates>,
 }
 
@@ -1411,12 +1407,12 @@ impl Stores for Pending<'_> {
             return Ok(v.clone());
         }
         if let Some(v) = self.writes.get(&idx).and_then(|w| w.get(key)) {
-            return Ok(Some(v.clone()));
+            return Ok(v.clone());
         }
         self.stores[idx].store.get(key)
     }
 
-    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+    fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
         if let Some(idx) = self.stores.iter().position(|s| s.name == store) {
             self.writes
                 .entry(idx)

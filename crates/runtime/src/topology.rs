@@ -709,7 +709,16 @@ pub struct Topology {
 /// Where a processed record goes.
 pub trait Stores {
     fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
-    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>);
+    /// Sets `key`'s value, or deletes it (`None`: a tombstone in the changelog).
+    fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>);
+
+    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
+        self.write(store, key, Some(value));
+    }
+
+    fn delete(&mut self, store: &str, key: &[u8]) {
+        self.write(store, key, None);
+    }
 }
 
 impl Topology {
@@ -1176,8 +1185,12 @@ mod tests {
         fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
             Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
         }
-        fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
-            self.0.insert((store.to_owned(), key.to_vec()), value);
+        fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
+            let k = (store.to_owned(), key.to_vec());
+            match value {
+                Some(v) => self.0.insert(k, v),
+                None => self.0.remove(&k),
+            };
         }
     }
 

@@ -123,6 +123,12 @@ impl<KO, VO> ProcessorContext<'_, KO, VO> {
         );
     }
 
+    /// Deletes `key` from `store` (a tombstone in its changelog).
+    pub fn delete<KS: Serde, VS: Serde>(&mut self, store: &KeyValueStore<KS, VS>, key: &KS::Value) {
+        self.check(&store.name);
+        self.stores.delete(&store.name, &store.key.serialize(key));
+    }
+
     fn check(&self, store: &str) {
         if !self.allowed.iter().any(|s| s == store) {
             panic!("store {store:?} is not connected to this processor: name it in KStream::process's stores");

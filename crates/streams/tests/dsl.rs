@@ -21,8 +21,12 @@ impl Stores for Mem {
     fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
     }
-    fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
-        self.0.insert((store.to_owned(), key.to_vec()), value);
+    fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
+        let k = (store.to_owned(), key.to_vec());
+        match value {
+            Some(v) => self.0.insert(k, v),
+            None => self.0.remove(&k),
+        };
     }
 }
 
@@ -810,6 +814,10 @@ impl baton_streams::Processor<String, String, String, String> for CountAndTick {
         r: baton_streams::Record<String, String>,
         ctx: &mut baton_streams::ProcessorContext<'_, String, String>,
     ) {
+        if r.value == "reset" {
+            ctx.delete(&self.0, &r.key);
+            return;
+        }
         let n = ctx.get(&self.0, &r.key).unwrap_or(0) + 1;
         ctx.put(&self.0, &r.key, &n);
         ctx.forward(r.key, n.to_string());
@@ -884,4 +892,12 @@ fn a_processor_keeps_its_store_forwards_and_punctuates_on_stream_time() {
     // The store holds Kafka's plain key-value layout: the key's and the value's serde bytes.
     let a = stores.0.get(&("seen".to_owned(), b"a".to_vec())).cloned();
     assert_eq!(a, Some(3i64.to_be_bytes().to_vec()));
+    // A delete, then the key counts from 1 again.
+    let reset = |k: &str, ts| (k.as_bytes().to_vec(), b"reset".to_vec(), ts);
+    let (out, _) = run_at(&t, 0, &mut stores, &[reset("a", 1360), at("a", 1370)]);
+    let values: Vec<String> = out
+        .iter()
+        .map(|r| Str.deserialize(&r.value).unwrap())
+        .collect();
+    assert_eq!(values, ["1"]);
 }
