@@ -67,6 +67,14 @@ pub struct MachineConfig {
     pub auto_offset_reset: crate::config::OffsetReset,
 }
 
+/// The pause before fetching again after a fetch that failed whole: short at first (a
+/// leader moving), growing to a second (a topic gone for good).
+pub const FETCH_BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(20),
+    max: Duration::from_secs(1),
+    attempts: u32::MAX,
+};
+
 /// The least time between two commits when one is made early, before the commit interval.
 pub const EARLY_COMMIT_GAP: Duration = Duration::from_secs(1);
 
@@ -403,6 +411,9 @@ pub struct ThreadMachine {
     last_commit: Duration,
     /// A task caught up with its input since the last commit: commit before the interval.
     commit_early: bool,
+    /// Fetches failed in a row, and when the next may go ([`FETCH_BACKOFF`]).
+    fetch_failures: u32,
+    fetch_retry_at: Option<Duration>,
     probe_at: Option<Duration>,
     /// The newest generation assigned so far, and the member id it came with.
     last_generation: i32,
@@ -434,6 +445,8 @@ impl ThreadMachine {
             commit: None,
             last_commit: now,
             commit_early: false,
+            fetch_failures: 0,
+            fetch_retry_at: None,
             probe_at: None,
             last_generation: -1,
             last_member_id: None,
@@ -609,12 +622,18 @@ impl ThreadMachine {
             Event::Fetched { fetch, results } => {
                 if self.fetch == Some(fetch) {
                     self.fetch = None;
+                    self.fetch_failures = 0;
+                    self.fetch_retry_at = None;
                     self.fetched(fetch, results, now, &mut out);
                 }
             }
             Event::FetchFailed { fetch } => {
                 if self.fetch == Some(fetch) {
                     self.fetch = None;
+                    // A broker that answers at once (a topic gone, no leader) is not asked
+                    // again at once: hundreds of fetches a second helped no one.
+                    self.fetch_failures = self.fetch_failures.saturating_add(1);
+                    self.fetch_retry_at = Some(now + FETCH_BACKOFF.delay(self.fetch_failures));
                 }
             }
             Event::EndsListed {
@@ -875,7 +894,10 @@ impl ThreadMachine {
             out.push(Command::ReadCommitted { task });
         }
         // One fetch at a time, and none while a batch runs, so it covers every source.
-        if self.fetch.is_none() && self.tasks.values().all(|t| t.batch.is_none()) {
+        if self.fetch.is_none()
+            && self.fetch_retry_at.is_none_or(|t| now >= t)
+            && self.tasks.values().all(|t| t.batch.is_none())
+        {
             let wants = self.wants(now);
             if !wants.is_empty() {
                 let fetch = self.id();

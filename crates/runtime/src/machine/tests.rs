@@ -1405,3 +1405,42 @@ fn a_task_commits_once_it_has_caught_up_after_taking_over_or_a_backlog() {
     let (_, _, offsets) = commit_of(&later).expect("the caught-up commit, once the gap passed");
     assert_eq!(offsets, vec![(tp("in", 0), 100)]);
 }
+
+/// A fetch that fails whole (the topic gone, no leader) is asked again after a growing pause,
+/// not at once; one that succeeds resets the pause.
+#[test]
+fn failed_fetches_back_off_and_a_good_one_resets_the_backoff() {
+    let mut m = machine();
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let after_fail = m.handle(Event::FetchFailed { fetch }, S);
+    assert!(fetch_of(&after_fail).is_none(), "not at once");
+    let soon = m.handle(Event::Tick, S + FETCH_BACKOFF.delay(1));
+    let (second, _) = fetch_of(&soon).expect("after the first pause");
+    m.handle(Event::FetchFailed { fetch: second }, S * 2);
+    assert!(fetch_of(&m.handle(Event::Tick, S * 2 + FETCH_BACKOFF.delay(1))).is_none());
+    let (third, wants) = fetch_of(&m.handle(Event::Tick, S * 2 + FETCH_BACKOFF.delay(2)))
+        .expect("after the doubled pause");
+    let results = wants
+        .iter()
+        .map(|w| FetchResult {
+            tp: w.tp.clone(),
+            from: w.offset,
+            next: w.offset,
+            high_watermark: Some(w.offset),
+        })
+        .collect();
+    let ok = m.handle(
+        Event::Fetched {
+            fetch: third,
+            results,
+        },
+        S * 3,
+    );
+    let next = if fetch_of(&ok).is_some() {
+        ok
+    } else {
+        m.handle(Event::Tick, S * 3)
+    };
+    assert!(fetch_of(&next).is_some(), "a good fetch resets the pause");
+}
