@@ -13,12 +13,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use baton_protocol::TopicPartition;
 
 use crate::context::Context;
-use crate::machine::{Assigned, Event, Heartbeat, Report};
+use crate::machine::{Assigned, Event, Heartbeat, JoinReason, Report};
 
 /// What the thread asks of its membership task.
 pub enum Request {
     /// Run a join round (subscribing with the latest report).
-    Join(String),
+    Join(JoinReason),
     /// Leave the group, then stop.
     Leave(oneshot::Sender<()>),
 }
@@ -64,7 +64,7 @@ impl MembershipTask {
                     if report.joining || short.iter().any(|tp| report.owned.contains(tp)) {
                         continue;
                     }
-                    Some(Request::Join("claimed partitions were not all given back".into()))
+                    Some(Request::Join(JoinReason::ClaimsNotGivenBack))
                 }
                 _ = tokio::time::sleep_until(next_heartbeat), if joined => {
                     next_heartbeat = tokio::time::Instant::now() + interval;
@@ -98,7 +98,7 @@ impl MembershipTask {
                             }
                         }
                     }
-                    let Some((assigned, short)) = self.round(&reason, next_heartbeat).await else {
+                    let Some((assigned, short)) = self.round(reason, next_heartbeat).await else {
                         return;
                     };
                     rejoin_after = (!short.is_empty()).then_some((assigned.generation, short));
@@ -123,7 +123,7 @@ impl MembershipTask {
     /// `due` is when the next heartbeat is due: the round keeps the beat going from there.
     async fn round(
         &mut self,
-        reason: &str,
+        reason: JoinReason,
         due: tokio::time::Instant,
     ) -> Option<(Assigned, Vec<TopicPartition>)> {
         let mut due = due;
@@ -134,7 +134,7 @@ impl MembershipTask {
             self.member.set_warmups(report.warmups.clone());
             let claimed = report.claimed(self.latest.as_ref());
             self.member.set_owned(claimed.clone());
-            tracing::info!(thread = %self.name, reason, "rebalance");
+            tracing::info!(thread = %self.name, reason = reason.name(), "rebalance");
             let started = Instant::now();
             // The coordinator refreshes the session of a member that heartbeats while its join
             // is pending: keep beating, so the thread may go on writing through a long round.
@@ -156,7 +156,7 @@ impl MembershipTask {
                         .recovered(|| format!("joining the group ({})", self.name));
                     self.ctx.status.count_rebalance();
                     let seconds = started.elapsed().as_secs_f64();
-                    self.ctx.status.observe_rebalance(reason, seconds);
+                    self.ctx.status.observe_rebalance(reason.name(), seconds);
                     tracing::info!(
                         thread = %self.name,
                         generation = m.generation,
@@ -166,7 +166,7 @@ impl MembershipTask {
                         standby = m.info.standby_tasks.len().saturating_sub(m.info.warmup_tasks.len()),
                         warmup = m.info.warmup_tasks.len(),
                         seconds = format!("{seconds:.3}"),
-                        reason,
+                        reason = reason.name(),
                         "assigned"
                     );
                     self.latest = Some((m.generation, m.partitions.clone()));

@@ -411,7 +411,7 @@ impl World {
             Command::Join { reason, report } => {
                 // A lapsed membership drops its actives uncommitted, like a crash: what it
                 // processed since its last commit may be processed again.
-                if reason.contains("heartbeat") || reason.contains("fenced") {
+                if reason.lost_membership() {
                     self.crashed = true;
                 }
                 if self.members[i].joining {

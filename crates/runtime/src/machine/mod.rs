@@ -10,6 +10,7 @@
 //! Only the assignment that ends the round takes tasks away; a revoked active is committed and
 //! closed, then the thread rejoins at once so the leader can hand it to its new owner.
 
+mod join_reason;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,7 @@ use baton_kafka::Backoff;
 use baton_protocol::bridge::Topology as WireTopology;
 use baton_protocol::TopicPartition;
 
+pub use join_reason::JoinReason;
 pub use task::{Batch, ChangelogCursor, SourceCursor, TaskState};
 
 use crate::status::{Phase, Role};
@@ -311,7 +313,7 @@ impl Report {
 pub enum Command {
     /// Make sure a join round is under way, subscribing with `report`.
     Join {
-        reason: String,
+        reason: JoinReason,
         report: Report,
     },
     Leave,
@@ -461,7 +463,7 @@ impl ThreadMachine {
 
     /// The first commands: join the group.
     pub fn start(&mut self) -> Vec<Command> {
-        vec![self.join("startup")]
+        vec![self.join(JoinReason::Startup)]
     }
 
     pub fn tasks(&self) -> &BTreeMap<TaskId, TaskState> {
@@ -570,7 +572,7 @@ impl ThreadMachine {
                     // heartbeat interval). If a new round did start, the next heartbeat says so.
                     if !self.is_joining() && at >= self.assigned_at {
                         if self.unreleased.is_empty() {
-                            out.push(self.join("the group is rebalancing"));
+                            out.push(self.join(JoinReason::GroupRebalancing));
                         } else {
                             // As a Kafka consumer finishes revoking before it sends JoinGroup:
                             // joining now would claim the revoked actives again, and the round
@@ -582,7 +584,7 @@ impl ThreadMachine {
                 }
                 // During a round this only says the round ended; its answer is on the way.
                 Heartbeat::Fenced if self.is_joining() || at < self.assigned_at => {}
-                Heartbeat::Fenced => self.fenced("the coordinator fenced this member", &mut out),
+                Heartbeat::Fenced => self.fenced(JoinReason::Fenced, &mut out),
                 Heartbeat::Failed => {}
             },
             Event::Tick => {}
@@ -590,7 +592,7 @@ impl ThreadMachine {
                 if !self.leaving {
                     self.leaving = true;
                     self.commit_now(&mut out);
-                    out.push(self.join("drain requested"));
+                    out.push(self.join(JoinReason::DrainRequested));
                 }
             }
             Event::DrainCancelled => {
@@ -598,7 +600,7 @@ impl ThreadMachine {
                 if self.leaving && !self.stopped {
                     self.leaving = false;
                     if !self.is_joining() {
-                        out.push(self.join("drain cancelled"));
+                        out.push(self.join(JoinReason::DrainCancelled));
                     }
                 }
             }
@@ -792,7 +794,7 @@ impl ThreadMachine {
                         // the next round hands over, or lets the commit be retried.
                         self.rejoin_when_released = false;
                         if !self.is_joining() {
-                            out.push(self.join("released revoked actives"));
+                            out.push(self.join(JoinReason::ReleasedRevokedActives));
                         }
                     }
                 }
@@ -832,7 +834,7 @@ impl ThreadMachine {
             && self.unreleased.is_empty()
         {
             self.probe_at = None;
-            out.push(self.join("probing rebalance"));
+            out.push(self.join(JoinReason::ProbingRebalance));
         }
         let since = now.saturating_sub(self.last_commit);
         // An early commit (a task caught up, [`TaskState::commit_when_caught_up`]) waits at
@@ -909,7 +911,7 @@ impl ThreadMachine {
 
     fn check_lapse(&mut self, now: Duration, out: &mut Vec<Command>) {
         if !self.may_write(now) && self.tasks.values().any(|t| t.role == Role::Active) {
-            self.fenced("no heartbeat answer within the session timeout", out);
+            self.fenced(JoinReason::SessionLapsed, out);
         }
     }
 
@@ -1129,9 +1131,9 @@ impl ThreadMachine {
         if due {
             out.push(
                 self.join(if all && self.cfg.rejoin_mode == RejoinMode::Stable {
-                    "every warm-up caught up"
+                    JoinReason::EveryWarmupCaughtUp
                 } else {
-                    "a warm-up caught up"
+                    JoinReason::WarmupCaughtUp
                 }),
             );
         }
@@ -1212,7 +1214,7 @@ impl ThreadMachine {
         self.commit = Some((commit, offsets));
     }
 
-    fn join(&mut self, reason: &str) -> Command {
+    fn join(&mut self, reason: JoinReason) -> Command {
         self.group = Group::Joining;
         self.reported_leaving = self.leaving;
         let acceptable = self.cfg.acceptable_recovery_lag;
@@ -1222,14 +1224,14 @@ impl ThreadMachine {
             }
         }
         Command::Join {
-            reason: reason.to_owned(),
+            reason,
             report: self.report(),
         }
     }
 
     /// The membership lapsed: another member may own these actives now. Drop them without
     /// committing (their in-flight output is the zombie window, docs/RUNTIME.md), then rejoin.
-    fn fenced(&mut self, reason: &str, out: &mut Vec<Command>) {
+    fn fenced(&mut self, reason: JoinReason, out: &mut Vec<Command>) {
         self.drop_unprotected(out);
         out.push(self.join(reason));
     }
@@ -1367,14 +1369,14 @@ impl ThreadMachine {
             return;
         }
         if a.version_probing {
-            out.push(self.join("version probing"));
+            out.push(self.join(JoinReason::VersionProbing));
         } else if !self.unreleased.is_empty() {
             // Released once their commit lands (or is refused: then retried next round).
             self.rejoin_when_released = true;
         } else if !revoked.is_empty() {
-            out.push(self.join("released revoked actives"));
+            out.push(self.join(JoinReason::ReleasedRevokedActives));
         } else if self.leaving && !self.reported_leaving {
-            out.push(self.join("drain requested"));
+            out.push(self.join(JoinReason::DrainRequested));
         }
         // A warm-up that caught up during the round (its join said behind) asks now.
         self.signal_caught_up_warmups(out);

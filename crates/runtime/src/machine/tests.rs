@@ -105,7 +105,7 @@ fn processes(cmds: &[Command]) -> Vec<(TaskId, RequestId, Vec<Input>)> {
 fn joins(cmds: &[Command]) -> Vec<String> {
     cmds.iter()
         .filter_map(|c| match c {
-            Command::Join { reason, .. } => Some(reason.clone()),
+            Command::Join { reason, .. } => Some(reason.name().to_owned()),
             _ => None,
         })
         .collect()

@@ -8,16 +8,12 @@ use std::time::Duration;
 use baton_assignor::TaskId;
 use baton_protocol::TopicPartition;
 use baton_runtime::machine::{
-    Command, Event, FetchResult, FetchWant, MachineConfig, RequestId, ThreadMachine,
+    Command, Event, FetchResult, FetchWant, JoinReason, MachineConfig, RequestId, ThreadMachine,
 };
 
 use super::logs::Partition;
 use super::{Engine, Pending, CHUNK, FETCH_LATENCY, IDLE_POLL, POLL, REQUEST_LATENCY};
 use crate::scenario::InstanceSpec;
-
-/// The join a thread sends after handing back actives the last round revoked. The round it
-/// starts is the cooperative protocol's second; an eager group neither pauses nor counts it.
-const RELEASE: &str = "released revoked actives";
 
 pub struct Thread {
     /// `None` once the thread has exited.
@@ -278,7 +274,10 @@ impl Engine<'_> {
         let now = self.now;
         match c {
             Command::Join { reason, report } => {
-                self.send_join(ii, ti, &report, reason == RELEASE);
+                // The join after handing back revoked actives starts the cooperative
+                // protocol's second round; an eager group neither pauses nor counts it.
+                let release = reason == JoinReason::ReleasedRevokedActives;
+                self.send_join(ii, ti, &report, release);
             }
             Command::Leave => {
                 let id = self.insts[ii].threads[ti].member_id.take();
