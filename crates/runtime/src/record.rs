@@ -47,6 +47,33 @@ pub fn run_record(
     stores: &mut dyn Stores,
     out: &mut Output,
 ) -> RecordOutcome {
+    contained(stores, out, |stores, out| {
+        topology.process(task, record, stream_time, stores, out)
+    })
+}
+
+/// Runs the wall-clock punctuations of task `task` that are due at `now_ms`
+/// ([`Topology::punctuate`]), contained as [`run_record`] contains a record.
+pub fn run_punctuation(
+    topology: &Topology,
+    task: TaskId,
+    now_ms: i64,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+) -> RecordOutcome {
+    contained(stores, out, |stores, out| {
+        topology.punctuate(task, now_ms, stream_time, stores, out)
+    })
+}
+
+/// Runs `f` with a scope of `stores`: its writes and outputs reach `stores` and `out` only if
+/// it returns without a panic or a store error.
+fn contained(
+    stores: &mut dyn Stores,
+    out: &mut Output,
+    f: impl FnOnce(&mut dyn Stores, &mut Output) -> Result<(), crate::store::StoreError>,
+) -> RecordOutcome {
     quiet_contained_panics();
     let mut scope = Scope {
         stores,
@@ -54,9 +81,7 @@ pub fn run_record(
     };
     let mut produced = Output::default();
     CONTAINED.set(true);
-    let ran = panic::catch_unwind(AssertUnwindSafe(|| {
-        topology.process(task, record, stream_time, &mut scope, &mut produced)
-    }));
+    let ran = panic::catch_unwind(AssertUnwindSafe(|| f(&mut scope, &mut produced)));
     CONTAINED.set(false);
     match ran {
         Ok(Ok(())) => {

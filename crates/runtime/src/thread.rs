@@ -155,6 +155,13 @@ impl StreamThread {
                 },
                 rejoin_mode: cfg.assignment.rejoin_mode,
                 auto_offset_reset: cfg.auto_offset_reset,
+                wall_clock: self
+                    .ctx
+                    .wire
+                    .subtopologies
+                    .keys()
+                    .filter_map(|&sub| Some((sub, self.ctx.topology.wall_clock_every(sub)?)))
+                    .collect(),
             },
             self.ctx.wire.clone(),
             epoch.elapsed(),
@@ -443,7 +450,14 @@ impl Driver {
                 batch,
                 inputs,
             } => {
-                let e = self.process(m, task, batch, &inputs).await;
+                let e = self.process(m, task, batch, &inputs, None).await;
+                self.local.push_back(e);
+            }
+            Command::Punctuate { task, batch } => {
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                let e = self.process(m, task, batch, &[], Some(now_ms)).await;
                 self.local.push_back(e);
             }
             Command::Persist { task } => {
@@ -863,6 +877,7 @@ impl Driver {
         task: TaskId,
         batch: RequestId,
         inputs: &[Input],
+        punctuate_at: Option<i64>,
     ) -> Event {
         let ctx = self.ctx.clone();
         let sources = ctx.wire.source_partitions(task);
@@ -1026,6 +1041,38 @@ impl Driver {
                         continue;
                     }
                     origins.push((source, r.offset, out.records.len()));
+                }
+            }
+            if let Some(now_ms) = punctuate_at {
+                let ran = crate::record::run_punctuation(
+                    &ctx.topology,
+                    task,
+                    now_ms,
+                    stream_time,
+                    &mut pending,
+                    &mut out,
+                );
+                match ran {
+                    RecordOutcome::Done => {}
+                    RecordOutcome::Store(e) => {
+                        self.store_failures.failed(
+                            task,
+                            "running a wall-clock punctuation with the task's stores",
+                            &e.to_string(),
+                            &self.ctx.cfg.state_dir,
+                        );
+                        return Some(failed(false));
+                    }
+                    RecordOutcome::Panicked(why) | RecordOutcome::Undecodable(why) => {
+                        if ctx.cfg.on_processing_error == ProcessingErrorPolicy::Fail {
+                            tracing::error!(task = %task, error = %why, "a wall-clock punctuation failed in the application's code; stopping this task only (on-processing-error=fail)");
+                            return Some(Event::RecordFailed { task, batch });
+                        }
+                        if let Some(unlogged) = self.skip_log.admit(task, started) {
+                            tracing::error!(task = %task, error = %why, unlogged_since_last = unlogged, "a wall-clock punctuation failed in the application's code; skipping it (on-processing-error)");
+                        }
+                        self.ctx.status.add_skipped(task);
+                    }
                 }
             }
             None

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use baton_assignor::TaskId;
 use baton_protocol::bridge::{Subtopology, Topology as WireTopology};
@@ -33,6 +34,13 @@ type PeekFn = Arc<dyn Fn(&[u8], &[u8]) + Send + Sync>;
 /// stores; the records it forwards. A store error ends the record (its writes are dropped).
 type ProcessFn = Arc<
     dyn Fn(TaskId, &StreamRecord, i64, &mut dyn Stores) -> Result<Vec<StreamRecord>, StoreError>
+        + Send
+        + Sync,
+>;
+/// A processor's wall-clock punctuation: the task, the wall-clock time (ms since the epoch),
+/// the task's stream time and its stores; the records it forwards.
+type PunctuateFn = Arc<
+    dyn Fn(TaskId, i64, i64, &mut dyn Stores) -> Result<Vec<StreamRecord>, StoreError>
         + Send
         + Sync,
 >;
@@ -83,6 +91,8 @@ enum Step {
     Process {
         stores: Vec<String>,
         f: ProcessFn,
+        /// Called every `.0` of wall-clock time ([`Topology::punctuate`]).
+        wall: Option<(Duration, PunctuateFn)>,
     },
     /// Each record goes through every branch, in order, as a Kafka Streams processor passes
     /// a record to each of its children. `id` names the fork for [`fork_epoch`].
@@ -479,7 +489,25 @@ impl Stream {
         self.steps.push(Step::Process {
             stores: stores.iter().map(|s| (*s).to_owned()).collect(),
             f: Arc::new(f),
+            wall: None,
         });
+        self
+    }
+
+    /// Adds a wall-clock punctuation to the `process` step just added: `p(task, now_ms,
+    /// stream_time, stores)` runs every `every` of wall-clock time on each running active of
+    /// the sub-topology, its records going on through the later steps.
+    pub fn punctuated_every(
+        mut self,
+        every: Duration,
+        p: impl Fn(TaskId, i64, i64, &mut dyn Stores) -> Result<Vec<StreamRecord>, StoreError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        if let Some(Step::Process { wall, .. }) = self.steps.last_mut() {
+            *wall = Some((every, Arc::new(p)));
+        }
         self
     }
 
@@ -948,6 +976,37 @@ impl Topology {
             .unwrap_or_default()
     }
 
+    /// How often the wall-clock punctuations of sub-topology `sub` are due (the shortest of
+    /// its processors'), if it has any.
+    pub fn wall_clock_every(&self, sub: u32) -> Option<Duration> {
+        let mut every: Option<Duration> = None;
+        walk(&self.streams.get(sub as usize)?.steps, &mut |s| {
+            if let Step::Process {
+                wall: Some((d, _)), ..
+            } = s
+            {
+                every = Some(every.map_or(*d, |e| e.min(*d)));
+            }
+        });
+        every
+    }
+
+    /// Runs the wall-clock punctuations of task `task` at `now_ms`: each processor's records
+    /// go on through the steps after it, to the sinks in `out`.
+    pub fn punctuate(
+        &self,
+        task: TaskId,
+        now_ms: i64,
+        stream_time: i64,
+        stores: &mut dyn Stores,
+        out: &mut Output,
+    ) -> Result<(), StoreError> {
+        let Some(stream) = self.streams.get(task.subtopology as usize) else {
+            return Ok(());
+        };
+        punctuate_steps(task, &stream.steps, now_ms, stream_time, stores, out)
+    }
+
     /// Whether sink `sink` of subtopology `sub` carries a table's updates: each `to` of it
     /// comes after an aggregation and only steps that keep the key and give at most one
     /// record per record. Then a later record of a key replaces an earlier one, read as a
@@ -1021,6 +1080,35 @@ impl Topology {
         };
         run_steps(task, &stream.steps, vec![record], stream_time, stores, out)
     }
+}
+
+fn punctuate_steps(
+    task: TaskId,
+    steps: &[Step],
+    now_ms: i64,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+) -> Result<(), StoreError> {
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            Step::Process {
+                wall: Some((_, p)), ..
+            } => {
+                let records = p(task, now_ms, stream_time, stores)?;
+                if !records.is_empty() {
+                    run_steps(task, &steps[i + 1..], records, stream_time, stores, out)?;
+                }
+            }
+            Step::Fork { branches, .. } => {
+                for b in branches {
+                    punctuate_steps(task, b, now_ms, stream_time, stores, out)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Runs `records` through `steps` in order; most steps keep one record one record, a

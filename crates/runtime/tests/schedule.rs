@@ -259,6 +259,7 @@ impl World {
             },
             rejoin_mode: baton_assignor::RejoinMode::Eager,
             auto_offset_reset: baton_runtime::config::OffsetReset::Earliest,
+            wall_clock: std::collections::BTreeMap::new(),
         }
     }
 
@@ -621,7 +622,10 @@ impl World {
                 );
             }
             // The fuzzer's logs are never deleted or made again: no fetch is out of range.
-            Command::ListSourceOffsets { .. } | Command::SourceReset { .. } => {}
+            // Nor has its topology a wall-clock punctuation.
+            Command::ListSourceOffsets { .. }
+            | Command::SourceReset { .. }
+            | Command::Punctuate { .. } => {}
             Command::ListEnds { task, request, .. } => {
                 // Lost answers need none: the fetches find the ends too.
                 if !self.rng.chance(5) {

@@ -153,6 +153,32 @@ pub trait Processor<K, V, KO, VO>: Send + Sync + 'static {
     fn punctuate(&self, stream_time: i64, ctx: &mut ProcessorContext<'_, KO, VO>) {
         let _ = (stream_time, ctx);
     }
+
+    /// How often [`Processor::punctuate_wall`] runs on wall-clock time (`None`: never).
+    fn punctuate_wall_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Runs on each running active task every `punctuate_wall_every` of wall-clock time,
+    /// whether records arrive or not, as Kafka's `PunctuationType.WALL_CLOCK_TIME`: first
+    /// one interval after the task started running. `now_ms` is the time (ms since the
+    /// epoch); what it forwards is stamped with it. A late punctuation is not repeated to
+    /// catch up.
+    fn punctuate_wall(&self, now_ms: i64, ctx: &mut ProcessorContext<'_, KO, VO>) {
+        let _ = (now_ms, ctx);
+    }
+}
+
+/// A processor's forwards as the bytes of `key`'s and `value`'s serdes.
+fn encode<KS: Serde, VS: Serde>(
+    key: &KS,
+    value: &VS,
+    forwarded: Vec<(KS::Value, VS::Value, i64)>,
+) -> Vec<StreamRecord> {
+    forwarded
+        .into_iter()
+        .map(|(k, v, ts)| StreamRecord::new(key.serialize(&k), value.serialize(&v), ts))
+        .collect()
 }
 
 impl<K, V> KStream<K, V>
@@ -208,9 +234,50 @@ where
         let names: Vec<String> = stores.iter().map(|s| (*s).to_owned()).collect();
         let (chain, key, value) = (self.chain, Arc::new(key), Arc::new(value));
         let (out_key, out_value) = (key.clone(), value.clone());
+        let processor = Arc::new(processor);
         let every = processor
             .punctuate_every()
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1));
+        let wall = processor.punctuate_wall_every().map(|every| {
+            let (processor, allowed) = (processor.clone(), names.clone());
+            let (key, value) = (key.clone(), value.clone());
+            // The runtime calls every punctuation of a sub-topology at its shortest interval;
+            // this one runs on its own: when `every` has passed since it last ran, give or
+            // take a tenth (at most 50 ms) for the calls' own jitter.
+            let every_ms = i64::try_from(every.as_millis()).unwrap_or(i64::MAX).max(1);
+            let slack = (every_ms / 10).min(50);
+            let last_run: Mutex<BTreeMap<TaskId, i64>> = Mutex::new(BTreeMap::new());
+            let wall = move |task: TaskId,
+                             now_ms: i64,
+                             stream_time: i64,
+                             stores: &mut dyn Stores|
+                  -> Result<Vec<StreamRecord>, StoreError> {
+                {
+                    let mut last = last_run.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(&at) = last.get(&task) {
+                        if now_ms < at.saturating_add(every_ms - slack) {
+                            return Ok(Vec::new());
+                        }
+                    }
+                    last.insert(task, now_ms);
+                }
+                let mut ctx = ProcessorContext {
+                    stores,
+                    allowed: &allowed,
+                    forwarded: Vec::new(),
+                    timestamp: now_ms,
+                    stream_time,
+                    task,
+                    error: None,
+                };
+                processor.punctuate_wall(now_ms, &mut ctx);
+                if let Some(e) = ctx.error {
+                    return Err(e);
+                }
+                Ok(encode(&*key, &*value, ctx.forwarded))
+            };
+            (every, wall)
+        });
         let next_punctuation: Mutex<BTreeMap<TaskId, i64>> = Mutex::new(BTreeMap::new());
         let allowed = names.clone();
         let step = move |task: TaskId,
@@ -255,14 +322,16 @@ where
             if let Some(e) = ctx.error {
                 return Err(e);
             }
-            Ok(ctx
-                .forwarded
-                .into_iter()
-                .map(|(k, v, ts)| StreamRecord::new(key.serialize(&k), value.serialize(&v), ts))
-                .collect())
+            Ok(encode(&*key, &*value, ctx.forwarded))
         };
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        g.edit(&at, move |s| s.process(&refs, step));
+        g.edit(&at, move |s| {
+            let s = s.process(&refs, step);
+            match wall {
+                Some((every, wall)) => s.punctuated_every(every, wall),
+                None => s,
+            }
+        });
         drop(g);
         KStream {
             graph,

@@ -901,3 +901,103 @@ fn a_processor_keeps_its_store_forwards_and_punctuates_on_stream_time() {
         .collect();
     assert_eq!(values, ["1"]);
 }
+
+/// Every second of wall-clock time, forwards how many keys its store holds counts for; a
+/// second processor's 3 s schedule runs on its own beside the first's 1 s.
+struct Report(baton_streams::KeyValueStore<Str, Long>, u64);
+
+impl baton_streams::Processor<String, String, String, String> for Report {
+    fn process(
+        &self,
+        r: baton_streams::Record<String, String>,
+        ctx: &mut baton_streams::ProcessorContext<'_, String, String>,
+    ) {
+        let n = ctx.get(&self.0, &r.key).unwrap_or(0) + 1;
+        ctx.put(&self.0, &r.key, &n);
+    }
+
+    fn punctuate_wall_every(&self) -> Option<Duration> {
+        Some(Duration::from_secs(self.1))
+    }
+
+    fn punctuate_wall(
+        &self,
+        now_ms: i64,
+        ctx: &mut baton_streams::ProcessorContext<'_, String, String>,
+    ) {
+        let a = ctx.get(&self.0, &"a".to_owned()).unwrap_or(0);
+        ctx.forward(format!("every {} s", self.1), format!("{a} at {now_ms}"));
+    }
+}
+
+#[test]
+fn wall_clock_punctuations_forward_to_the_sinks_on_their_own_schedules() {
+    let builder = StreamsBuilder::new("wall");
+    let mut parts = builder
+        .stream("in", Consumed::with(Str, Str))
+        .split_named("p-")
+        .branch(|_, _| true, Branched::named("fast"))
+        .no_default_branch();
+    let fast = parts.remove("p-fast").unwrap();
+    let mut parts = fast
+        .split_named("q-")
+        .branch(|_, v: &String| v == "slow", Branched::named("slow"))
+        .default_branch(Branched::named("fast"));
+    parts
+        .remove("q-fast")
+        .unwrap()
+        .process(
+            Report(baton_streams::KeyValueStore::new("fast", Str, Long), 1),
+            &["fast"],
+            Str,
+            Str,
+        )
+        .to("out", Produced::with(Str, Str));
+    parts
+        .remove("q-slow")
+        .unwrap()
+        .process(
+            Report(baton_streams::KeyValueStore::new("slow", Str, Long), 3),
+            &["slow"],
+            Str,
+            Str,
+        )
+        .to("out", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    assert_eq!(t.wall_clock_every(0), Some(Duration::from_secs(1)));
+    let mut stores = Mem::default();
+    let rec = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec(), 5);
+    run_at(
+        &t,
+        0,
+        &mut stores,
+        &[rec("a", "x"), rec("a", "y"), rec("a", "slow")],
+    );
+    let mut seen = Vec::new();
+    // The runtime calls at the shortest interval (1 s), with a little jitter.
+    for now in [1_000, 2_004, 3_001, 4_002, 5_000, 6_003] {
+        let mut out = Output::default();
+        t.punctuate(TaskId::new(0, 0), now, 5, &mut stores, &mut out)
+            .unwrap();
+        seen.extend(out.records.into_iter().map(|e| {
+            (
+                Str.deserialize(&e.record.key).unwrap(),
+                Str.deserialize(&e.record.value).unwrap(),
+                e.record.timestamp,
+            )
+        }));
+    }
+    let fast: Vec<i64> = seen
+        .iter()
+        .filter(|(k, _, _)| k == "every 1 s")
+        .map(|(_, _, ts)| *ts)
+        .collect();
+    let slow: Vec<&str> = seen
+        .iter()
+        .filter(|(k, _, _)| k == "every 3 s")
+        .map(|(_, v, _)| v.as_str())
+        .collect();
+    assert_eq!(fast, [1_000, 2_004, 3_001, 4_002, 5_000, 6_003]);
+    assert_eq!(slow, ["1 at 1000", "1 at 4002"]);
+    assert!(seen.contains(&("every 1 s".into(), "2 at 1000".into(), 1_000)));
+}

@@ -67,6 +67,9 @@ pub struct MachineConfig {
     pub rejoin_mode: RejoinMode,
     /// `auto.offset.reset`: where a source position that is gone moves to.
     pub auto_offset_reset: crate::config::OffsetReset,
+    /// Per sub-topology, how often its processors' wall-clock punctuations are due
+    /// ([`Command::Punctuate`]); none for most.
+    pub wall_clock: BTreeMap<u32, Duration>,
 }
 
 /// The pause before fetching again after a fetch that failed whole: short at first (a
@@ -346,6 +349,12 @@ pub enum Command {
         task: TaskId,
         batch: RequestId,
         inputs: Vec<Input>,
+    },
+    /// Run the task's wall-clock punctuations as a batch without input (changelog and sink
+    /// first, then the store), answered as [`Command::Process`] is.
+    Punctuate {
+        task: TaskId,
+        batch: RequestId,
     },
     /// Make the stores durable (a restore is done).
     Persist {
@@ -804,6 +813,37 @@ impl ThreadMachine {
         out
     }
 
+    /// Wall-clock punctuations: each running active of a sub-topology with any, a first time
+    /// one interval after it started running, then every interval (from when the last was
+    /// asked for: a slow punctuation delays the next, it is never run twice to catch up).
+    fn punctuations_due(&mut self, now: Duration, out: &mut Vec<Command>) {
+        let mut due = Vec::new();
+        for t in self.tasks.values_mut() {
+            let Some(&every) = self.cfg.wall_clock.get(&t.id.subtopology) else {
+                continue;
+            };
+            if !t.is_running_active() || t.batch.is_some() || t.retry_at.is_some_and(|r| now < r) {
+                continue;
+            }
+            let next = t.next_punctuation.get_or_insert(now + every);
+            if now >= *next {
+                *next = now + every;
+                due.push(t.id);
+            }
+        }
+        for task in due {
+            let batch = self.id();
+            if let Some(t) = self.tasks.get_mut(&task) {
+                t.batch = Some(Batch {
+                    id: batch,
+                    inputs: Vec::new(),
+                    caught_up: true,
+                });
+            }
+            out.push(Command::Punctuate { task, batch });
+        }
+    }
+
     /// Source `source` of `task`, if the task is a running active and the source still stands
     /// at `offset` (an answer about an older position is stale).
     fn running_source(
@@ -894,6 +934,11 @@ impl ThreadMachine {
                 out.push(Command::Persist { task });
             }
             out.push(Command::ReadCommitted { task });
+        }
+        // Beside a fetch in flight too (an idle input's fetch waits out its long poll): what it
+        // brings for a task that is punctuating is fetched again after.
+        if self.may_write(now) {
+            self.punctuations_due(now, out);
         }
         // One fetch at a time, and none while a batch runs, so it covers every source.
         if self.fetch.is_none()
@@ -1147,10 +1192,13 @@ impl ThreadMachine {
             return;
         };
         t.failures = 0;
+        let punctuation = b.inputs.is_empty();
         for (i, next) in b.inputs {
             t.sources[i].position = Some(next);
         }
-        if !b.caught_up {
+        if punctuation {
+            // A punctuation read no input: it says nothing of catching up.
+        } else if !b.caught_up {
             t.commit_when_caught_up = true;
         } else if t.commit_when_caught_up {
             t.commit_when_caught_up = false;

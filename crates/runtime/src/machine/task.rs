@@ -81,6 +81,9 @@ pub struct TaskState {
     /// taken over, or the process restarted) and when a batch is left behind (a backlog).
     /// What a crash repeats is then what came since, not a whole commit interval's backlog.
     pub commit_when_caught_up: bool,
+    /// When its next wall-clock punctuation is due, once it runs (see
+    /// [`super::Command::Punctuate`]).
+    pub next_punctuation: Option<std::time::Duration>,
 }
 
 impl TaskState {
@@ -120,6 +123,7 @@ impl TaskState {
             failures: 0,
             ends_asked: false,
             commit_when_caught_up: true,
+            next_punctuation: None,
         }
     }
 

@@ -56,6 +56,7 @@ fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
             },
             rejoin_mode,
             auto_offset_reset: crate::config::OffsetReset::Earliest,
+            wall_clock: BTreeMap::new(),
         },
         topology(),
         Duration::ZERO,
@@ -1443,4 +1444,63 @@ fn failed_fetches_back_off_and_a_good_one_resets_the_backoff() {
         m.handle(Event::Tick, S * 3)
     };
     assert!(fetch_of(&next).is_some(), "a good fetch resets the pause");
+}
+
+/// A sub-topology with a wall-clock punctuation: each running active gets a punctuation
+/// batch (no input) one interval after it started running, then every interval; no fetch
+/// goes while it runs, and it changes no position.
+#[test]
+fn wall_clock_punctuations_run_as_batches_without_input() {
+    let mut m = machine();
+    m.cfg.wall_clock = BTreeMap::from([(0, S)]);
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let punctuations = |cmds: &[Command]| -> Vec<(TaskId, RequestId)> {
+        cmds.iter()
+            .filter_map(|c| match c {
+                Command::Punctuate { task, batch } => Some((*task, *batch)),
+                _ => None,
+            })
+            .collect()
+    };
+    // Heartbeats keep the membership confirmed so the thread may write.
+    let alive = |m: &mut ThreadMachine, at| {
+        m.handle(
+            Event::Heartbeat {
+                answer: Heartbeat::Alive,
+                at,
+            },
+            at,
+        )
+    };
+    let results = vec![FetchResult {
+        tp: tp("in", 0),
+        from: 0,
+        next: 0,
+        high_watermark: Some(0),
+    }];
+    let first = m.handle(Event::Fetched { fetch, results }, ms(100));
+    assert!(punctuations(&first).is_empty(), "not before one interval");
+    let early = alive(&mut m, ms(500));
+    assert!(punctuations(&early).is_empty());
+    let mut due = alive(&mut m, ms(1200));
+    due.extend(m.handle(Event::Tick, ms(1200)));
+    let p = punctuations(&due);
+    assert_eq!(p.len(), 1, "{due:?}");
+    let (task0, batch) = p[0];
+    assert_eq!(task0, task(0));
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
+    let done = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 3)],
+        },
+        ms(1300),
+    );
+    assert!(punctuations(&done).is_empty(), "once per interval");
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
+    assert_eq!(m.tasks()[&task(0)].changelogs[0].stored, 3);
+    let again = alive(&mut m, ms(2300));
+    assert_eq!(punctuations(&again).len(), 1, "{again:?}");
 }

@@ -113,6 +113,7 @@ impl Engine<'_> {
             },
             rejoin_mode: self.rejoin_mode(),
             auto_offset_reset: baton_runtime::config::OffsetReset::Earliest,
+            wall_clock: std::collections::BTreeMap::new(),
         }
     }
 
@@ -402,7 +403,10 @@ impl Engine<'_> {
                 task, changelog, ..
             } => self.absorb(ii, ti, task, changelog),
             // The simulated logs are never deleted or made again: no fetch is out of range.
-            Command::ListSourceOffsets { .. } | Command::SourceReset { .. } => {}
+            // Nor has its topology a wall-clock punctuation.
+            Command::ListSourceOffsets { .. }
+            | Command::SourceReset { .. }
+            | Command::Punctuate { .. } => {}
             Command::ListEnds {
                 task,
                 request,
