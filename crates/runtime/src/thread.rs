@@ -326,13 +326,6 @@ impl Driver {
                 }
             };
             let high_watermark = (f.high_watermark >= 0).then_some(f.high_watermark);
-            // Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE; a broker that answers
-            // with nothing (nisshi) says the same by its high watermark. A source position is
-            // never past what a fetch of the partition showed, unless the topic was made again.
-            if high_watermark.is_some_and(|hw| want.offset > hw) && self.is_source(&want.tp) {
-                self.out_of_range(&want);
-                continue;
-            }
             let next = next_position(&f, want.offset, high_watermark.unwrap_or(i64::MAX));
             out.push(FetchResult {
                 tp: want.tp.clone(),
@@ -349,12 +342,6 @@ impl Driver {
             fetch,
             results: out,
         }
-    }
-
-    fn is_source(&self, tp: &TopicPartition) -> bool {
-        self.tasks
-            .keys()
-            .any(|t| self.ctx.wire.source_partitions(*t).contains(tp))
     }
 
     /// A fetch from past a partition's end. For a changelog, the store's checkpoint belongs to
@@ -1149,10 +1136,9 @@ impl Driver {
         if !out.records.is_empty() {
             let mut by_partition: BTreeMap<(u16, i32), Vec<Outgoing>> = BTreeMap::new();
             for (i, Emitted { sink, record: r }) in out.records.into_iter().enumerate() {
-                let Some(topic) = sinks.get(sink as usize) else {
-                    continue;
-                };
-                let partitions = ctx.sink_partitions.get(*topic).copied().unwrap_or(1);
+                // Numbered by the topology when it was built: every index is one of its sinks.
+                let topic = &sinks[sink as usize];
+                let partitions = ctx.sink_partitions.get(topic).copied().unwrap_or(1);
                 let p = partition_for(&r.key, partitions) as i32;
                 by_partition
                     .entry((sink, p))
@@ -1160,7 +1146,7 @@ impl Driver {
                     .push(((Some(r.key), Some(r.value)), (i, r.timestamp)));
             }
             for ((sink, p), batch) in by_partition {
-                let tp = TopicPartition::new(sinks[sink as usize], p);
+                let tp = TopicPartition::new(&sinks[sink as usize], p);
                 let (mut batch, origin): (Vec<KeyValue>, Vec<(usize, i64)>) =
                     batch.into_iter().unzip();
                 let (mut output, mut stamps): (Vec<usize>, Vec<i64>) = origin.into_iter().unzip();

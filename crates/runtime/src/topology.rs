@@ -336,42 +336,41 @@ impl Stream {
     /// Replaces each record with the records `f(key, value)` returns (none, one or many).
     /// Keys may change: not allowed before a stateful step.
     pub fn flat_map(
-        mut self,
+        self,
         f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
     ) -> Self {
-        self.steps.push(Step::FlatMap {
-            f: Arc::new(f),
-            keeps_keys: false,
-            updates: false,
-        });
-        self
+        self.flat_map_step(f, false, false)
     }
 
     /// As [`Stream::flat_map`], for an `f` that keeps each record's key (a typed layer that
     /// decodes and encodes it again): allowed before a stateful step.
     pub fn flat_map_keeping_keys(
-        mut self,
+        self,
         f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
     ) -> Self {
-        self.steps.push(Step::FlatMap {
-            f: Arc::new(f),
-            keeps_keys: true,
-            updates: false,
-        });
-        self
+        self.flat_map_step(f, true, false)
     }
 
     /// As [`Stream::flat_map_keeping_keys`], for an `f` that also gives at most one record per
     /// record (a typed layer's steps after a table's `to_stream`): a table's updates stay a
     /// table's updates, and the record cache applies to the sink.
     pub fn map_updates(
+        self,
+        f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
+    ) -> Self {
+        self.flat_map_step(f, true, true)
+    }
+
+    fn flat_map_step(
         mut self,
         f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
+        keeps_keys: bool,
+        updates: bool,
     ) -> Self {
         self.steps.push(Step::FlatMap {
             f: Arc::new(f),
-            keeps_keys: true,
-            updates: true,
+            keeps_keys,
+            updates,
         });
         self
     }
@@ -724,6 +723,8 @@ pub enum TopologyError {
 pub struct Topology {
     app_id: String,
     streams: Vec<Stream>,
+    /// Per sub-topology, its sink topics in [`Emitted::sink`]'s order.
+    sinks: Vec<Vec<String>>,
     /// Per sub-topology, per sink: whether it carries a table's updates
     /// ([`Topology::sink_is_table`]).
     table_sinks: Vec<Vec<bool>>,
@@ -788,15 +789,18 @@ impl Topology {
         }
         let mut streams = streams;
         let mut table_sinks = Vec::with_capacity(streams.len());
+        let mut sinks = Vec::with_capacity(streams.len());
         for s in &mut streams {
             let names: Vec<String> = s.sinks().into_iter().map(str::to_owned).collect();
             let mut tables = vec![true; names.len()];
             number_sinks(&mut s.steps, &names, false, &mut tables);
             table_sinks.push(tables);
+            sinks.push(names);
         }
         Ok(Topology {
             app_id: app_id.to_owned(),
             streams,
+            sinks,
             table_sinks,
             repartition: BTreeSet::new(),
             description: None,
@@ -825,7 +829,7 @@ impl Topology {
                 "    Processor: {steps} step(s) (stores: [{}])\n",
                 s.stores().join(", ")
             );
-            for sink in s.sinks() {
+            for sink in &self.sinks[i] {
                 out += &format!("    Sink: (topic: {sink})\n");
             }
             out += "\n";
@@ -846,7 +850,7 @@ impl Topology {
                 why: why.to_owned(),
             };
             let writers: Vec<usize> = (0..self.streams.len())
-                .filter(|&i| self.streams[i].sinks().contains(&topic.as_str()))
+                .filter(|&i| self.sinks[i].contains(&topic))
                 .collect();
             let readers: Vec<usize> = (0..self.streams.len())
                 .filter(|&i| self.streams[i].sources.contains(&topic))
@@ -871,10 +875,7 @@ impl Topology {
             .repartition
             .iter()
             .filter_map(|t| {
-                let w = self
-                    .streams
-                    .iter()
-                    .position(|s| s.sinks().contains(&t.as_str()))?;
+                let w = self.sinks.iter().position(|s| s.contains(t))?;
                 Some((t.as_str(), w as u32))
             })
             .collect();
@@ -944,7 +945,7 @@ impl Topology {
 
     /// Every sink topic.
     pub fn sink_topics(&self) -> BTreeSet<&str> {
-        self.streams.iter().flat_map(|s| s.sinks()).collect()
+        self.sinks.iter().flatten().map(String::as_str).collect()
     }
 
     /// The stores of subtopology `sub`, in step order.
@@ -969,11 +970,8 @@ impl Topology {
     }
 
     /// The sink topics of subtopology `sub`: [`Emitted::sink`] indexes them.
-    pub fn sinks_of(&self, sub: u32) -> Vec<&str> {
-        self.streams
-            .get(sub as usize)
-            .map(Stream::sinks)
-            .unwrap_or_default()
+    pub fn sinks_of(&self, sub: u32) -> &[String] {
+        self.sinks.get(sub as usize).map_or(&[], Vec::as_slice)
     }
 
     /// How often the wall-clock punctuations of sub-topology `sub` are due (the shortest of

@@ -77,7 +77,11 @@ impl StreamsBuilder {
             graph: self.graph.clone(),
             last: self.graph.borrow().description.last(at.sub),
             at,
-            chain: decoding(consumed.key, consumed.value, topic.to_owned()),
+            chain: decoding(
+                Arc::new(consumed.key),
+                Arc::new(consumed.value),
+                topic.to_owned(),
+            ),
             key_changed: false,
             updates: false,
         }
@@ -107,7 +111,11 @@ impl StreamsBuilder {
         KStream {
             graph: self.graph.clone(),
             at,
-            chain: decoding(consumed.key, consumed.value, topics.join(" or ")),
+            chain: decoding(
+                Arc::new(consumed.key),
+                Arc::new(consumed.value),
+                topics.join(" or "),
+            ),
             key_changed: false,
             updates: false,
             last,
@@ -213,27 +221,11 @@ impl Graph {
 
 /// Reads a record's key and value with the serdes; a record that does not decode fails as
 /// undecodable (`--on-deserialization-error`), naming `topic`.
-fn decoding<KS: Serde, VS: Serde>(
-    key: KS,
-    value: VS,
-    topic: String,
-) -> Chain<KS::Value, VS::Value> {
-    Arc::new(move |k, v| {
-        let k = key
-            .deserialize(k)
-            .unwrap_or_else(|e| undecodable(format!("{topic}: key: {e}")));
-        let v = value
-            .deserialize(v)
-            .unwrap_or_else(|e| undecodable(format!("{topic}: value: {e}")));
-        vec![(k, v)]
-    })
-}
-
-/// As [`decoding`], for serdes a step shares (a processor's output).
-pub(crate) fn decoding_at<KS: Serde, VS: Serde>(
+/// `what` names the bytes in the failure (a topic, or a processor's output).
+pub(crate) fn decoding<KS: Serde, VS: Serde>(
     key: Arc<KS>,
     value: Arc<VS>,
-    what: &'static str,
+    what: String,
 ) -> Chain<KS::Value, VS::Value> {
     Arc::new(move |k, v| {
         let k = key

@@ -12,7 +12,7 @@ use baton_runtime::record::undecodable;
 use baton_runtime::store::StoreError;
 use baton_runtime::topology::{Stores, StreamRecord};
 
-use crate::dsl::{decoding_at, KStream};
+use crate::dsl::{decoding, KStream};
 use crate::serdes::Serde;
 
 /// A record as a processor sees it: key, value and timestamp (milliseconds since the epoch).
@@ -59,7 +59,42 @@ pub struct ProcessorContext<'a, KO, VO> {
     error: Option<StoreError>,
 }
 
-impl<KO, VO> ProcessorContext<'_, KO, VO> {
+impl<'a, KO, VO> ProcessorContext<'a, KO, VO> {
+    fn new(
+        stores: &'a mut dyn Stores,
+        allowed: &'a [String],
+        timestamp: i64,
+        stream_time: i64,
+        task: TaskId,
+    ) -> Self {
+        ProcessorContext {
+            stores,
+            allowed,
+            forwarded: Vec::new(),
+            timestamp,
+            stream_time,
+            task,
+            error: None,
+        }
+    }
+
+    /// What the processor forwarded, as the bytes of `key`'s and `value`'s serdes; or the
+    /// store error that ends the record.
+    fn finish<KS, VS>(self, key: &KS, value: &VS) -> Result<Vec<StreamRecord>, StoreError>
+    where
+        KS: Serde<Value = KO>,
+        VS: Serde<Value = VO>,
+    {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        Ok(self
+            .forwarded
+            .into_iter()
+            .map(|(k, v, ts)| StreamRecord::new(key.serialize(&k), value.serialize(&v), ts))
+            .collect())
+    }
+
     /// Passes a record on, with the timestamp of the record being processed (or of the
     /// punctuation).
     pub fn forward(&mut self, key: KO, value: VO) {
@@ -169,16 +204,9 @@ pub trait Processor<K, V, KO, VO>: Send + Sync + 'static {
     }
 }
 
-/// A processor's forwards as the bytes of `key`'s and `value`'s serdes.
-fn encode<KS: Serde, VS: Serde>(
-    key: &KS,
-    value: &VS,
-    forwarded: Vec<(KS::Value, VS::Value, i64)>,
-) -> Vec<StreamRecord> {
-    forwarded
-        .into_iter()
-        .map(|(k, v, ts)| StreamRecord::new(key.serialize(&k), value.serialize(&v), ts))
-        .collect()
+/// A schedule's interval in milliseconds, at least 1.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
 impl<K, V> KStream<K, V>
@@ -235,16 +263,14 @@ where
         let (chain, key, value) = (self.chain, Arc::new(key), Arc::new(value));
         let (out_key, out_value) = (key.clone(), value.clone());
         let processor = Arc::new(processor);
-        let every = processor
-            .punctuate_every()
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1));
+        let every = processor.punctuate_every().map(millis);
         let wall = processor.punctuate_wall_every().map(|every| {
             let (processor, allowed) = (processor.clone(), names.clone());
             let (key, value) = (key.clone(), value.clone());
             // The runtime calls every punctuation of a sub-topology at its shortest interval;
             // this one runs on its own: when `every` has passed since it last ran, give or
             // take a tenth (at most 50 ms) for the calls' own jitter.
-            let every_ms = i64::try_from(every.as_millis()).unwrap_or(i64::MAX).max(1);
+            let every_ms = millis(every);
             let slack = (every_ms / 10).min(50);
             let last_run: Mutex<BTreeMap<TaskId, i64>> = Mutex::new(BTreeMap::new());
             let wall = move |task: TaskId,
@@ -261,20 +287,9 @@ where
                     }
                     last.insert(task, now_ms);
                 }
-                let mut ctx = ProcessorContext {
-                    stores,
-                    allowed: &allowed,
-                    forwarded: Vec::new(),
-                    timestamp: now_ms,
-                    stream_time,
-                    task,
-                    error: None,
-                };
+                let mut ctx = ProcessorContext::new(stores, &allowed, now_ms, stream_time, task);
                 processor.punctuate_wall(now_ms, &mut ctx);
-                if let Some(e) = ctx.error {
-                    return Err(e);
-                }
-                Ok(encode(&*key, &*value, ctx.forwarded))
+                ctx.finish(&*key, &*value)
             };
             (every, wall)
         });
@@ -285,15 +300,7 @@ where
                          stream_time: i64,
                          stores: &mut dyn Stores|
               -> Result<Vec<StreamRecord>, StoreError> {
-            let mut ctx = ProcessorContext {
-                stores,
-                allowed: &allowed,
-                forwarded: Vec::new(),
-                timestamp: r.timestamp,
-                stream_time,
-                task,
-                error: None,
-            };
+            let mut ctx = ProcessorContext::new(stores, &allowed, r.timestamp, stream_time, task);
             for (k, v) in chain(&r.key, &r.value) {
                 let record = Record {
                     key: k,
@@ -319,10 +326,7 @@ where
                     processor.punctuate(stream_time, &mut ctx);
                 }
             }
-            if let Some(e) = ctx.error {
-                return Err(e);
-            }
-            Ok(encode(&*key, &*value, ctx.forwarded))
+            ctx.finish(&*key, &*value)
         };
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         g.edit(&at, move |s| {
@@ -336,7 +340,7 @@ where
         KStream {
             graph,
             at,
-            chain: decoding_at(out_key, out_value, "a processor's output"),
+            chain: decoding(out_key, out_value, "a processor's output".into()),
             key_changed: true,
             updates: false,
             last,

@@ -1061,6 +1061,27 @@ impl ThreadMachine {
                     }
                 }
                 Phase::Running if may_write && t.batch.is_none() => {
+                    // Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE
+                    // ([`Event::SourceOutOfRange`]); a broker that answers with nothing
+                    // (nisshi) says the same by a high watermark below the position. A source
+                    // position is never past what a fetch showed unless the topic was made
+                    // again.
+                    for (i, s) in t.sources.iter_mut().enumerate() {
+                        let (Some(r), Some(at)) = (by_tp.get(&s.tp), s.position) else {
+                            continue;
+                        };
+                        if r.from == at
+                            && r.high_watermark.is_some_and(|hw| at > hw)
+                            && !s.resetting
+                        {
+                            s.resetting = true;
+                            out.push(Command::ListSourceOffsets {
+                                task: t.id,
+                                source: i,
+                                offset: at,
+                            });
+                        }
+                    }
                     let inputs: Vec<Input> = t
                         .sources
                         .iter()

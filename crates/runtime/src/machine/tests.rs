@@ -1235,6 +1235,26 @@ fn beside_a_running_active_a_restore_is_asked_after_the_input_and_in_smaller_chu
     assert_eq!(wants[0].max_bytes, 4 << 20);
 }
 
+/// Task 0's only source has no offset `offset`.
+fn gone(offset: i64) -> Event {
+    Event::SourceOutOfRange {
+        task: task(0),
+        source: 0,
+        offset,
+    }
+}
+
+/// Task 0's only source, asked about at `offset`, spans `earliest..=latest`.
+fn listed(offset: i64, earliest: i64, latest: i64) -> Event {
+    Event::SourceOffsetsListed {
+        task: task(0),
+        source: 0,
+        offset,
+        earliest,
+        latest,
+    }
+}
+
 fn source_resets(cmds: &[Command]) -> Vec<(i64, Option<i64>)> {
     cmds.iter()
         .filter_map(|c| match c {
@@ -1251,11 +1271,7 @@ fn source_resets(cmds: &[Command]) -> Vec<(i64, Option<i64>)> {
 #[test]
 fn an_input_position_that_is_gone_moves_to_the_partitions_start_once() {
     let mut m = processed_to_ten();
-    let out_of_range = Event::SourceOutOfRange {
-        task: task(0),
-        source: 0,
-        offset: 10,
-    };
+    let out_of_range = gone(10);
     let cmds = m.handle(out_of_range.clone(), S * 2);
     let lists: Vec<_> = cmds
         .iter()
@@ -1272,50 +1288,16 @@ fn an_input_position_that_is_gone_moves_to_the_partitions_start_once() {
         .iter()
         .any(|c| matches!(c, Command::ListSourceOffsets { .. })));
     // A topic that grew past 10 meanwhile: the position stands.
-    let grown = m.handle(
-        Event::SourceOffsetsListed {
-            task: task(0),
-            source: 0,
-            offset: 10,
-            earliest: 0,
-            latest: 12,
-        },
-        S * 2,
-    );
+    let grown = m.handle(listed(10, 0, 12), S * 2);
     assert!(source_resets(&grown).is_empty());
     assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(10));
     // Gone for real: from the new topic's start.
-    m.handle(
-        Event::SourceOutOfRange {
-            task: task(0),
-            source: 0,
-            offset: 10,
-        },
-        S * 3,
-    );
-    let reset = m.handle(
-        Event::SourceOffsetsListed {
-            task: task(0),
-            source: 0,
-            offset: 10,
-            earliest: 0,
-            latest: 3,
-        },
-        S * 3,
-    );
+    m.handle(gone(10), S * 3);
+    let reset = m.handle(listed(10, 0, 3), S * 3);
     assert_eq!(source_resets(&reset), [(10, Some(0))]);
     assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
     // A late answer about the old position is stale now.
-    let stale = m.handle(
-        Event::SourceOffsetsListed {
-            task: task(0),
-            source: 0,
-            offset: 10,
-            earliest: 5,
-            latest: 6,
-        },
-        S * 3,
-    );
+    let stale = m.handle(listed(10, 5, 6), S * 3);
     assert!(source_resets(&stale).is_empty());
     assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
 }
@@ -1324,24 +1306,8 @@ fn an_input_position_that_is_gone_moves_to_the_partitions_start_once() {
 fn with_no_offset_reset_a_gone_position_stops_its_task_only() {
     let mut m = processed_to_ten();
     m.cfg.auto_offset_reset = crate::config::OffsetReset::None;
-    m.handle(
-        Event::SourceOutOfRange {
-            task: task(0),
-            source: 0,
-            offset: 10,
-        },
-        S * 2,
-    );
-    let cmds = m.handle(
-        Event::SourceOffsetsListed {
-            task: task(0),
-            source: 0,
-            offset: 10,
-            earliest: 0,
-            latest: 3,
-        },
-        S * 2,
-    );
+    m.handle(gone(10), S * 2);
+    let cmds = m.handle(listed(10, 0, 3), S * 2);
     assert_eq!(source_resets(&cmds), [(10, None)]);
     assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
     assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(10));
@@ -1503,4 +1469,39 @@ fn wall_clock_punctuations_run_as_batches_without_input() {
     assert_eq!(m.tasks()[&task(0)].changelogs[0].stored, 3);
     let again = alive(&mut m, ms(2300));
     assert_eq!(punctuations(&again).len(), 1, "{again:?}");
+}
+
+/// A broker that answers a fetch past the end with nothing (nisshi) shows it by a high
+/// watermark below the position: the same listing follows as after OFFSET_OUT_OF_RANGE.
+#[test]
+fn a_high_watermark_below_the_position_is_a_gone_position() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let mut next = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S,
+    );
+    next.extend(m.handle(Event::Tick, S));
+    let (fetch, _) = fetch_of(&next).expect("the next fetch");
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch,
+            results: vec![FetchResult {
+                tp: tp("in", 0),
+                from: 10,
+                next: 10,
+                high_watermark: Some(3),
+            }],
+        },
+        S * 2,
+    );
+    let lists: Vec<_> = cmds
+        .iter()
+        .filter(|c| matches!(c, Command::ListSourceOffsets { offset: 10, .. }))
+        .collect();
+    assert_eq!(lists.len(), 1, "{cmds:?}");
 }
