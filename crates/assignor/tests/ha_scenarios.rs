@@ -379,3 +379,36 @@ fn stateless_tasks_leave_clients_that_still_run_what_they_hand_over() {
     assert_eq!(stateless_on("c3"), 2, "{a:?}");
     assert_eq!(stateless_on("c4"), 2, "{a:?}");
 }
+
+#[test]
+fn a_released_active_goes_to_its_new_owner_not_back() {
+    // Round 2 moved 0_2 from a to c (c is within acceptable.recovery.lag); a released it.
+    // Round 3 must hand 0_2 to c, not give it back to a and move 0_0 instead: that flips
+    // forever (seen live as 11,000 rebalances in 5 minutes).
+    let state = ClusterState {
+        config: config(10_000, 2, 1),
+        tasks: stateful(&["0_0", "0_1", "0_2"], 1013),
+        clients: vec![
+            client(
+                "a",
+                1,
+                &["0_0"],
+                &[],
+                &[("0_0", -2), ("0_1", 988), ("0_2", 1013)],
+            ),
+            client(
+                "b",
+                1,
+                &["0_1"],
+                &[],
+                &[("0_0", 1013), ("0_1", -2), ("0_2", 1013)],
+            ),
+            client("c", 1, &[], &[], &[]),
+        ],
+    };
+    let a = HighAvailabilityAssignor.assign(&baton_assignor::Cluster::new(state).unwrap());
+    eprintln!("{:?}", a.clients);
+    assert_eq!(ids(&get(&a, "a").active), ["0_0"]);
+    assert_eq!(ids(&get(&a, "b").active), ["0_1"]);
+    assert_eq!(ids(&get(&a, "c").active), ["0_2"]);
+}

@@ -8,6 +8,7 @@ mod demo;
 mod drain;
 mod inspect;
 mod produce;
+mod query;
 mod run;
 mod simulate;
 mod table;
@@ -45,6 +46,8 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Mark an instance as leaving: its tasks move off, then it exits.
     Drain(drain::DrainArgs),
+    /// Read one key of a store through any instance's query server.
+    Query(query::QueryArgs),
     /// Show a real scale-out and drain on a local broker, live, against the pre-KIP baseline.
     Demo(demo::DemoArgs),
     /// Measure on a real broker what the docs report (docs/BENCHMARKS.md).
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(*args),
         Command::Produce(args) => produce::run(args),
         Command::Drain(args) => drain::run(args),
+        Command::Query(args) => query::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
     };

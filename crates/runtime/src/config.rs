@@ -245,6 +245,14 @@ impl RuntimeConfig {
         if self.bootstrap.is_empty() {
             return Err("bootstrap: at least one broker address".into());
         }
+        if !self.user_endpoint.is_empty()
+            && crate::query::routing::parse_endpoint(&self.user_endpoint).is_none()
+        {
+            return Err(format!(
+                "application_server: {:?} is not HOST:PORT",
+                self.user_endpoint
+            ));
+        }
         let versions = MIN_PROTOCOL_VERSION..=baton_protocol::BATON_VERSION;
         if !versions.contains(&self.max_protocol_version) {
             return Err(format!(

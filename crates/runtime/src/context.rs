@@ -11,6 +11,9 @@ use baton_protocol::TopicPartition;
 use tokio::sync::watch;
 
 use crate::config::RuntimeConfig;
+use crate::query::copies::LocalCopies;
+use crate::query::metrics::QueryMetrics;
+use crate::query::routing::Routing;
 use crate::repeats::Repeats;
 use crate::state_dir::StateDir;
 use crate::status::Status;
@@ -26,6 +29,11 @@ pub struct Context {
     pub process_id: uuid::Uuid,
     pub state_dir: StateDir,
     pub status: Status,
+    /// The stores held here, for queries.
+    pub copies: LocalCopies,
+    pub queries: QueryMetrics,
+    /// Where every task's copies are, from the latest assignment.
+    routing: Mutex<Routing>,
     leaving: AtomicBool,
     leaders: Mutex<BTreeMap<TopicPartition, String>>,
     /// The largest record batch the broker is believed to take, learnt from its refusals.
@@ -60,6 +68,9 @@ impl Context {
             sink_partitions,
             process_id,
             status: Status::default(),
+            copies: LocalCopies::default(),
+            queries: QueryMetrics::default(),
+            routing: Mutex::new(Routing::default()),
             leaving: AtomicBool::new(false),
             leaders: Mutex::new(BTreeMap::new()),
             batch_limit: AtomicUsize::new(baton_kafka::records::DEFAULT_BATCH_LIMIT),
@@ -102,6 +113,19 @@ impl Context {
         };
         if let Some((subject, line)) = line {
             crate::repeats::log(&subject, line);
+        }
+    }
+
+    /// Where every task's copies are, as the latest assignment says.
+    pub fn routing(&self) -> std::sync::MutexGuard<'_, Routing> {
+        self.routing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A thread's assignment of `generation` came with host maps: they replace older ones.
+    pub fn set_routing(&self, generation: i32, info: &baton_protocol::AssignmentInfo) {
+        let mut r = self.routing();
+        if generation >= r.generation {
+            *r = Routing::from_info(generation, info);
         }
     }
 

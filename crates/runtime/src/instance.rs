@@ -68,6 +68,14 @@ pub async fn run(
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics");
         background.push(tokio::spawn(metrics::serve(listener, ctx.clone())));
     }
+    if !ctx.cfg.user_endpoint.is_empty() {
+        let listener = crate::query::server::bind(&ctx.cfg.user_endpoint).await?;
+        tracing::info!(addr = %ctx.cfg.user_endpoint, "serving interactive queries");
+        background.push(tokio::spawn(crate::query::server::serve(
+            listener,
+            ctx.clone(),
+        )));
+    }
     background.push(tokio::spawn(control::watch(ctx.clone(), control_from)));
     background.push(tokio::spawn(control::publish_progress(ctx.clone())));
     background.push(tokio::spawn(cleanup::run(ctx.clone())));

@@ -22,6 +22,7 @@ pub mod membership;
 pub mod metrics;
 pub mod partitioner;
 pub mod priority;
+pub mod query;
 pub mod record;
 pub mod repeats;
 pub mod restore;

@@ -219,6 +219,7 @@ impl MembershipTask {
     }
 
     fn assigned(&self, m: &Membership) -> Assigned {
+        self.ctx.set_routing(m.generation, &m.info);
         let next = m.info.next_rebalance_ms;
         let probe_at = (next > 0).then(|| {
             let now_ms = SystemTime::now()

@@ -55,7 +55,7 @@ async fn answer(mut stream: TcpStream, ctx: &Context) -> std::io::Result<()> {
             (
                 "200 OK",
                 "text/plain; version=0.0.4; charset=utf-8",
-                ctx.status.render(&ctx.cfg.instance_id),
+                ctx.status.render(&ctx.cfg.instance_id) + &ctx.queries.render(&ctx.cfg.instance_id),
             )
         } else {
             ("404 Not Found", "text/plain", "try /metrics\n".to_owned())

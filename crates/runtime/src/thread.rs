@@ -548,6 +548,11 @@ impl Driver {
                             .map(|c| stream_time::decode(c.metadata.as_deref()))
                             .max()
                             .unwrap_or(stream_time::UNKNOWN);
+                        // Restored, the stores hold every committed input (changelogs are
+                        // written before offsets are committed).
+                        for (tp, committed) in &c {
+                            self.ctx.copies.processed(task, tp, committed.offset);
+                        }
                         if committed_time == stream_time::UNKNOWN {
                             self.stream_times.remove(&task);
                         } else {
@@ -676,6 +681,9 @@ impl Driver {
         if !stores.is_empty() {
             ctx.state_dir.touch(task);
         }
+        for s in &stores {
+            ctx.copies.register(task, &s.name, s.store.clone());
+        }
         let checkpoints = stores.iter().map(|s| s.catchup.position()).collect();
         let now = Instant::now();
         self.tasks.insert(
@@ -714,6 +722,7 @@ impl Driver {
                 self.ctx.state_dir.touch(task);
             }
         }
+        self.ctx.copies.release(task);
         self.ctx.status.release(task);
         tracing::info!(thread = %self.name, task = %task, "task released");
     }
@@ -1206,6 +1215,11 @@ impl Driver {
             }
             s.catchup.advance_to(next);
             next_by_changelog.push((idx, next));
+        }
+        for input in inputs {
+            if let Some(tp) = sources.get(input.source) {
+                self.ctx.copies.processed(task, tp, input.to);
+            }
         }
         self.ctx.status.add_processed(task, records);
         self.ctx.status.add_late(task, out.late);

@@ -22,6 +22,7 @@ pub use crate::layout::{
     split_timestamped, timestamped, window_store_key, windowed_key, Layout, Windows,
     WINDOW_CHANGELOG_EXTRA_RETENTION_MS,
 };
+use crate::query::format::{Format, StoreFormat};
 use crate::store::StoreError;
 
 type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
@@ -733,6 +734,18 @@ pub struct Topology {
     repartition: BTreeSet<String>,
     /// What `describe` prints, when the builder knows more than the streams say.
     description: Option<String>,
+    /// How each store's keys and values read, for queries; bytes where not set.
+    formats: BTreeMap<String, StoreFormat>,
+}
+
+/// What a query needs to know of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreInfo {
+    pub subtopology: u32,
+    pub format: StoreFormat,
+    /// How its values are laid out (a window store's are timestamped).
+    pub layout: Layout,
+    pub windows: Option<Windows>,
 }
 
 /// Where a processed record goes.
@@ -804,6 +817,53 @@ impl Topology {
             table_sinks,
             repartition: BTreeSet::new(),
             description: None,
+            formats: BTreeMap::new(),
+        })
+    }
+
+    /// Says how `store`'s keys and values read (their serdes), for queries.
+    pub fn with_store_format(mut self, store: &str, format: StoreFormat) -> Topology {
+        self.formats.insert(store.to_owned(), format);
+        self
+    }
+
+    /// Every store, by name.
+    pub fn store_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.streams.iter().flat_map(|s| s.stores()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Where `store` lives and how it reads, if the topology has it.
+    pub fn store_info(&self, store: &str) -> Option<StoreInfo> {
+        let (sub, stream) = self
+            .streams
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.stores().contains(&store))?;
+        let windows = stream.windows_of(store);
+        let mut layout = if windows.is_some() {
+            Layout::Timestamped
+        } else {
+            Layout::Plain
+        };
+        walk(&stream.steps, &mut |step| {
+            if let Step::Aggregate {
+                store: name,
+                layout: l,
+                ..
+            } = step
+            {
+                if name == store {
+                    layout = *l;
+                }
+            }
+        });
+        Some(StoreInfo {
+            subtopology: sub as u32,
+            format: self.formats.get(store).copied().unwrap_or_default(),
+            layout,
+            windows,
         })
     }
 
@@ -1256,6 +1316,15 @@ pub fn count_per_key(app_id: &str, input: &str, output: &str) -> Result<Topology
             })
             .to(output)],
     )
+    .map(|t| {
+        t.with_store_format(
+            "counts",
+            StoreFormat {
+                key: Format::String,
+                value: Format::Long,
+            },
+        )
+    })
 }
 
 #[cfg(test)]

@@ -444,6 +444,20 @@ fn make_room(
             held[c as usize].push(u);
         }
     }
+    // The copy that moves off a full client is its weakest: never its running active while
+    // another will do (moving it would move the active too, and the next round, with the
+    // released task back in play, would move another: a flip that never settles), and
+    // otherwise the one furthest behind.
+    for (x, list) in held.iter_mut().enumerate() {
+        let x = x as ClientIx;
+        list.sort_by_key(|&u| {
+            (
+                cluster.owned_role(x, u) == Some(Role::Active),
+                Reverse(cluster.lag(x, u)),
+                u,
+            )
+        });
+    }
     const ROOT: ClientIx = ClientIx::MAX;
     // parent[y] = (x, u): `u` moves from `x` to `y`; ROOT marks a chain start.
     let mut parent: Vec<Option<(ClientIx, TaskIx)>> = vec![None; n];

@@ -1,0 +1,284 @@
+//! Interactive queries through a scale-out, a drain and a `kill -9`, on a real broker: a reader
+//! asks random keys through random instances at a steady rate the whole time. Every query is
+//! answered; every answer equals the key's count at the changelog position it states; every
+//! read-your-writes answer has counted the record it waited for.
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_kafka::Client;
+use baton_runtime::partitioner::partition_for;
+use baton_runtime::query::forward::get;
+use bytes::Bytes;
+use harness::{Cluster, Producer, INPUT, PARTITIONS};
+use serde_json::Value;
+
+const KEYS: u64 = 40;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One query and what came back.
+struct Asked {
+    key: String,
+    /// `at_least`'s input offset, for a read-your-writes query.
+    at_least: Option<(i32, i64)>,
+    status: u16,
+    body: Value,
+    seconds: f64,
+}
+
+/// Instances the reader may ask, by port.
+type Live = Arc<Mutex<Vec<u16>>>;
+
+struct Reader {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<(Vec<Asked>, u64)>>,
+}
+
+impl Reader {
+    /// Queries a random key through a random live instance every few milliseconds; every
+    /// 25th query first writes one record for its key and asks to read it (`at_least`).
+    fn start(broker: &str, live: Live) -> Reader {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, broker) = (stop.clone(), broker.to_owned());
+        let handle = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let client = Client::new(&[&broker], "e2e-reader");
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+                let mut next = move || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let (mut asked, mut reconnects) = (Vec::new(), 0u64);
+                while !s.load(Ordering::SeqCst) {
+                    let n = asked.len();
+                    let key = format!("q{}", next() % KEYS);
+                    let mut path = format!("/v1/stores/counts/keys/{key}?timeout_ms=4000");
+                    let mut at_least = None;
+                    if n % 25 == 24 {
+                        let p = partition_for(key.as_bytes(), PARTITIONS) as i32;
+                        let leader = client.leader(INPUT, p).await.unwrap();
+                        let record = (Some(Bytes::from(key.clone())), Some(Bytes::from("rw")));
+                        let offset = client.produce(&leader, INPUT, p, &[record]).await.unwrap();
+                        path += &format!("&at_least={INPUT}:{p}:{offset}");
+                        at_least = Some((p, offset));
+                    }
+                    let started = Instant::now();
+                    // A caller whose instance is gone asks another: that is not a failed query.
+                    let mut answer = Err(String::new());
+                    for _ in 0..5 {
+                        let ports = live.lock().unwrap().clone();
+                        let port = ports[next() as usize % ports.len()];
+                        answer =
+                            get(&format!("127.0.0.1:{port}"), &path, Duration::from_secs(6)).await;
+                        match &answer {
+                            Err(why) if why.starts_with("connecting") => reconnects += 1,
+                            _ => break,
+                        }
+                    }
+                    let (status, body) = match answer {
+                        Ok((status, body)) => (status.as_u16(), body),
+                        Err(why) => (0, Value::String(why)),
+                    };
+                    asked.push(Asked {
+                        key,
+                        at_least,
+                        status,
+                        body,
+                        seconds: started.elapsed().as_secs_f64(),
+                    });
+                    tokio::time::sleep(Duration::from_millis(4)).await;
+                }
+                (asked, reconnects)
+            })
+        });
+        Reader {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn stop(&mut self) -> (Vec<Asked>, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+fn args(port: u16) -> Vec<String> {
+    vec![
+        "--application-server".into(),
+        format!("127.0.0.1:{port}"),
+        "--num-standby-replicas".into(),
+        "1".into(),
+    ]
+}
+
+fn spawn(cluster: &Cluster, name: &str, state: &str, port: u16) -> harness::Instance {
+    let a = args(port);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let i = cluster.spawn_on(name, state, &a);
+    assert!(
+        i.await_log(&["serving interactive queries"], Duration::from_secs(60)),
+        "{name} did not start its query server:\n{}",
+        i.log_text()
+    );
+    i
+}
+
+#[test]
+fn queries_keep_answering_through_scale_out_drain_and_kill() {
+    let cluster = Cluster::new("queries");
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let mut producer = Producer::start(&cluster.broker.addr, "q", 300, KEYS);
+    let mut a = spawn(&cluster, "a", "a", pa);
+    let mut b = spawn(&cluster, "b", "b", pb);
+    let live: Live = Arc::new(Mutex::new(vec![pa, pb]));
+    // Settled: both instances process.
+    let deadline = Instant::now() + harness::SETTLE;
+    while a.running().is_empty() || b.running().is_empty() {
+        assert!(Instant::now() < deadline, "a and b never both ran tasks");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut reader = Reader::start(&cluster.broker.addr, live.clone());
+    std::thread::sleep(Duration::from_secs(5));
+
+    eprintln!("scaling out to c");
+    let mut c = spawn(&cluster, "c", "c", pc);
+    live.lock().unwrap().push(pc);
+    let deadline = Instant::now() + harness::SETTLE;
+    while c.running().is_empty() {
+        assert!(Instant::now() < deadline, "c never got an active");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+
+    eprintln!("draining b");
+    cluster.drain("b");
+    assert!(b.await_exit(Duration::from_secs(120)), "b did not drain");
+    live.lock().unwrap().retain(|&p| p != pb);
+    std::thread::sleep(Duration::from_secs(4));
+
+    eprintln!("kill -9 a");
+    a.kill9();
+    live.lock().unwrap().retain(|&p| p != pa);
+    std::thread::sleep(Duration::from_secs(3));
+    let mut a = spawn(&cluster, "a-again", "a", pa);
+    live.lock().unwrap().push(pa);
+    std::thread::sleep(Duration::from_secs(10));
+
+    let (asked, reconnects) = reader.stop();
+    producer.stop();
+    a.stop();
+    c.stop();
+
+    // The changelog holds each count as it was written: the count at a position is the
+    // key's last record at or below it.
+    let changelog = cluster.read_topic(&format!("{}-counts-changelog", cluster.app));
+    for (p, records) in &changelog {
+        for w in records.windows(2) {
+            assert_eq!(
+                w[1].offset,
+                w[0].offset + 1,
+                "changelog {p} has a gap: compacted under the test"
+            );
+        }
+    }
+    let count_at = |p: i32, key: &str, position: i64| -> Option<i64> {
+        changelog
+            .get(&p)?
+            .iter()
+            .rev()
+            .find(|r| r.offset <= position && r.key.as_deref() == Some(key.as_bytes()))
+            .and_then(|r| {
+                r.value
+                    .as_deref()
+                    .map(|v| i64::from_be_bytes(v.try_into().unwrap()))
+            })
+    };
+    let input = cluster.read_topic(INPUT);
+    let inputs_to = |p: i32, key: &str, offset: i64| -> i64 {
+        input[&p]
+            .iter()
+            .filter(|r| r.offset <= offset && r.key.as_deref() == Some(key.as_bytes()))
+            .count() as i64
+    };
+
+    let mut failed = Vec::new();
+    let mut wrong = Vec::new();
+    let (mut forwarded, mut largest_lag, mut by_role) = (0, 0u64, BTreeMap::<String, u64>::new());
+    for q in &asked {
+        if q.status != 200 {
+            failed.push(format!("{} {}: {}", q.key, q.status, q.body));
+            continue;
+        }
+        let b = &q.body;
+        let (p, position) = (
+            b["partition"].as_i64().unwrap() as i32,
+            b["position"].as_i64().unwrap(),
+        );
+        let value = b["value"].as_i64();
+        if b["found"] != Value::Bool(value.is_some()) || value != count_at(p, &q.key, position) {
+            wrong.push(format!(
+                "{}: answered {value:?} at {p}:{position}, the changelog says {:?}",
+                q.key,
+                count_at(p, &q.key, position)
+            ));
+        }
+        if let Some((ip, offset)) = q.at_least {
+            let least = inputs_to(ip, &q.key, offset);
+            if value.unwrap_or(0) < least {
+                wrong.push(format!(
+                    "{}: at_least {ip}:{offset} answered {value:?}, below the {least} inputs to it",
+                    q.key
+                ));
+            }
+        }
+        forwarded += b["forwarded"].as_bool().unwrap_or(false) as u64;
+        largest_lag = largest_lag.max(b["lag_offsets"].as_u64().unwrap_or(0));
+        *by_role
+            .entry(b["role"].as_str().unwrap_or("?").to_owned())
+            .or_default() += 1;
+    }
+    let mut seconds: Vec<f64> = asked.iter().map(|q| q.seconds).collect();
+    seconds.sort_by(f64::total_cmp);
+    let p99 = seconds[(seconds.len() * 99 / 100).min(seconds.len() - 1)];
+    let rw = asked.iter().filter(|q| q.at_least.is_some()).count();
+    eprintln!(
+        "queries: {} answered, {} failed, {} wrong; {forwarded} forwarded, by role {by_role:?}; {rw} read-your-writes; {reconnects} asked again elsewhere (instance gone); largest lag served {largest_lag} records; p99 {:.1} ms",
+        asked.len() - failed.len(),
+        failed.len(),
+        wrong.len(),
+        p99 * 1000.0
+    );
+    assert!(asked.len() > 1000, "the reader asked only {}", asked.len());
+    assert!(
+        failed.is_empty(),
+        "{} queries failed, first: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} answers were wrong, first: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    assert!(forwarded > 0, "no query was forwarded");
+    assert!(rw > 20, "too few read-your-writes queries: {rw}");
+}

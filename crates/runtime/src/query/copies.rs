@@ -1,0 +1,146 @@
+//! The stores this instance holds, open for reading beside the stream threads that write them:
+//! each thread registers a task's stores when it opens the task and takes them back when it
+//! releases it. Also how far each active has processed its input, for read-your-writes.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use baton_assignor::TaskId;
+use baton_protocol::TopicPartition;
+use tokio::sync::Notify;
+
+use crate::store::{StoreError, TaskStore};
+
+#[derive(Default)]
+pub struct LocalCopies {
+    inner: Mutex<Inner>,
+    /// Woken whenever an active's processed input moves (`at_least=` waits on it).
+    advanced: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    stores: BTreeMap<(String, TaskId), TaskStore>,
+    /// Per task, per source partition: every input below this offset is in the task's stores.
+    processed: BTreeMap<TaskId, BTreeMap<TopicPartition, i64>>,
+}
+
+/// One key as a local copy holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    pub value: Option<Vec<u8>>,
+    /// The last changelog offset the answer reflects (-1: none yet).
+    pub position: i64,
+}
+
+/// Attempts at a consistent read while bulk loads keep landing between table and checkpoint.
+const READ_ATTEMPTS: usize = 3;
+
+impl LocalCopies {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn register(&self, task: TaskId, store: &str, handle: TaskStore) {
+        self.lock().stores.insert((store.to_owned(), task), handle);
+    }
+
+    /// The task is released: its stores are no longer read here.
+    pub fn release(&self, task: TaskId) {
+        let mut inner = self.lock();
+        inner.stores.retain(|(_, t), _| *t != task);
+        inner.processed.remove(&task);
+    }
+
+    /// The tasks holding `store` here.
+    pub fn tasks_of(&self, store: &str) -> Vec<TaskId> {
+        self.lock()
+            .stores
+            .keys()
+            .filter(|(s, _)| s == store)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+
+    /// `key` in `store` of `task`: `Ok(None)` when this instance does not hold it, or while a
+    /// bulk load keeps the store between two consistent states.
+    pub fn read(&self, store: &str, task: TaskId, key: &[u8]) -> Result<Option<Read>, StoreError> {
+        let Some(handle) = self.lock().stores.get(&(store.to_owned(), task)).cloned() else {
+            return Ok(None);
+        };
+        for _ in 0..READ_ATTEMPTS {
+            if let Some((value, next)) = handle.read_consistent(key)? {
+                return Ok(Some(Read {
+                    value,
+                    position: next.map_or(-1, |n| n - 1),
+                }));
+            }
+            std::thread::yield_now();
+        }
+        Ok(None)
+    }
+
+    /// Every input of `task` below `next` in `source` is in its stores.
+    pub fn processed(&self, task: TaskId, source: &TopicPartition, next: i64) {
+        let mut inner = self.lock();
+        if !inner.stores.keys().any(|(_, t)| *t == task) {
+            return;
+        }
+        let at = inner
+            .processed
+            .entry(task)
+            .or_default()
+            .entry(source.clone())
+            .or_insert(next);
+        *at = (*at).max(next);
+        drop(inner);
+        self.advanced.notify_waiters();
+    }
+
+    /// The next input offset of `source` that `task`'s stores have not taken in, if known.
+    pub fn processed_to(&self, task: TaskId, source: &TopicPartition) -> Option<i64> {
+        self.lock().processed.get(&task)?.get(source).copied()
+    }
+
+    /// Resolves once any active's processed input moves; create it before checking, so a
+    /// move in between is not missed.
+    pub fn advanced(&self) -> tokio::sync::futures::Notified<'_> {
+        self.advanced.notified()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_only_what_is_registered_and_forgets_released_tasks() {
+        let dir = std::env::temp_dir().join(format!("baton-copies-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let task = TaskId::new(0, 1);
+        let store = TaskStore::open(&dir, task, "counts").unwrap();
+        store
+            .apply(&[(b"k".to_vec(), Some(b"v".to_vec()))], Some(5))
+            .unwrap();
+        let copies = LocalCopies::default();
+        assert_eq!(copies.read("counts", task, b"k").unwrap(), None);
+        copies.register(task, "counts", store);
+        let read = copies.read("counts", task, b"k").unwrap().unwrap();
+        assert_eq!((read.value.as_deref(), read.position), (Some(&b"v"[..]), 4));
+        assert_eq!(copies.tasks_of("counts"), vec![task]);
+        let tp = TopicPartition::new("in", 1);
+        copies.processed(task, &tp, 10);
+        copies.processed(task, &tp, 7);
+        assert_eq!(copies.processed_to(task, &tp), Some(10), "never backwards");
+        copies.release(task);
+        assert_eq!(copies.read("counts", task, b"k").unwrap(), None);
+        assert_eq!(copies.processed_to(task, &tp), None);
+        copies.processed(task, &tp, 12);
+        assert_eq!(
+            copies.processed_to(task, &tp),
+            None,
+            "not held: not recorded"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

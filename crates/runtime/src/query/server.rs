@@ -1,0 +1,521 @@
+//! The query server on `--application-server HOST:PORT`: HTTP/1.1 and JSON, versioned under
+//! `/v1`. Any instance answers for any key: it reads its own copy or forwards the query, one
+//! hop, to the copy that fits (docs/QUERIES.md).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use baton_assignor::TaskId;
+use baton_protocol::{HostInfo, TopicPartition};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::context::Context;
+use crate::error::{Result, RuntimeError};
+use crate::layout::{split_timestamped, Layout};
+use crate::query::format::{hex, parse_hex};
+use crate::query::forward::{forward, Forwarded};
+use crate::query::metrics::{Outcome, Route};
+use crate::query::plan::{plan, Ask, Held, Step};
+use crate::query::routing::endpoint;
+use crate::topology::StoreInfo;
+
+/// Marks a forwarded query: the instance it reaches answers or refuses, never forwards again.
+pub const HOP_HEADER: &str = "x-baton-hop";
+/// What is left of the caller's deadline, in milliseconds, on a forwarded query.
+pub const DEADLINE_HEADER: &str = "x-baton-deadline-ms";
+/// A query's deadline unless `timeout_ms` says otherwise, and the longest it may say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const LONGEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Queries served at once; more are refused with 503 rather than queued without bound.
+pub const CONCURRENT_QUERIES: usize = 256;
+/// Between two attempts at a query no copy could answer (the assignment may have moved on).
+const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+#[derive(Clone)]
+struct Server {
+    ctx: Arc<Context>,
+    me: Option<HostInfo>,
+    permits: Arc<Semaphore>,
+}
+
+pub async fn bind(endpoint: &str) -> Result<TcpListener> {
+    TcpListener::bind(endpoint)
+        .await
+        .map_err(|source| RuntimeError::Io {
+            what: format!("queries: binding application.server {endpoint}"),
+            source,
+        })
+}
+
+pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
+    let me = crate::query::routing::parse_endpoint(&ctx.cfg.user_endpoint);
+    let server = Server {
+        ctx,
+        me,
+        permits: Arc::new(Semaphore::new(CONCURRENT_QUERIES)),
+    };
+    let app = Router::new()
+        .route("/v1/stores", get(stores))
+        .route("/v1/stores/{store}/keys/{key}", get(key))
+        .route("/v1/metadata/{store}/keys/{key}", get(metadata))
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "no such endpoint: see docs/QUERIES.md",
+            )
+        })
+        .with_state(server);
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "the query server stopped");
+    }
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// Query parameters of a key lookup; an unknown one is a 400 naming it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyParams {
+    key_hex: Option<String>,
+    max_lag_offsets: Option<u64>,
+    at_least: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+/// A query for one key, checked and resolved to its task.
+struct Lookup {
+    store: String,
+    info: StoreInfo,
+    key: Vec<u8>,
+    task: TaskId,
+    source: TopicPartition,
+    /// `at_least=`: the input offset the answer must have processed.
+    at_least: Option<i64>,
+    ask: Ask,
+    deadline: Instant,
+}
+
+impl Server {
+    fn lookup(
+        &self,
+        store: &str,
+        key_text: &str,
+        params: &KeyParams,
+        headers: &HeaderMap,
+    ) -> std::result::Result<Lookup, Response> {
+        let ctx = &self.ctx;
+        let Some(info) = ctx.topology.store_info(store) else {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no store {store:?}; this application has {:?}",
+                    ctx.topology.store_names()
+                ),
+            ));
+        };
+        if info.windows.is_some() {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("store {store:?} is a window store: its keys are not served yet (docs/QUERIES.md)"),
+            ));
+        }
+        let key = match &params.key_hex {
+            Some(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
+            None => info
+                .format
+                .key
+                .parse_key(key_text)
+                .map_err(|e| format!("key: {e}")),
+        }
+        .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+        let Some(sub) = ctx.wire.subtopologies.get(&info.subtopology) else {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!("store {store:?} has no tasks"),
+            ));
+        };
+        let partition = crate::partitioner::partition_for(&key, sub.partitions.max(1));
+        let task = TaskId::new(info.subtopology, partition);
+        let Some(source) = ctx.wire.source_partitions(task).into_iter().next() else {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!("store {store:?} has no source"),
+            ));
+        };
+        let at_least = match &params.at_least {
+            None => None,
+            Some(a) => Some(
+                parse_at_least(a, &source)
+                    .map_err(|e| error(StatusCode::BAD_REQUEST, format!("at_least: {e}")))?,
+            ),
+        };
+        let forwarded = headers.contains_key(HOP_HEADER);
+        let timeout = match (forwarded, headers.get(DEADLINE_HEADER)) {
+            (true, Some(v)) => v
+                .to_str()
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_millis)
+                .unwrap_or(DEFAULT_TIMEOUT),
+            _ => params
+                .timeout_ms
+                .map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+        }
+        .min(LONGEST_TIMEOUT);
+        Ok(Lookup {
+            store: store.to_owned(),
+            info,
+            key,
+            task,
+            source,
+            at_least,
+            ask: Ask {
+                max_lag: params.max_lag_offsets,
+                forwarded,
+                read_your_writes: at_least.is_some(),
+            },
+            deadline: Instant::now() + timeout,
+        })
+    }
+
+    fn held(&self, task: TaskId) -> Option<Held> {
+        self.ctx.status.get(task).map(|s| Held {
+            role: s.role,
+            phase: s.phase,
+            lag: s.lag,
+        })
+    }
+
+    /// Reads the key from this instance's copy, once it has processed `at_least` (if asked);
+    /// `None` when the copy is gone, not consistent now, or the wait ran out.
+    async fn local(&self, q: &Lookup) -> Option<Value> {
+        if let Some(offset) = q.at_least {
+            loop {
+                let advanced = self.ctx.copies.advanced();
+                let done = self
+                    .ctx
+                    .copies
+                    .processed_to(q.task, &q.source)
+                    .is_some_and(|next| next > offset);
+                if done {
+                    break;
+                }
+                let left = q.deadline.checked_duration_since(Instant::now())?;
+                // Woken when any active moves; bounded so a missed wake costs 50 ms at most.
+                let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), advanced).await;
+            }
+        }
+        let held = self.held(q.task)?;
+        let ctx = self.ctx.clone();
+        let (store, task, key) = (q.store.clone(), q.task, q.key.clone());
+        let read = tokio::task::spawn_blocking(move || ctx.copies.read(&store, task, &key))
+            .await
+            .ok()?;
+        let read = match read {
+            Ok(Some(r)) => r,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(store = %q.store, task = %q.task, error = %e, "a query could not read its store");
+                return None;
+            }
+        };
+        let value = read.value.as_deref().map(|v| match q.info.layout {
+            Layout::Plain => v,
+            Layout::Timestamped => split_timestamped(v).map_or(v, |(_, v)| v),
+        });
+        Some(json!({
+            "store": q.store,
+            "key": q.info.format.key.to_json(&q.key),
+            "found": value.is_some(),
+            "value": value.map(|v| q.info.format.value.to_json(v)),
+            "partition": q.task.partition,
+            "task": q.task.to_string(),
+            "served_by": self.ctx.cfg.user_endpoint,
+            "role": held.role.as_str(),
+            "lag_offsets": held.lag_offsets(),
+            "position": read.position,
+            "forwarded": false,
+        }))
+    }
+}
+
+/// `TOPIC:PARTITION:OFFSET`, naming the key's own source partition.
+fn parse_at_least(text: &str, source: &TopicPartition) -> std::result::Result<i64, String> {
+    let mut parts = text.rsplitn(3, ':');
+    let (offset, partition, topic) = (parts.next(), parts.next(), parts.next());
+    let (Some(offset), Some(partition), Some(topic)) = (offset, partition, topic) else {
+        return Err(format!("{text:?} is not TOPIC:PARTITION:OFFSET"));
+    };
+    let offset: i64 = offset
+        .parse()
+        .map_err(|_| format!("offset {offset:?} is not a number"))?;
+    let partition: i32 = partition
+        .parse()
+        .map_err(|_| format!("partition {partition:?} is not a number"))?;
+    if topic != source.topic || partition != source.partition {
+        return Err(format!(
+            "{topic}:{partition} is not where this key lives ({}:{})",
+            source.topic, source.partition
+        ));
+    }
+    Ok(offset)
+}
+
+async fn stores(State(s): State<Server>) -> Response {
+    let ctx = &s.ctx;
+    let list: Vec<Value> = ctx
+        .topology
+        .store_names()
+        .into_iter()
+        .filter_map(|name| {
+            let info = ctx.topology.store_info(name)?;
+            let partitions: Vec<Value> = ctx
+                .copies
+                .tasks_of(name)
+                .into_iter()
+                .filter_map(|task| {
+                    let st = ctx.status.get(task)?;
+                    let held = Held {
+                        role: st.role,
+                        phase: st.phase,
+                        lag: st.lag,
+                    };
+                    Some(json!({
+                        "partition": task.partition,
+                        "task": task.to_string(),
+                        "role": st.role.as_str(),
+                        "phase": st.phase.as_str(),
+                        "lag_offsets": held.lag_offsets(),
+                    }))
+                })
+                .collect();
+            Some(json!({
+                "name": name,
+                "kind": if info.windows.is_some() { "window" } else { "key-value" },
+                "key_serde": info.format.key.name(),
+                "value_serde": info.format.value.name(),
+                "partitions": partitions,
+            }))
+        })
+        .collect();
+    Json(json!({ "served_by": ctx.cfg.user_endpoint, "stores": list })).into_response()
+}
+
+async fn key(
+    State(s): State<Server>,
+    Path((store, key_text)): Path<(String, String)>,
+    params: std::result::Result<Query<KeyParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let done = |store: &str, role: &str, route, outcome, response: Response| {
+        s.ctx
+            .queries
+            .record(store, role, route, outcome, started.elapsed().as_secs_f64());
+        response
+    };
+    let params = match params {
+        Ok(Query(p)) => p,
+        Err(e) => {
+            return done(
+                &store,
+                "",
+                Route::None,
+                Outcome::BadRequest,
+                error(StatusCode::BAD_REQUEST, e.body_text()),
+            )
+        }
+    };
+    let Ok(_permit) = s.permits.clone().try_acquire_owned() else {
+        let mut r = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{CONCURRENT_QUERIES} queries under way: try again"),
+        );
+        r.headers_mut()
+            .insert("retry-after", HeaderValue::from_static("1"));
+        return done(&store, "", Route::None, Outcome::Unavailable, r);
+    };
+    let q = match s.lookup(&store, &key_text, &params, &headers) {
+        Ok(q) => q,
+        Err(r) => {
+            let outcome = if r.status() == StatusCode::NOT_FOUND {
+                Outcome::NotFound
+            } else {
+                Outcome::BadRequest
+            };
+            return done(&store, "", Route::None, outcome, r);
+        }
+    };
+    let mut tried: Vec<Value> = Vec::new();
+    loop {
+        let held = s.held(q.task);
+        let copies = s.ctx.routing().copies(&q.source);
+        let steps = plan(
+            held,
+            &copies,
+            s.me.as_ref(),
+            q.ask,
+            s.ctx.cfg.assignment.acceptable_recovery_lag,
+        );
+        for step in steps {
+            match step {
+                Step::Local => {
+                    if let Some(answer) = s.local(&q).await {
+                        let role = answer["role"].as_str().unwrap_or("").to_owned();
+                        return done(
+                            &q.store,
+                            &role,
+                            Route::Local,
+                            Outcome::Answered,
+                            Json(answer).into_response(),
+                        );
+                    }
+                    tried.push(
+                        json!({ "served_by": s.ctx.cfg.user_endpoint, "outcome": "not ready" }),
+                    );
+                }
+                Step::Forward { to, max_lag } => {
+                    let path = forward_path(&q, max_lag);
+                    match forward(&to, &path, hop_deadline(q.deadline)).await {
+                        Forwarded::Answer(status, mut body) if status == StatusCode::OK => {
+                            body["forwarded"] = Value::Bool(true);
+                            let role = body["role"].as_str().unwrap_or("").to_owned();
+                            return done(
+                                &q.store,
+                                &role,
+                                Route::Forwarded,
+                                Outcome::Answered,
+                                Json(body).into_response(),
+                            );
+                        }
+                        Forwarded::Answer(status, body) if status.is_client_error() => {
+                            return done(
+                                &q.store,
+                                "",
+                                Route::Forwarded,
+                                Outcome::BadRequest,
+                                (status, Json(body)).into_response(),
+                            );
+                        }
+                        Forwarded::Answer(status, body) => tried.push(json!({
+                            "served_by": endpoint(&to),
+                            "outcome": status.as_u16(),
+                            "there": body["here"],
+                        })),
+                        Forwarded::Failed(why) => {
+                            tried.push(json!({ "served_by": endpoint(&to), "outcome": why }))
+                        }
+                    }
+                }
+            }
+        }
+        let left = q.deadline.saturating_duration_since(Instant::now());
+        if q.ask.forwarded || left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(left.min(RETRY_EVERY)).await;
+        tried.truncate(16);
+    }
+    let held = s.held(q.task);
+    let copies = s.ctx.routing().copies(&q.source);
+    let mut r = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({
+            "error": format!("no copy of task {} answered within its bound by the deadline", q.task),
+            "store": q.store,
+            "partition": q.task.partition,
+            "here": held.map(|h| json!({ "role": h.role.as_str(), "phase": h.phase.as_str(), "lag_offsets": h.lag_offsets() })),
+            "active": copies.active.as_ref().map(endpoint),
+            "standbys": copies.standbys.iter().map(endpoint).collect::<Vec<_>>(),
+            "tried": tried,
+        })),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert("retry-after", HeaderValue::from_static("1"));
+    done(&q.store, "", Route::None, Outcome::Unavailable, r)
+}
+
+/// How long one hop may take: half of what is left (at least 250 ms), so that a copy that
+/// accepts the connection and never answers (a paused process) leaves time for the next.
+fn hop_deadline(deadline: Instant) -> Instant {
+    let left = deadline.saturating_duration_since(Instant::now());
+    Instant::now() + left.min((left / 2).max(Duration::from_millis(250)))
+}
+
+/// The query as another instance receives it: the key by hex, the bound it must meet.
+fn forward_path(q: &Lookup, max_lag: Option<u64>) -> String {
+    let mut path = format!("/v1/stores/{}/keys/_?key_hex={}", q.store, hex(&q.key));
+    if let Some(m) = max_lag {
+        path += &format!("&max_lag_offsets={m}");
+    }
+    if let Some(o) = q.at_least {
+        path += &format!("&at_least={}:{}:{o}", q.source.topic, q.source.partition);
+    }
+    path
+}
+
+async fn metadata(
+    State(s): State<Server>,
+    Path((store, key_text)): Path<(String, String)>,
+    params: std::result::Result<Query<KeyParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let params = match params {
+        Ok(Query(p)) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let q = match s.lookup(&store, &key_text, &params, &headers) {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    let copies = s.ctx.routing().copies(&q.source);
+    let here = s.held(q.task);
+    // Lags are known for the copy held here; the others report theirs when asked.
+    let lag_of = |h: &HostInfo| -> Value {
+        match (Some(h) == s.me.as_ref(), here) {
+            (true, Some(held)) => json!(held.lag_offsets()),
+            _ => Value::Null,
+        }
+    };
+    Json(json!({
+        "store": q.store,
+        "partition": q.task.partition,
+        "task": q.task.to_string(),
+        "active": copies.active.as_ref().map(|a| json!({ "endpoint": endpoint(a), "lag_offsets": lag_of(a) })),
+        "standbys": copies.standbys.iter().map(|h| json!({ "endpoint": endpoint(h), "lag_offsets": lag_of(h) })).collect::<Vec<_>>(),
+        "generation": s.ctx.routing().generation,
+    }))
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_least_names_the_keys_partition() {
+        let tp = TopicPartition::new("ev:ents", 2);
+        assert_eq!(parse_at_least("ev:ents:2:41", &tp), Ok(41));
+        assert!(parse_at_least("ev:ents:1:41", &tp)
+            .unwrap_err()
+            .contains("not where this key lives"));
+        assert!(parse_at_least("41", &tp)
+            .unwrap_err()
+            .contains("TOPIC:PARTITION:OFFSET"));
+        assert!(parse_at_least("ev:ents:2:x", &tp)
+            .unwrap_err()
+            .contains("offset"));
+    }
+}
