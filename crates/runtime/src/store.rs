@@ -88,6 +88,14 @@ pub struct TaskStore {
     loads: Arc<LoadCount>,
 }
 
+/// A key's value with the store's checkpoint, as one snapshot saw them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsistentRead {
+    pub value: Option<Vec<u8>>,
+    /// The next changelog offset to apply (`None`: the store never absorbed any).
+    pub next_offset: Option<i64>,
+}
+
 #[derive(Debug, Default)]
 struct LoadCount {
     started: AtomicU64,
@@ -171,7 +179,7 @@ impl TaskStore {
     /// one every changelog record below the checkpoint left, never a batch half applied.
     /// Reads take no lock a writer waits on (interactive queries, beside the stream thread).
     /// `None` while a bulk load is between its table and its checkpoint (try again).
-    pub fn read_consistent(&self, key: &[u8]) -> Result<Option<(Option<Vec<u8>>, Option<i64>)>> {
+    pub fn read_consistent(&self, key: &[u8]) -> Result<Option<ConsistentRead>> {
         use fjall::Readable;
         let started = self.loads.started.load(Ordering::SeqCst);
         if self.loads.ended.load(Ordering::SeqCst) != started {
@@ -203,7 +211,10 @@ impl TaskStore {
             .map_err(|e| err(&self.path, e))?
             .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
             .map(i64::from_be_bytes);
-        Ok(Some((value, checkpoint)))
+        Ok(Some(ConsistentRead {
+            value,
+            next_offset: checkpoint,
+        }))
     }
 
     /// The newest timestamp among the values of a store laid out
@@ -682,29 +693,26 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("baton-store-read-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
-        assert_eq!(store.read_consistent(b"a").unwrap(), Some((None, None)));
+        let read = |k: &[u8]| {
+            store
+                .read_consistent(k)
+                .unwrap()
+                .map(|r| (r.value, r.next_offset))
+        };
+        assert_eq!(read(b"a"), Some((None, None)));
         store.apply(&[w("a", Some("1"))], Some(3)).unwrap();
         let long = vec![b'x'; LONGEST_NATIVE_KEY + 1];
         store
             .apply(&[(long.clone(), Some(b"L".to_vec()))], Some(4))
             .unwrap();
-        assert_eq!(
-            store.read_consistent(b"a").unwrap(),
-            Some((Some(b"1".to_vec()), Some(4)))
-        );
-        assert_eq!(
-            store.read_consistent(&long).unwrap(),
-            Some((Some(b"L".to_vec()), Some(4)))
-        );
+        assert_eq!(read(b"a"), Some((Some(b"1".to_vec()), Some(4))));
+        assert_eq!(read(&long), Some((Some(b"L".to_vec()), Some(4))));
         // A load between its table and its checkpoint: no answer rather than a torn one.
         store.loads.started.fetch_add(1, Ordering::SeqCst);
-        assert_eq!(store.read_consistent(b"a").unwrap(), None);
+        assert_eq!(read(b"a"), None);
         store.loads.ended.fetch_add(1, Ordering::SeqCst);
         store.ingest(&mut vec![w("a", Some("2"))], 9).unwrap();
-        assert_eq!(
-            store.read_consistent(b"a").unwrap(),
-            Some((Some(b"2".to_vec()), Some(9)))
-        );
+        assert_eq!(read(b"a"), Some((Some(b"2".to_vec()), Some(9))));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -69,10 +69,10 @@ impl LocalCopies {
             return Ok(None);
         };
         for _ in 0..READ_ATTEMPTS {
-            if let Some((value, next)) = handle.read_consistent(key)? {
+            if let Some(r) = handle.read_consistent(key)? {
                 return Ok(Some(Read {
-                    value,
-                    position: next.map_or(-1, |n| n - 1),
+                    value: r.value,
+                    position: r.next_offset.map_or(-1, |n| n - 1),
                 }));
             }
             std::thread::yield_now();

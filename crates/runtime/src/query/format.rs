@@ -107,7 +107,7 @@ pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
     if let Some((at, c)) = text.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
         return Err(format!("{c:?} at {at} is not a hex digit"));
     }
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return Err(format!(
             "{} hex digits: an even number is needed",
             text.len()

@@ -80,7 +80,37 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": message.into() }))).into_response()
+    QueryError::new(status, message).into_response()
+}
+
+/// A query refused for what it asked: 400 (a malformed key or parameter) or 404 (no store).
+#[derive(Debug)]
+struct QueryError {
+    status: StatusCode,
+    message: String,
+}
+
+impl QueryError {
+    fn new(status: StatusCode, message: impl Into<String>) -> QueryError {
+        QueryError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        if self.status == StatusCode::NOT_FOUND {
+            Outcome::NotFound
+        } else {
+            Outcome::BadRequest
+        }
+    }
+}
+
+impl IntoResponse for QueryError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
 }
 
 /// Query parameters of a key lookup; an unknown one is a 400 naming it.
@@ -113,10 +143,10 @@ impl Server {
         key_text: &str,
         params: &KeyParams,
         headers: &HeaderMap,
-    ) -> std::result::Result<Lookup, Response> {
+    ) -> std::result::Result<Lookup, QueryError> {
         let ctx = &self.ctx;
         let Some(info) = ctx.topology.store_info(store) else {
-            return Err(error(
+            return Err(QueryError::new(
                 StatusCode::NOT_FOUND,
                 format!(
                     "no store {store:?}; this application has {:?}",
@@ -125,7 +155,7 @@ impl Server {
             ));
         };
         if info.windows.is_some() {
-            return Err(error(
+            return Err(QueryError::new(
                 StatusCode::BAD_REQUEST,
                 format!("store {store:?} is a window store: its keys are not served yet (docs/QUERIES.md)"),
             ));
@@ -138,9 +168,9 @@ impl Server {
                 .parse_key(key_text)
                 .map_err(|e| format!("key: {e}")),
         }
-        .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+        .map_err(|e| QueryError::new(StatusCode::BAD_REQUEST, e))?;
         let Some(sub) = ctx.wire.subtopologies.get(&info.subtopology) else {
-            return Err(error(
+            return Err(QueryError::new(
                 StatusCode::NOT_FOUND,
                 format!("store {store:?} has no tasks"),
             ));
@@ -148,18 +178,18 @@ impl Server {
         let partition = crate::partitioner::partition_for(&key, sub.partitions.max(1));
         let task = TaskId::new(info.subtopology, partition);
         let Some(source) = ctx.wire.source_partitions(task).into_iter().next() else {
-            return Err(error(
+            return Err(QueryError::new(
                 StatusCode::NOT_FOUND,
                 format!("store {store:?} has no source"),
             ));
         };
-        let at_least = match &params.at_least {
-            None => None,
-            Some(a) => Some(
-                parse_at_least(a, &source)
-                    .map_err(|e| error(StatusCode::BAD_REQUEST, format!("at_least: {e}")))?,
-            ),
-        };
+        let at_least =
+            match &params.at_least {
+                None => None,
+                Some(a) => Some(parse_at_least(a, &source).map_err(|e| {
+                    QueryError::new(StatusCode::BAD_REQUEST, format!("at_least: {e}"))
+                })?),
+            };
         let forwarded = headers.contains_key(HOP_HEADER);
         let timeout = match (forwarded, headers.get(DEADLINE_HEADER)) {
             (true, Some(v)) => v
@@ -348,13 +378,9 @@ async fn key(
     };
     let q = match s.lookup(&store, &key_text, &params, &headers) {
         Ok(q) => q,
-        Err(r) => {
-            let outcome = if r.status() == StatusCode::NOT_FOUND {
-                Outcome::NotFound
-            } else {
-                Outcome::BadRequest
-            };
-            return done(&store, "", Route::None, outcome, r);
+        Err(e) => {
+            let outcome = e.outcome();
+            return done(&store, "", Route::None, outcome, e.into_response());
         }
     };
     let mut tried: Vec<Value> = Vec::new();
@@ -425,7 +451,9 @@ async fn key(
             break;
         }
         tokio::time::sleep(left.min(RETRY_EVERY)).await;
-        tried.truncate(16);
+        // The latest attempts say most about why.
+        let excess = tried.len().saturating_sub(16);
+        tried.drain(..excess);
     }
     let held = s.held(q.task);
     let copies = s.ctx.routing().copies(&q.source);
@@ -478,7 +506,7 @@ async fn metadata(
     };
     let q = match s.lookup(&store, &key_text, &params, &headers) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let copies = s.ctx.routing().copies(&q.source);
     let here = s.held(q.task);
