@@ -480,6 +480,18 @@ pub async fn read_tail(
     Ok(out)
 }
 
+/// The newest assignment any member reported on `topic`, with its generation: what a member
+/// that has not joined yet can know of where the group's tasks are (its host maps). `None`
+/// when no member reported one.
+pub async fn latest_assignment(client: &Client, topic: &str) -> Result<Option<(i32, Vec<u8>)>> {
+    let (reports, _) = read_reports(client, topic).await?;
+    Ok(reports
+        .into_values()
+        .filter(|r| !r.assignment.is_empty())
+        .filter_map(|r| Some((r.generation?, r.assignment.to_vec())))
+        .max_by_key(|(generation, _)| *generation))
+}
+
 async fn read_reports(client: &Client, topic: &str) -> Result<ControlRecords> {
     let mut out = BTreeMap::new();
     let mut progress = BTreeMap::new();

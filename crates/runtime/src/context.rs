@@ -124,7 +124,7 @@ impl Context {
     /// A thread's assignment of `generation` came with host maps: they replace older ones.
     pub fn set_routing(&self, generation: i32, info: &baton_protocol::AssignmentInfo) {
         let mut r = self.routing();
-        if generation >= r.generation {
+        if generation >= r.generation || r.is_empty() {
             *r = Routing::from_info(generation, info);
         }
     }

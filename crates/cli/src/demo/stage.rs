@@ -59,6 +59,8 @@ pub(crate) struct Instance {
     pub name: &'static str,
     pub child: Child,
     pub metrics: SocketAddr,
+    /// Its query server (`--application-server`).
+    pub queries: SocketAddr,
 }
 
 pub(crate) fn failed(what: impl std::fmt::Display) -> Failure {
@@ -126,6 +128,10 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         )
         .await?;
     board.log(&format!("a and b process every task ({took:.1} s)"));
+    board.log(&format!(
+        "query the counts while it scales, from another terminal: baton query --server {} counts key-7",
+        instances[0].queries
+    ));
     tokio::time::sleep(plan.pause).await;
 
     board.start_measuring();
@@ -239,6 +245,7 @@ pub(crate) struct Launch<'a> {
 /// timeouts, its log in `<dir>/<name>.log` and its metrics on a free port.
 pub(crate) fn spawn_instance(l: &Launch) -> Result<Instance, Failure> {
     let metrics = free_port()?;
+    let queries = free_port()?;
     let log = l.dir.join(format!("{}.log", l.name));
     let child = Command::new(l.exe)
         .args(["run", "--bootstrap", l.bootstrap, "--app-id", l.app])
@@ -253,6 +260,7 @@ pub(crate) fn spawn_instance(l: &Launch) -> Result<Instance, Failure> {
         .arg("--state-dir")
         .arg(l.dir.join(l.name))
         .args(["--metrics-addr", &metrics.to_string()])
+        .args(["--application-server", &queries.to_string()])
         .args(["--assignor", l.assignor.name()])
         .args([
             "--heartbeat-interval-ms",
@@ -270,6 +278,7 @@ pub(crate) fn spawn_instance(l: &Launch) -> Result<Instance, Failure> {
         name: l.name,
         child,
         metrics,
+        queries,
     })
 }
 

@@ -56,6 +56,28 @@ pub async fn bind(endpoint: &str) -> Result<TcpListener> {
         })
 }
 
+/// Until this instance's first assignment, where the group's copies were when a member last
+/// reported (the control topic): a restarted instance forwards at once rather than answering
+/// 503 until it has joined, which can take a session timeout.
+pub async fn seed_routing(ctx: Arc<Context>) {
+    let topic = crate::control::control_topic(ctx.group());
+    match baton_kafka::inspect::latest_assignment(&ctx.client, &topic).await {
+        Ok(Some((generation, blob))) => match baton_protocol::leader::decode_assignment(&blob) {
+            Ok((_, info)) => {
+                // An older generation than any real assignment: the first one replaces it.
+                ctx.set_routing(generation.saturating_sub(1), &info);
+                tracing::info!(
+                    generation,
+                    "query routing seeded from the latest member report"
+                );
+            }
+            Err(e) => tracing::debug!(error = %e, "a member report's assignment does not decode"),
+        },
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, "reading member reports to seed query routing"),
+    }
+}
+
 pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
     let me = crate::query::routing::parse_endpoint(&ctx.cfg.user_endpoint);
     let server = Server {
