@@ -2,6 +2,7 @@
 //! each time so that their figures can be compared across changes (docs/BENCHMARKS.md).
 
 mod latency;
+mod queries;
 mod throughput;
 mod warmup;
 
@@ -23,11 +24,15 @@ enum Which {
     /// One instance's input records per second over a backlog (count per key, and word count
     /// with its repartition hop), against a plain consumer reading the same topic.
     Throughput(throughput::ThroughputArgs),
+    /// Interactive queries (local and forwarded) against instances processing a backlog, and
+    /// the processing throughput they cost.
+    Queries(queries::QueriesArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
     match args.which {
         Which::Warmup(a) => warmup::run(a),
         Which::Throughput(a) => throughput::run(a),
+        Which::Queries(a) => queries::run(a),
     }
 }

@@ -114,7 +114,7 @@ struct Bench {
     build: fn(&str, &str) -> Result<Topology, baton_runtime::topology::TopologyError>,
 }
 
-fn count_record(i: u64) -> KeyValue {
+pub(crate) fn count_record(i: u64) -> KeyValue {
     (
         Some(Bytes::from(format!("k{}", i % 10_000))),
         Some(Bytes::from_static(b"event")),
@@ -191,7 +191,7 @@ async fn one(
 }
 
 /// Writes `records` records over the partitions, in batches.
-async fn fill(
+pub(crate) async fn fill(
     client: &Client,
     topic: &str,
     records: u64,
@@ -269,7 +269,7 @@ async fn read_all(client: &Client, topic: &str) -> Result<Duration, Failure> {
 
 /// Input records per second the group's commits covered, from its first commit to the one
 /// that reached `records`.
-async fn committed_rate(
+pub(crate) async fn committed_rate(
     client: &Client,
     group: &str,
     input: &str,
