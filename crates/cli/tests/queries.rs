@@ -96,7 +96,15 @@ impl Reader {
                                 get(&format!("127.0.0.1:{port}"), &path, Duration::from_secs(14))
                                     .await;
                             match &answer {
-                                Err(why) if why.starts_with("connecting") => reconnects += 1,
+                                // Refused, or dropped mid-answer: the instance is gone
+                                // (killed, or exited after its drain); GET is safe to repeat.
+                                Err(why)
+                                    if why.starts_with("connecting")
+                                        || why.starts_with("sending")
+                                        || why.starts_with("reading") =>
+                                {
+                                    reconnects += 1
+                                }
                                 _ => break 'asking,
                             }
                         }
