@@ -33,6 +33,24 @@ pub struct Read {
     pub position: i64,
 }
 
+/// A range scan's bounds: keys in `from..=to` (open ends when `None`), after `after` (the last
+/// key of the previous page), at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeBounds {
+    pub from: Option<Vec<u8>>,
+    pub to: Option<Vec<u8>>,
+    pub after: Option<Vec<u8>>,
+    pub limit: usize,
+}
+
+/// A key range as a local copy holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeRead {
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    pub more: bool,
+    pub position: i64,
+}
+
 /// Attempts at a consistent read while bulk loads keep landing between table and checkpoint.
 const READ_ATTEMPTS: usize = 3;
 
@@ -72,6 +90,36 @@ impl LocalCopies {
             if let Some(r) = handle.read_consistent(key)? {
                 return Ok(Some(Read {
                     value: r.value,
+                    position: r.next_offset.map_or(-1, |n| n - 1),
+                }));
+            }
+            std::thread::yield_now();
+        }
+        Ok(None)
+    }
+
+    /// Up to `limit` entries of `store` of `task` in `from..=to` after `after`, in key order
+    /// ([`TaskStore::range_consistent`]); `Ok(None)` as for [`LocalCopies::read`].
+    pub fn read_range(
+        &self,
+        store: &str,
+        task: TaskId,
+        bounds: &RangeBounds,
+    ) -> Result<Option<RangeRead>, StoreError> {
+        let Some(handle) = self.lock().stores.get(&(store.to_owned(), task)).cloned() else {
+            return Ok(None);
+        };
+        for _ in 0..READ_ATTEMPTS {
+            let read = handle.range_consistent(
+                bounds.from.as_deref(),
+                bounds.to.as_deref(),
+                bounds.after.as_deref(),
+                bounds.limit,
+            )?;
+            if let Some(r) = read {
+                return Ok(Some(RangeRead {
+                    entries: r.entries,
+                    more: r.more,
                     position: r.next_offset.map_or(-1, |n| n - 1),
                 }));
             }

@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use crate::context::Context;
 use crate::error::{Result, RuntimeError};
 use crate::layout::{split_timestamped, Layout};
+use crate::query::copies::RangeBounds;
 use crate::query::format::{hex, parse_hex};
 use crate::query::forward::{forward, Forwarded};
 use crate::query::metrics::{Outcome, Route};
@@ -88,6 +89,10 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
     let app = Router::new()
         .route("/v1/stores", get(stores))
         .route("/v1/stores/{store}/keys/{key}", get(key))
+        .route(
+            "/v1/stores/{store}/partitions/{partition}/range",
+            get(range),
+        )
         .route("/v1/metadata/{store}/keys/{key}", get(metadata))
         .fallback(|| async {
             error(
@@ -145,11 +150,36 @@ struct KeyParams {
     timeout_ms: Option<u64>,
 }
 
-/// A query for one key, checked and resolved to its task.
+/// Query parameters of a range scan; keys in the key serde's text form, or hex.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RangeParams {
+    from: Option<String>,
+    to: Option<String>,
+    after: Option<String>,
+    from_hex: Option<String>,
+    to_hex: Option<String>,
+    after_hex: Option<String>,
+    limit: Option<usize>,
+    max_lag_offsets: Option<u64>,
+    timeout_ms: Option<u64>,
+}
+
+/// A range scan's page size unless `limit` says otherwise, and the largest it may say.
+pub const DEFAULT_LIMIT: usize = 100;
+pub const LARGEST_LIMIT: usize = 1000;
+
+/// What a query reads.
+enum Op {
+    Key(Vec<u8>),
+    Range(RangeBounds),
+}
+
+/// A query, checked and resolved to its task.
 struct Lookup {
     store: String,
     info: StoreInfo,
-    key: Vec<u8>,
+    op: Op,
     task: TaskId,
     source: TopicPartition,
     /// `at_least=`: the input offset the answer must have processed.
@@ -159,13 +189,8 @@ struct Lookup {
 }
 
 impl Server {
-    fn lookup(
-        &self,
-        store: &str,
-        key_text: &str,
-        params: &KeyParams,
-        headers: &HeaderMap,
-    ) -> std::result::Result<Lookup, QueryError> {
+    /// The store, checked: known, and not a window store.
+    fn store(&self, store: &str) -> std::result::Result<(StoreInfo, u32), QueryError> {
         let ctx = &self.ctx;
         let Some(info) = ctx.topology.store_info(store) else {
             return Err(QueryError::new(
@@ -179,9 +204,26 @@ impl Server {
         if info.windows.is_some() {
             return Err(QueryError::new(
                 StatusCode::BAD_REQUEST,
-                format!("store {store:?} is a window store: its keys are not served yet (docs/QUERIES.md)"),
+                format!("store {store:?} is a window store: not served yet (docs/QUERIES.md)"),
             ));
         }
+        let Some(sub) = ctx.wire.subtopologies.get(&info.subtopology) else {
+            return Err(QueryError::new(
+                StatusCode::NOT_FOUND,
+                format!("store {store:?} has no tasks"),
+            ));
+        };
+        Ok((info, sub.partitions.max(1)))
+    }
+
+    fn lookup(
+        &self,
+        store: &str,
+        key_text: &str,
+        params: &KeyParams,
+        headers: &HeaderMap,
+    ) -> std::result::Result<Lookup, QueryError> {
+        let (info, partitions) = self.store(store)?;
         let key = match &params.key_hex {
             Some(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
             None => info
@@ -191,20 +233,9 @@ impl Server {
                 .map_err(|e| format!("key: {e}")),
         }
         .map_err(|e| QueryError::new(StatusCode::BAD_REQUEST, e))?;
-        let Some(sub) = ctx.wire.subtopologies.get(&info.subtopology) else {
-            return Err(QueryError::new(
-                StatusCode::NOT_FOUND,
-                format!("store {store:?} has no tasks"),
-            ));
-        };
-        let partition = crate::partitioner::partition_for(&key, sub.partitions.max(1));
+        let partition = crate::partitioner::partition_for(&key, partitions);
         let task = TaskId::new(info.subtopology, partition);
-        let Some(source) = ctx.wire.source_partitions(task).into_iter().next() else {
-            return Err(QueryError::new(
-                StatusCode::NOT_FOUND,
-                format!("store {store:?} has no source"),
-            ));
-        };
+        let source = self.source(store, task)?;
         let at_least =
             match &params.at_least {
                 None => None,
@@ -212,23 +243,11 @@ impl Server {
                     QueryError::new(StatusCode::BAD_REQUEST, format!("at_least: {e}"))
                 })?),
             };
-        let forwarded = headers.contains_key(HOP_HEADER);
-        let timeout = match (forwarded, headers.get(DEADLINE_HEADER)) {
-            (true, Some(v)) => v
-                .to_str()
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(Duration::from_millis)
-                .unwrap_or(DEFAULT_TIMEOUT),
-            _ => params
-                .timeout_ms
-                .map_or(DEFAULT_TIMEOUT, Duration::from_millis),
-        }
-        .min(LONGEST_TIMEOUT);
+        let (forwarded, deadline) = deadline(headers, params.timeout_ms);
         Ok(Lookup {
             store: store.to_owned(),
             info,
-            key,
+            op: Op::Key(key),
             task,
             source,
             at_least,
@@ -237,8 +256,86 @@ impl Server {
                 forwarded,
                 read_your_writes: at_least.is_some(),
             },
-            deadline: Instant::now() + timeout,
+            deadline,
         })
+    }
+
+    fn range_lookup(
+        &self,
+        store: &str,
+        partition: &str,
+        params: &RangeParams,
+        headers: &HeaderMap,
+    ) -> std::result::Result<Lookup, QueryError> {
+        let (info, partitions) = self.store(store)?;
+        let bad = |e: String| QueryError::new(StatusCode::BAD_REQUEST, e);
+        let partition: u32 = partition
+            .parse()
+            .ok()
+            .filter(|&p| p < partitions)
+            .ok_or_else(|| {
+                bad(format!(
+                    "partition {partition:?}: store {store:?} has partitions 0 to {}",
+                    partitions - 1
+                ))
+            })?;
+        let key = |name: &str, text: &Option<String>, hex: &Option<String>| match (text, hex) {
+            (Some(_), Some(_)) => Err(bad(format!("{name} and {name}_hex: give one"))),
+            (Some(t), None) => info
+                .format
+                .key
+                .parse_key(t)
+                .map(Some)
+                .map_err(|e| bad(format!("{name}: {e}"))),
+            (None, Some(h)) => parse_hex(h)
+                .map(Some)
+                .map_err(|e| bad(format!("{name}_hex: {e}"))),
+            (None, None) => Ok(None),
+        };
+        let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
+        if limit == 0 || limit > LARGEST_LIMIT {
+            return Err(bad(format!(
+                "limit: {limit} is not between 1 and {LARGEST_LIMIT}"
+            )));
+        }
+        let bounds = RangeBounds {
+            from: key("from", &params.from, &params.from_hex)?,
+            to: key("to", &params.to, &params.to_hex)?,
+            after: key("after", &params.after, &params.after_hex)?,
+            limit,
+        };
+        let task = TaskId::new(info.subtopology, partition);
+        let source = self.source(store, task)?;
+        let (forwarded, deadline) = deadline(headers, params.timeout_ms);
+        Ok(Lookup {
+            store: store.to_owned(),
+            info,
+            op: Op::Range(bounds),
+            task,
+            source,
+            at_least: None,
+            ask: Ask {
+                max_lag: params.max_lag_offsets,
+                forwarded,
+                read_your_writes: false,
+            },
+            deadline,
+        })
+    }
+
+    /// The first source partition of `task`: where the assignment's host maps list it.
+    fn source(&self, store: &str, task: TaskId) -> std::result::Result<TopicPartition, QueryError> {
+        self.ctx
+            .wire
+            .source_partitions(task)
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                QueryError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("store {store:?} has no source"),
+                )
+            })
     }
 
     fn held(&self, task: TaskId) -> Option<Held> {
@@ -269,9 +366,38 @@ impl Server {
             }
         }
         let held = self.held(q.task)?;
+        let answer = match &q.op {
+            Op::Key(key) => self.read_key(q, key).await?,
+            Op::Range(bounds) => self.read_range(q, bounds).await?,
+        };
+        let mut answer = answer;
+        for (field, value) in [
+            ("store", json!(q.store)),
+            ("partition", json!(q.task.partition)),
+            ("task", json!(q.task.to_string())),
+            ("served_by", json!(self.ctx.cfg.user_endpoint)),
+            ("role", json!(held.role.as_str())),
+            ("lag_offsets", json!(held.lag_offsets())),
+            ("forwarded", json!(false)),
+        ] {
+            answer[field] = value;
+        }
+        Some(answer)
+    }
+
+    /// A stored value as the store's value serde reads it, its timestamp (if any) dropped.
+    fn value_json(&self, q: &Lookup, stored: &[u8]) -> Value {
+        let value = match q.info.layout {
+            Layout::Plain => stored,
+            Layout::Timestamped => split_timestamped(stored).map_or(stored, |(_, v)| v),
+        };
+        q.info.format.value.to_json(value)
+    }
+
+    async fn read_key(&self, q: &Lookup, key: &[u8]) -> Option<Value> {
         let ctx = self.ctx.clone();
-        let (store, task, key) = (q.store.clone(), q.task, q.key.clone());
-        let read = tokio::task::spawn_blocking(move || ctx.copies.read(&store, task, &key))
+        let (store, task, k) = (q.store.clone(), q.task, key.to_vec());
+        let read = tokio::task::spawn_blocking(move || ctx.copies.read(&store, task, &k))
             .await
             .ok()?;
         let read = match read {
@@ -282,24 +408,62 @@ impl Server {
                 return None;
             }
         };
-        let value = read.value.as_deref().map(|v| match q.info.layout {
-            Layout::Plain => v,
-            Layout::Timestamped => split_timestamped(v).map_or(v, |(_, v)| v),
-        });
         Some(json!({
-            "store": q.store,
-            "key": q.info.format.key.to_json(&q.key),
-            "found": value.is_some(),
-            "value": value.map(|v| q.info.format.value.to_json(v)),
-            "partition": q.task.partition,
-            "task": q.task.to_string(),
-            "served_by": self.ctx.cfg.user_endpoint,
-            "role": held.role.as_str(),
-            "lag_offsets": held.lag_offsets(),
+            "key": q.info.format.key.to_json(key),
+            "found": read.value.is_some(),
+            "value": read.value.as_deref().map(|v| self.value_json(q, v)),
             "position": read.position,
-            "forwarded": false,
         }))
     }
+
+    async fn read_range(&self, q: &Lookup, bounds: &RangeBounds) -> Option<Value> {
+        let ctx = self.ctx.clone();
+        let (store, task, b) = (q.store.clone(), q.task, bounds.clone());
+        let read = tokio::task::spawn_blocking(move || ctx.copies.read_range(&store, task, &b))
+            .await
+            .ok()?;
+        let read = match read {
+            Ok(Some(r)) => r,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(store = %q.store, task = %q.task, error = %e, "a range query could not read its store");
+                return None;
+            }
+        };
+        let entries: Vec<Value> = read
+            .entries
+            .iter()
+            .map(|(k, v)| json!({ "key": q.info.format.key.to_json(k), "value": self.value_json(q, v) }))
+            .collect();
+        // The next page starts after the last key: hex, which every key serde has.
+        let next_after_hex = read
+            .more
+            .then(|| read.entries.last().map(|(k, _)| hex(k)))
+            .flatten();
+        Some(json!({
+            "entries": entries,
+            "more": read.more,
+            "next_after_hex": next_after_hex,
+            "position": read.position,
+        }))
+    }
+}
+
+/// Whether the query was forwarded here, and its deadline: what the forwarder had left, or
+/// `timeout_ms`.
+fn deadline(headers: &HeaderMap, timeout_ms: Option<u64>) -> (bool, Instant) {
+    let forwarded = headers.contains_key(HOP_HEADER);
+    let timeout = match (forwarded, headers.get(DEADLINE_HEADER)) {
+        (true, Some(v)) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .unwrap_or(DEFAULT_TIMEOUT),
+        _ => timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+    }
+    .min(LONGEST_TIMEOUT);
+    (forwarded, Instant::now() + timeout)
 }
 
 /// `TOPIC:PARTITION:OFFSET`, naming the key's own source partition.
@@ -364,6 +528,45 @@ async fn stores(State(s): State<Server>) -> Response {
     Json(json!({ "served_by": ctx.cfg.user_endpoint, "stores": list })).into_response()
 }
 
+/// Records the query's outcome and latency, and passes its response on.
+fn done(
+    s: &Server,
+    started: Instant,
+    store: &str,
+    role: &str,
+    route: Route,
+    outcome: Outcome,
+    response: Response,
+) -> Response {
+    s.ctx
+        .queries
+        .record(store, role, route, outcome, started.elapsed().as_secs_f64());
+    response
+}
+
+fn busy(s: &Server, started: Instant, store: &str) -> Response {
+    let mut r = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{CONCURRENT_QUERIES} queries under way: try again"),
+    );
+    r.headers_mut()
+        .insert("retry-after", HeaderValue::from_static("1"));
+    done(s, started, store, "", Route::None, Outcome::Unavailable, r)
+}
+
+fn refused(s: &Server, started: Instant, store: &str, e: QueryError) -> Response {
+    let outcome = e.outcome();
+    done(
+        s,
+        started,
+        store,
+        "",
+        Route::None,
+        outcome,
+        e.into_response(),
+    )
+}
+
 async fn key(
     State(s): State<Server>,
     Path((store, key_text)): Path<(String, String)>,
@@ -371,39 +574,49 @@ async fn key(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let done = |store: &str, role: &str, route, outcome, response: Response| {
-        s.ctx
-            .queries
-            .record(store, role, route, outcome, started.elapsed().as_secs_f64());
-        response
-    };
     let params = match params {
         Ok(Query(p)) => p,
         Err(e) => {
-            return done(
-                &store,
-                "",
-                Route::None,
-                Outcome::BadRequest,
-                error(StatusCode::BAD_REQUEST, e.body_text()),
-            )
+            let e = QueryError::new(StatusCode::BAD_REQUEST, e.body_text());
+            return refused(&s, started, &store, e);
         }
     };
     let Ok(_permit) = s.permits.clone().try_acquire_owned() else {
-        let mut r = error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{CONCURRENT_QUERIES} queries under way: try again"),
-        );
-        r.headers_mut()
-            .insert("retry-after", HeaderValue::from_static("1"));
-        return done(&store, "", Route::None, Outcome::Unavailable, r);
+        return busy(&s, started, &store);
     };
-    let q = match s.lookup(&store, &key_text, &params, &headers) {
-        Ok(q) => q,
+    match s.lookup(&store, &key_text, &params, &headers) {
+        Ok(q) => answer(&s, q, started).await,
+        Err(e) => refused(&s, started, &store, e),
+    }
+}
+
+async fn range(
+    State(s): State<Server>,
+    Path((store, partition)): Path<(String, String)>,
+    params: std::result::Result<Query<RangeParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let params = match params {
+        Ok(Query(p)) => p,
         Err(e) => {
-            let outcome = e.outcome();
-            return done(&store, "", Route::None, outcome, e.into_response());
+            let e = QueryError::new(StatusCode::BAD_REQUEST, e.body_text());
+            return refused(&s, started, &store, e);
         }
+    };
+    let Ok(_permit) = s.permits.clone().try_acquire_owned() else {
+        return busy(&s, started, &store);
+    };
+    match s.range_lookup(&store, &partition, &params, &headers) {
+        Ok(q) => answer(&s, q, started).await,
+        Err(e) => refused(&s, started, &store, e),
+    }
+}
+
+/// Tries the plan's copies until one answers or the deadline passes.
+async fn answer(s: &Server, q: Lookup, started: Instant) -> Response {
+    let done = |store: &str, role: &str, route, outcome, response| {
+        done(s, started, store, role, route, outcome, response)
     };
     let mut tried: Vec<Value> = Vec::new();
     loop {
@@ -506,7 +719,21 @@ fn hop_deadline(deadline: Instant) -> Instant {
 
 /// The query as another instance receives it: the key by hex, the bound it must meet.
 fn forward_path(q: &Lookup, max_lag: Option<u64>) -> String {
-    let mut path = format!("/v1/stores/{}/keys/_?key_hex={}", q.store, hex(&q.key));
+    let mut path = match &q.op {
+        Op::Key(key) => format!("/v1/stores/{}/keys/_?key_hex={}", q.store, hex(key)),
+        Op::Range(b) => {
+            let mut path = format!(
+                "/v1/stores/{}/partitions/{}/range?limit={}",
+                q.store, q.task.partition, b.limit
+            );
+            for (name, key) in [("from", &b.from), ("to", &b.to), ("after", &b.after)] {
+                if let Some(k) = key {
+                    path += &format!("&{name}_hex={}", hex(k));
+                }
+            }
+            path
+        }
+    };
     if let Some(m) = max_lag {
         path += &format!("&max_lag_offsets={m}");
     }
