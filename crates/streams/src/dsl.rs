@@ -8,6 +8,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use baton_runtime::query::format::{Format, StoreFormat};
 use baton_runtime::record::undecodable;
 use baton_runtime::topology::{split_join_frame, Layout, Stream, Topology, TopologyError, Windows};
 
@@ -50,6 +51,8 @@ pub(crate) struct Graph {
     pub(crate) description: Description,
     /// What is wrong with the application, found while it was built; `build` refuses it.
     pub(crate) errors: Vec<String>,
+    /// Each store's key and value serdes by name, for queries.
+    formats: Vec<(String, StoreFormat)>,
 }
 
 impl StreamsBuilder {
@@ -62,6 +65,7 @@ impl StreamsBuilder {
                 repartition: Vec::new(),
                 description: Description::default(),
                 errors: Vec::new(),
+                formats: Vec::new(),
             })),
         }
     }
@@ -138,6 +142,7 @@ impl StreamsBuilder {
             g.description
                 .generated_name(&format!("{topic}-STATE-STORE"))
         });
+        g.store_format(&store, consumed.key.name(), consumed.value.name());
         drop(g);
         KTable {
             graph: self.graph.clone(),
@@ -160,9 +165,15 @@ impl StreamsBuilder {
             return Err(TopologyError::Invalid(e.clone()));
         }
         let streams = std::mem::take(&mut g.streams);
+        let formats = g.formats.clone();
         Topology::new(&g.app_id, streams)?
             .with_repartition_topics(g.repartition.clone())
-            .map(|t| t.with_description(g.description.to_string()))
+            .map(|t| {
+                formats
+                    .into_iter()
+                    .fold(t, |t, (store, f)| t.with_store_format(&store, f))
+                    .with_description(g.description.to_string())
+            })
     }
 
     /// What [`StreamsBuilder::build`] would run, in the form of Kafka's `Topology.describe()`.
@@ -180,6 +191,17 @@ pub(crate) struct Pos {
 }
 
 impl Graph {
+    /// Records how `store`'s keys and values read: the serdes' Kafka names.
+    fn store_format(&mut self, store: &str, key: &str, value: &str) {
+        self.formats.push((
+            store.to_owned(),
+            StoreFormat {
+                key: Format::of_serde(key),
+                value: Format::of_serde(value),
+            },
+        ));
+    }
+
     fn start(&mut self, topic: &str) -> Pos {
         let sub = self.streams.len();
         self.streams.push(Stream::from(&[topic]));
@@ -892,6 +914,7 @@ where
         let store = materialized
             .name
             .unwrap_or_else(|| g.description.generated_store());
+        g.store_format(&store, key.name(), serde.name());
         let (mut at, chain) = (stream.at, stream.chain);
         let mut last = stream.last;
         let encode = {

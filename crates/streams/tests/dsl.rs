@@ -1001,3 +1001,34 @@ fn wall_clock_punctuations_forward_to_the_sinks_on_their_own_schedules() {
     assert_eq!(slow, ["1 at 1000", "1 at 4002"]);
     assert!(seen.contains(&("every 1 s".into(), "2 at 1000".into(), 1_000)));
 }
+
+#[test]
+fn stores_carry_their_serdes_for_queries() {
+    use baton_runtime::layout::Layout;
+    use baton_runtime::query::format::{Format, StoreFormat};
+    let builder = StreamsBuilder::new("q");
+    builder
+        .stream("lines", Consumed::with(Str, Str))
+        .group_by(
+            |_, w: &String| w.clone(),
+            Grouped::with(Str, Str).named("words"),
+        )
+        .count(Materialized::named("counts"))
+        .to_stream()
+        .to("out", Produced::with(Str, Long));
+    let t = builder.build().unwrap();
+    let counts = t.store_info("counts").unwrap();
+    assert_eq!(
+        counts.format,
+        StoreFormat {
+            key: Format::String,
+            value: Format::Long
+        }
+    );
+    assert_eq!(
+        counts.layout,
+        Layout::Timestamped,
+        "the DSL's stores are timestamped"
+    );
+    assert_eq!(t.store_info("nope"), None);
+}

@@ -140,24 +140,66 @@ impl Feed {
 }
 
 fn spawn(broker: &str, dir: &std::path::Path, name: &str) -> Instance {
-    Instance::spawn(
-        "windowed-views",
-        broker,
-        dir,
-        name,
-        APP,
-        &["--input", INPUT, "--output", OUTPUT],
-    )
+    spawn_with(broker, dir, name, &[])
+}
+
+fn spawn_with(broker: &str, dir: &std::path::Path, name: &str, extra: &[&str]) -> Instance {
+    let mut args = vec!["--input", INPUT, "--output", OUTPUT];
+    args.extend_from_slice(extra);
+    Instance::spawn("windowed-views", broker, dir, name, APP, &args)
+}
+
+/// Every user's windows as the query server at `server` answers them: (user, start) -> count.
+fn queried_windows(setup: &Setup, server: &str) -> BTreeMap<(String, i64), i64> {
+    let mut out = BTreeMap::new();
+    for u in 0..30 {
+        let user = format!("user-{u}");
+        let path = format!("/v1/stores/views-per-minute/keys/{user}/windows");
+        let (status, body) = setup
+            .rt
+            .block_on(baton_runtime::query::forward::get(
+                server,
+                &path,
+                Duration::from_secs(10),
+            ))
+            .unwrap();
+        assert_eq!(status.as_u16(), 200, "{body}");
+        for w in body["windows"].as_array().unwrap() {
+            assert_eq!(
+                w["end"].as_i64().unwrap() - w["start"].as_i64().unwrap(),
+                MINUTE
+            );
+            out.insert(
+                (user.clone(), w["start"].as_i64().unwrap()),
+                w["value"].as_i64().unwrap(),
+            );
+        }
+    }
+    out
 }
 
 #[test]
 fn windowed_views_count_every_window_exactly_through_a_scale_out_and_a_drain() {
     let (broker, dir, setup) = common::start("windowed-views-e2e", &[INPUT], OUTPUT, PARTITIONS);
-    let mut a = spawn(&broker.addr, &dir, "a");
+    let server = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let mut a = spawn_with(&broker.addr, &dir, "a", &["--application-server", &server]);
     let mut feed = Feed::default();
     let (want, late) = feed.regular(&setup, 3_000);
     assert!(late > 0, "the input has views past the grace");
     setup.await_equal(&want, "one instance", Views::latest);
+    // The window store answers queries with the same counts (its last writes may land just
+    // after their output).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut queried = queried_windows(&setup, &server);
+    while queried != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        queried = queried_windows(&setup, &server);
+    }
+    assert_eq!(queried, want, "the window store's queried counts");
     eprintln!(
         "windowed-views: one instance counted 3,000 views into {} windows exactly, {late} late",
         want.len()

@@ -89,6 +89,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
     let app = Router::new()
         .route("/v1/stores", get(stores))
         .route("/v1/stores/{store}/keys/{key}", get(key))
+        .route("/v1/stores/{store}/keys/{key}/windows", get(windows))
         .route(
             "/v1/stores/{store}/partitions/{partition}/range",
             get(range),
@@ -173,6 +174,23 @@ pub const LARGEST_LIMIT: usize = 1000;
 enum Op {
     Key(Vec<u8>),
     Range(RangeBounds),
+    /// The windows of one key that start in `from..=to` (milliseconds).
+    Windows {
+        key: Vec<u8>,
+        from: i64,
+        to: i64,
+    },
+}
+
+/// Query parameters of a key's windows.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WindowParams {
+    key_hex: Option<String>,
+    from: Option<i64>,
+    to: Option<i64>,
+    max_lag_offsets: Option<u64>,
+    timeout_ms: Option<u64>,
 }
 
 /// A query, checked and resolved to its task.
@@ -189,8 +207,12 @@ struct Lookup {
 }
 
 impl Server {
-    /// The store, checked: known, and not a window store.
-    fn store(&self, store: &str) -> std::result::Result<(StoreInfo, u32), QueryError> {
+    /// The store, checked: known, and a window store exactly when `windows` asks for one.
+    fn store(
+        &self,
+        store: &str,
+        windows: bool,
+    ) -> std::result::Result<(StoreInfo, u32), QueryError> {
         let ctx = &self.ctx;
         let Some(info) = ctx.topology.store_info(store) else {
             return Err(QueryError::new(
@@ -201,11 +223,20 @@ impl Server {
                 ),
             ));
         };
-        if info.windows.is_some() {
-            return Err(QueryError::new(
-                StatusCode::BAD_REQUEST,
-                format!("store {store:?} is a window store: not served yet (docs/QUERIES.md)"),
-            ));
+        match (info.windows.is_some(), windows) {
+            (true, false) => {
+                return Err(QueryError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("store {store:?} is a window store: ask /v1/stores/{store}/keys/{{key}}/windows"),
+                ))
+            }
+            (false, true) => {
+                return Err(QueryError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("store {store:?} is a key-value store: it has no windows"),
+                ))
+            }
+            _ => {}
         }
         let Some(sub) = ctx.wire.subtopologies.get(&info.subtopology) else {
             return Err(QueryError::new(
@@ -223,7 +254,7 @@ impl Server {
         params: &KeyParams,
         headers: &HeaderMap,
     ) -> std::result::Result<Lookup, QueryError> {
-        let (info, partitions) = self.store(store)?;
+        let (info, partitions) = self.store(store, false)?;
         let key = match &params.key_hex {
             Some(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
             None => info
@@ -267,7 +298,7 @@ impl Server {
         params: &RangeParams,
         headers: &HeaderMap,
     ) -> std::result::Result<Lookup, QueryError> {
-        let (info, partitions) = self.store(store)?;
+        let (info, partitions) = self.store(store, false)?;
         let bad = |e: String| QueryError::new(StatusCode::BAD_REQUEST, e);
         let partition: u32 = partition
             .parse()
@@ -311,6 +342,50 @@ impl Server {
             store: store.to_owned(),
             info,
             op: Op::Range(bounds),
+            task,
+            source,
+            at_least: None,
+            ask: Ask {
+                max_lag: params.max_lag_offsets,
+                forwarded,
+                read_your_writes: false,
+            },
+            deadline,
+        })
+    }
+
+    fn windows_lookup(
+        &self,
+        store: &str,
+        key_text: &str,
+        params: &WindowParams,
+        headers: &HeaderMap,
+    ) -> std::result::Result<Lookup, QueryError> {
+        let (info, partitions) = self.store(store, true)?;
+        let bad = |e: String| QueryError::new(StatusCode::BAD_REQUEST, e);
+        let key = match &params.key_hex {
+            Some(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
+            None => info
+                .format
+                .key
+                .parse_key(key_text)
+                .map_err(|e| format!("key: {e}")),
+        }
+        .map_err(bad)?;
+        let (from, to) = (params.from.unwrap_or(0), params.to.unwrap_or(i64::MAX));
+        if from < 0 || to < from {
+            return Err(bad(format!(
+                "from={from}, to={to}: window starts run from 0, and to must not be below from"
+            )));
+        }
+        let partition = crate::partitioner::partition_for(&key, partitions);
+        let task = TaskId::new(info.subtopology, partition);
+        let source = self.source(store, task)?;
+        let (forwarded, deadline) = deadline(headers, params.timeout_ms);
+        Ok(Lookup {
+            store: store.to_owned(),
+            info,
+            op: Op::Windows { key, from, to },
             task,
             source,
             at_least: None,
@@ -369,6 +444,7 @@ impl Server {
         let answer = match &q.op {
             Op::Key(key) => self.read_key(q, key).await?,
             Op::Range(bounds) => self.read_range(q, bounds).await?,
+            Op::Windows { key, from, to } => self.read_windows(q, key, *from, *to).await?,
         };
         let mut answer = answer;
         for (field, value) in [
@@ -412,6 +488,54 @@ impl Server {
             "key": q.info.format.key.to_json(key),
             "found": read.value.is_some(),
             "value": read.value.as_deref().map(|v| self.value_json(q, v)),
+            "position": read.position,
+        }))
+    }
+
+    /// A window store keeps `key, start (8 bytes), sequence (4 bytes)`: one scan from the
+    /// first start to the last, keeping the entries of exactly this key.
+    async fn read_windows(&self, q: &Lookup, key: &[u8], from: i64, to: i64) -> Option<Value> {
+        let size = q.info.windows.map_or(0, |w| w.size_ms);
+        let mut upper = crate::layout::window_store_key(key, to);
+        upper.truncate(key.len() + 8);
+        upper.extend_from_slice(&[0xff; 4]);
+        let bounds = RangeBounds {
+            from: Some(crate::layout::window_store_key(key, from)),
+            to: Some(upper),
+            after: None,
+            limit: LARGEST_LIMIT,
+        };
+        let ctx = self.ctx.clone();
+        let (store, task) = (q.store.clone(), q.task);
+        let read =
+            tokio::task::spawn_blocking(move || ctx.copies.read_range(&store, task, &bounds))
+                .await
+                .ok()?;
+        let read = match read {
+            Ok(Some(r)) => r,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(store = %q.store, task = %q.task, error = %e, "a window query could not read its store");
+                return None;
+            }
+        };
+        let windows: Vec<Value> = read
+            .entries
+            .iter()
+            .filter(|(k, _)| k.len() == key.len() + 12 && k.starts_with(key))
+            .filter_map(|(k, v)| {
+                let start = i64::from_be_bytes(k[key.len()..key.len() + 8].try_into().ok()?);
+                Some(json!({
+                    "start": start,
+                    "end": start.saturating_add(size),
+                    "value": self.value_json(q, v),
+                }))
+            })
+            .collect();
+        Some(json!({
+            "key": q.info.format.key.to_json(key),
+            "windows": windows,
+            "more": read.more,
             "position": read.position,
         }))
     }
@@ -590,6 +714,29 @@ async fn key(
     }
 }
 
+async fn windows(
+    State(s): State<Server>,
+    Path((store, key_text)): Path<(String, String)>,
+    params: std::result::Result<Query<WindowParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let params = match params {
+        Ok(Query(p)) => p,
+        Err(e) => {
+            let e = QueryError::new(StatusCode::BAD_REQUEST, e.body_text());
+            return refused(&s, started, &store, e);
+        }
+    };
+    let Ok(_permit) = s.permits.clone().try_acquire_owned() else {
+        return busy(&s, started, &store);
+    };
+    match s.windows_lookup(&store, &key_text, &params, &headers) {
+        Ok(q) => answer(&s, q, started).await,
+        Err(e) => refused(&s, started, &store, e),
+    }
+}
+
 async fn range(
     State(s): State<Server>,
     Path((store, partition)): Path<(String, String)>,
@@ -721,6 +868,11 @@ fn hop_deadline(deadline: Instant) -> Instant {
 fn forward_path(q: &Lookup, max_lag: Option<u64>) -> String {
     let mut path = match &q.op {
         Op::Key(key) => format!("/v1/stores/{}/keys/_?key_hex={}", q.store, hex(key)),
+        Op::Windows { key, from, to } => format!(
+            "/v1/stores/{}/keys/_/windows?key_hex={}&from={from}&to={to}",
+            q.store,
+            hex(key)
+        ),
         Op::Range(b) => {
             let mut path = format!(
                 "/v1/stores/{}/partitions/{}/range?limit={}",
