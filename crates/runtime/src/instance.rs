@@ -68,12 +68,17 @@ pub async fn run(
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics");
         background.push(tokio::spawn(metrics::serve(listener, ctx.clone())));
     }
+    // Stopped after the threads, so a query under way when the instance drains or shuts down
+    // is answered (by another copy, if its own was released) rather than cut off.
+    let (queries_done, queries_stop) = watch::channel(false);
+    let mut queries = None;
     if !ctx.cfg.user_endpoint.is_empty() {
         let listener = crate::query::server::bind(&ctx.cfg.user_endpoint).await?;
         tracing::info!(addr = %ctx.cfg.user_endpoint, "serving interactive queries");
-        background.push(tokio::spawn(crate::query::server::serve(
+        queries = Some(tokio::spawn(crate::query::server::serve(
             listener,
             ctx.clone(),
+            queries_stop,
         )));
     }
     background.push(tokio::spawn(control::watch(ctx.clone(), control_from)));
@@ -108,6 +113,17 @@ pub async fn run(
                     "a stream thread panicked: {e}"
                 )));
             }
+        }
+    }
+    queries_done.send_replace(true);
+    if let Some(q) = queries {
+        let abort = q.abort_handle();
+        if tokio::time::timeout(crate::query::server::DRAIN_QUERIES, q)
+            .await
+            .is_err()
+        {
+            abort.abort();
+            tracing::info!("queries still under way when the instance stopped were cut off");
         }
     }
     for b in background {

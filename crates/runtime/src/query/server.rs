@@ -36,6 +36,8 @@ pub const DEADLINE_HEADER: &str = "x-baton-deadline-ms";
 /// A query's deadline unless `timeout_ms` says otherwise, and the longest it may say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const LONGEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an instance that stops waits for the queries under way.
+pub const DRAIN_QUERIES: Duration = Duration::from_secs(2);
 /// Queries served at once; more are refused with 503 rather than queued without bound.
 pub const CONCURRENT_QUERIES: usize = 256;
 /// Between two attempts at a query no copy could answer (the assignment may have moved on).
@@ -79,7 +81,13 @@ pub async fn seed_routing(ctx: Arc<Context>) {
     }
 }
 
-pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
+/// Serves until `done` turns true, then lets the queries under way finish (the caller bounds
+/// how long it waits for them).
+pub async fn serve(
+    listener: TcpListener,
+    ctx: Arc<Context>,
+    mut done: tokio::sync::watch::Receiver<bool>,
+) {
     let me = crate::query::routing::parse_endpoint(&ctx.cfg.user_endpoint);
     let server = Server {
         ctx,
@@ -102,7 +110,13 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>) {
             )
         })
         .with_state(server);
-    if let Err(e) = axum::serve(listener, app).await {
+    let stopped = async move {
+        let _ = done.wait_for(|d| *d).await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await
+    {
         tracing::error!(error = %e, "the query server stopped");
     }
 }
