@@ -190,14 +190,9 @@ impl TaskStore {
     /// `None` while a bulk load is between its table and its checkpoint (try again).
     pub fn read_consistent(&self, key: &[u8]) -> Result<Option<ConsistentRead>> {
         use fjall::Readable;
-        let started = self.loads.started.load(Ordering::SeqCst);
-        if self.loads.ended.load(Ordering::SeqCst) != started {
+        let Some(snap) = self.consistent_snapshot() else {
             return Ok(None);
-        }
-        let snap = self.db.snapshot();
-        if self.loads.started.load(Ordering::SeqCst) != started {
-            return Ok(None);
-        }
+        };
         let value = if is_native_key(key) {
             snap.get(&self.data, key)
                 .map_err(|e| err(&self.path, e))?
@@ -215,15 +210,31 @@ impl TaskStore {
                 },
             }
         };
-        let checkpoint = snap
-            .get(&self.checkpoint, NEXT_OFFSET)
-            .map_err(|e| err(&self.path, e))?
-            .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
-            .map(i64::from_be_bytes);
+        let checkpoint = self.checkpoint_in(&snap)?;
         Ok(Some(ConsistentRead {
             value,
             next_offset: checkpoint,
         }))
+    }
+
+    /// A snapshot with no bulk load between its table and its checkpoint (a seqlock over
+    /// [`LoadCount`]): `None` while one is, or when one started meanwhile.
+    fn consistent_snapshot(&self) -> Option<fjall::Snapshot> {
+        let started = self.loads.started.load(Ordering::SeqCst);
+        if self.loads.ended.load(Ordering::SeqCst) != started {
+            return None;
+        }
+        let snap = self.db.snapshot();
+        (self.loads.started.load(Ordering::SeqCst) == started).then_some(snap)
+    }
+
+    /// The checkpoint as `snap` sees it, read as [`TaskStore::checkpoint`] reads it.
+    fn checkpoint_in(&self, snap: &fjall::Snapshot) -> Result<Option<i64>> {
+        use fjall::Readable;
+        let v = snap
+            .get(&self.checkpoint, NEXT_OFFSET)
+            .map_err(|e| err(&self.path, e))?;
+        self.parse_checkpoint(v)
     }
 
     /// Up to `limit` entries with keys in `from..=to` (either end open when `None`) and after
@@ -240,14 +251,9 @@ impl TaskStore {
     ) -> Result<Option<ConsistentRange>> {
         use fjall::Readable;
         use std::ops::Bound;
-        let started = self.loads.started.load(Ordering::SeqCst);
-        if self.loads.ended.load(Ordering::SeqCst) != started {
+        let Some(snap) = self.consistent_snapshot() else {
             return Ok(None);
-        }
-        let snap = self.db.snapshot();
-        if self.loads.started.load(Ordering::SeqCst) != started {
-            return Ok(None);
-        }
+        };
         let lower = match (from, after) {
             (Some(f), Some(a)) if a < f => Bound::Included(f.to_vec()),
             (_, Some(a)) => Bound::Excluded(a.to_vec()),
@@ -265,11 +271,7 @@ impl TaskStore {
             }
             entries.push((k.to_vec(), v.to_vec()));
         }
-        let next_offset = snap
-            .get(&self.checkpoint, NEXT_OFFSET)
-            .map_err(|e| err(&self.path, e))?
-            .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
-            .map(i64::from_be_bytes);
+        let next_offset = self.checkpoint_in(&snap)?;
         Ok(Some(ConsistentRange {
             entries,
             more,
@@ -480,6 +482,10 @@ impl TaskStore {
             .checkpoint
             .get(NEXT_OFFSET)
             .map_err(|e| err(&self.path, e))?;
+        self.parse_checkpoint(v)
+    }
+
+    fn parse_checkpoint(&self, v: Option<Slice>) -> Result<Option<i64>> {
         match v {
             None => Ok(None),
             Some(b) => {

@@ -47,7 +47,6 @@ pub struct QueriesArgs {
 /// What one query phase saw.
 #[derive(Debug, Default)]
 struct Phase {
-    answered: u64,
     failed: u64,
     seconds: f64,
     /// Latencies of local and of forwarded answers.
@@ -57,7 +56,7 @@ struct Phase {
 
 impl Phase {
     fn qps(&self) -> f64 {
-        self.answered as f64 / self.seconds.max(1e-9)
+        (self.local.len() + self.forwarded.len()) as f64 / self.seconds.max(1e-9)
     }
 }
 
@@ -96,7 +95,6 @@ async fn read(endpoint: String, rate: u64, stop: tokio::sync::watch::Receiver<bo
         let asked = Instant::now();
         match get(&endpoint, &path, Duration::from_secs(10)).await {
             Ok((status, body)) if status.is_success() => {
-                phase.answered += 1;
                 let took = asked.elapsed().as_secs_f64();
                 if body["forwarded"] == Value::Bool(true) {
                     phase.forwarded.push(took);
@@ -131,6 +129,21 @@ async fn up(endpoint: &str, timeout: Duration) -> Result<(), Failure> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// One table row: the answers of `latencies` within `phase` (its failures are the phase's).
+fn row(name: &str, latencies: &[f64], phase: &Phase) -> String {
+    let mut sorted = latencies.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let ms = |p: f64| percentile(&sorted, p) * 1000.0;
+    format!(
+        "{name:<34} {:>9.0} {:>9} {:>7} {:>8.2} {:>8.2}\n",
+        sorted.len() as f64 / phase.seconds.max(1e-9),
+        sorted.len(),
+        phase.failed,
+        ms(0.5),
+        ms(0.99)
+    )
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -245,40 +258,12 @@ async fn measure(
     let _ = two.await;
     both?;
 
-    let mut l = local.local.clone();
-    l.sort_by(f64::total_cmp);
-    let mut sl = spread.local.clone();
-    sl.sort_by(f64::total_cmp);
-    let mut f = spread.forwarded.clone();
-    f.sort_by(f64::total_cmp);
-    let ms = |v: f64| v * 1000.0;
     let mut out = String::new();
     out += &format!("backlog of {n} records, count per key, one stream thread per instance; reader at {} queries/s\n", args.rate);
     out += "phase                              queries/s  answered  failed   p50 ms   p99 ms\n";
-    out += &format!(
-        "local, while processing            {:>9.0} {:>9} {:>7} {:>8.2} {:>8.2}\n",
-        local.qps(),
-        local.answered,
-        local.failed,
-        ms(percentile(&l, 0.5)),
-        ms(percentile(&l, 0.99))
-    );
-    out += &format!(
-        "two instances: local part          {:>9.0} {:>9} {:>7} {:>8.2} {:>8.2}\n",
-        spread.local.len() as f64 / spread.seconds.max(1e-9),
-        spread.local.len(),
-        spread.failed,
-        ms(percentile(&sl, 0.5)),
-        ms(percentile(&sl, 0.99))
-    );
-    out += &format!(
-        "two instances: forwarded part      {:>9.0} {:>9} {:>7} {:>8.2} {:>8.2}\n",
-        spread.forwarded.len() as f64 / spread.seconds.max(1e-9),
-        spread.forwarded.len(),
-        spread.failed,
-        ms(percentile(&f, 0.5)),
-        ms(percentile(&f, 0.99))
-    );
+    out += &row("local, while processing", &local.local, &local);
+    out += &row("two instances: local part", &spread.local, &spread);
+    out += &row("two instances: forwarded part", &spread.forwarded, &spread);
     out += &format!(
         "processing: {baseline:.0} records/s without queries, {with_queries:.0} with them: ratio {:.3}\n",
         with_queries / baseline

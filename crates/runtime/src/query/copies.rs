@@ -51,6 +51,11 @@ pub struct RangeRead {
     pub position: i64,
 }
 
+/// The last changelog offset a store reflects, from its next one (-1: none yet).
+fn position(next_offset: Option<i64>) -> i64 {
+    next_offset.map_or(-1, |n| n - 1)
+}
+
 /// Attempts at a consistent read while bulk loads keep landing between table and checkpoint.
 const READ_ATTEMPTS: usize = 3;
 
@@ -60,7 +65,33 @@ impl LocalCopies {
     }
 
     pub fn register(&self, task: TaskId, store: &str, handle: TaskStore) {
-        self.lock().stores.insert((store.to_owned(), task), handle);
+        let mut inner = self.lock();
+        inner.stores.insert((store.to_owned(), task), handle);
+        inner.processed.entry(task).or_default();
+    }
+
+    fn handle(&self, store: &str, task: TaskId) -> Option<TaskStore> {
+        self.lock().stores.get(&(store.to_owned(), task)).cloned()
+    }
+
+    /// `read` of `store` of `task`, tried again while bulk loads keep landing between table
+    /// and checkpoint; `Ok(None)` when this instance does not hold it or it stayed torn.
+    fn read_with<T>(
+        &self,
+        store: &str,
+        task: TaskId,
+        read: impl Fn(&TaskStore) -> Result<Option<T>, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let Some(handle) = self.handle(store, task) else {
+            return Ok(None);
+        };
+        for _ in 0..READ_ATTEMPTS {
+            if let Some(r) = read(&handle)? {
+                return Ok(Some(r));
+            }
+            std::thread::yield_now();
+        }
+        Ok(None)
     }
 
     /// The task is released: its stores are no longer read here.
@@ -83,19 +114,12 @@ impl LocalCopies {
     /// `key` in `store` of `task`: `Ok(None)` when this instance does not hold it, or while a
     /// bulk load keeps the store between two consistent states.
     pub fn read(&self, store: &str, task: TaskId, key: &[u8]) -> Result<Option<Read>, StoreError> {
-        let Some(handle) = self.lock().stores.get(&(store.to_owned(), task)).cloned() else {
-            return Ok(None);
-        };
-        for _ in 0..READ_ATTEMPTS {
-            if let Some(r) = handle.read_consistent(key)? {
-                return Ok(Some(Read {
-                    value: r.value,
-                    position: r.next_offset.map_or(-1, |n| n - 1),
-                }));
-            }
-            std::thread::yield_now();
-        }
-        Ok(None)
+        self.read_with(store, task, |h| {
+            Ok(h.read_consistent(key)?.map(|r| Read {
+                value: r.value,
+                position: position(r.next_offset),
+            }))
+        })
     }
 
     /// Up to `limit` entries of `store` of `task` in `from..=to` after `after`, in key order
@@ -106,41 +130,35 @@ impl LocalCopies {
         task: TaskId,
         bounds: &RangeBounds,
     ) -> Result<Option<RangeRead>, StoreError> {
-        let Some(handle) = self.lock().stores.get(&(store.to_owned(), task)).cloned() else {
-            return Ok(None);
-        };
-        for _ in 0..READ_ATTEMPTS {
-            let read = handle.range_consistent(
+        self.read_with(store, task, |h| {
+            let read = h.range_consistent(
                 bounds.from.as_deref(),
                 bounds.to.as_deref(),
                 bounds.after.as_deref(),
                 bounds.limit,
             )?;
-            if let Some(r) = read {
-                return Ok(Some(RangeRead {
-                    entries: r.entries,
-                    more: r.more,
-                    position: r.next_offset.map_or(-1, |n| n - 1),
-                }));
-            }
-            std::thread::yield_now();
-        }
-        Ok(None)
+            Ok(read.map(|r| RangeRead {
+                entries: r.entries,
+                more: r.more,
+                position: position(r.next_offset),
+            }))
+        })
     }
 
-    /// Every input of `task` below `next` in `source` is in its stores.
+    /// Every input of `task` below `next` in `source` is in its stores. Called after every
+    /// batch: no scan, and no allocation once the partition is known.
     pub fn processed(&self, task: TaskId, source: &TopicPartition, next: i64) {
         let mut inner = self.lock();
-        if !inner.stores.keys().any(|(_, t)| *t == task) {
+        // Registered tasks only: a released task's late batch must not bring it back.
+        let Some(by_source) = inner.processed.get_mut(&task) else {
             return;
+        };
+        match by_source.get_mut(source) {
+            Some(at) => *at = (*at).max(next),
+            None => {
+                by_source.insert(source.clone(), next);
+            }
         }
-        let at = inner
-            .processed
-            .entry(task)
-            .or_default()
-            .entry(source.clone())
-            .or_insert(next);
-        *at = (*at).max(next);
         drop(inner);
         self.advanced.notify_waiters();
     }

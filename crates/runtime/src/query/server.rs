@@ -21,12 +21,13 @@ use tokio::sync::Semaphore;
 use crate::context::Context;
 use crate::error::{Result, RuntimeError};
 use crate::layout::{split_timestamped, Layout};
-use crate::query::copies::RangeBounds;
+use crate::query::copies::{LocalCopies, RangeBounds};
 use crate::query::format::{hex, parse_hex};
 use crate::query::forward::{forward, Forwarded};
 use crate::query::metrics::{Outcome, Route};
 use crate::query::plan::{plan, Ask, Held, Step};
 use crate::query::routing::endpoint;
+use crate::store::StoreError;
 use crate::topology::StoreInfo;
 
 /// Marks a forwarded query: the instance it reaches answers or refuses, never forwards again.
@@ -269,15 +270,7 @@ impl Server {
         headers: &HeaderMap,
     ) -> std::result::Result<Lookup, QueryError> {
         let (info, partitions) = self.store(store, false)?;
-        let key = match &params.key_hex {
-            Some(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
-            None => info
-                .format
-                .key
-                .parse_key(key_text)
-                .map_err(|e| format!("key: {e}")),
-        }
-        .map_err(|e| QueryError::new(StatusCode::BAD_REQUEST, e))?;
+        let key = key_bytes(&info, key_text, params.key_hex.as_deref())?;
         let partition = crate::partitioner::partition_for(&key, partitions);
         let task = TaskId::new(info.subtopology, partition);
         let source = self.source(store, task)?;
@@ -377,15 +370,7 @@ impl Server {
     ) -> std::result::Result<Lookup, QueryError> {
         let (info, partitions) = self.store(store, true)?;
         let bad = |e: String| QueryError::new(StatusCode::BAD_REQUEST, e);
-        let key = match &params.key_hex {
-            Some(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
-            None => info
-                .format
-                .key
-                .parse_key(key_text)
-                .map_err(|e| format!("key: {e}")),
-        }
-        .map_err(bad)?;
+        let key = key_bytes(&info, key_text, params.key_hex.as_deref())?;
         let (from, to) = (params.from.unwrap_or(0), params.to.unwrap_or(i64::MAX));
         if from < 0 || to < from {
             return Err(bad(format!(
@@ -484,20 +469,32 @@ impl Server {
         q.info.format.value.to_json(value)
     }
 
-    async fn read_key(&self, q: &Lookup, key: &[u8]) -> Option<Value> {
+    /// Runs `read` on this instance's copy of `q`'s store on the blocking pool (a store read
+    /// may go to disk); `None` when the copy is gone or not consistent now, or the read
+    /// failed (logged).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        q: &Lookup,
+        read: impl FnOnce(&LocalCopies, &str, TaskId) -> std::result::Result<Option<T>, StoreError>
+            + Send
+            + 'static,
+    ) -> Option<T> {
         let ctx = self.ctx.clone();
-        let (store, task, k) = (q.store.clone(), q.task, key.to_vec());
-        let read = tokio::task::spawn_blocking(move || ctx.copies.read(&store, task, &k))
+        let (store, task) = (q.store.clone(), q.task);
+        let read = tokio::task::spawn_blocking(move || read(&ctx.copies, &store, task))
             .await
             .ok()?;
-        let read = match read {
-            Ok(Some(r)) => r,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(store = %q.store, task = %q.task, error = %e, "a query could not read its store");
-                return None;
-            }
-        };
+        read.unwrap_or_else(|e| {
+            tracing::warn!(store = %q.store, task = %q.task, error = %e, "a query could not read its store");
+            None
+        })
+    }
+
+    async fn read_key(&self, q: &Lookup, key: &[u8]) -> Option<Value> {
+        let k = key.to_vec();
+        let read = self
+            .blocking(q, move |copies, store, task| copies.read(store, task, &k))
+            .await?;
         Some(json!({
             "key": q.info.format.key.to_json(key),
             "found": read.value.is_some(),
@@ -519,20 +516,11 @@ impl Server {
             after: None,
             limit: LARGEST_LIMIT,
         };
-        let ctx = self.ctx.clone();
-        let (store, task) = (q.store.clone(), q.task);
-        let read =
-            tokio::task::spawn_blocking(move || ctx.copies.read_range(&store, task, &bounds))
-                .await
-                .ok()?;
-        let read = match read {
-            Ok(Some(r)) => r,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(store = %q.store, task = %q.task, error = %e, "a window query could not read its store");
-                return None;
-            }
-        };
+        let read = self
+            .blocking(q, move |copies, store, task| {
+                copies.read_range(store, task, &bounds)
+            })
+            .await?;
         let windows: Vec<Value> = read
             .entries
             .iter()
@@ -555,19 +543,12 @@ impl Server {
     }
 
     async fn read_range(&self, q: &Lookup, bounds: &RangeBounds) -> Option<Value> {
-        let ctx = self.ctx.clone();
-        let (store, task, b) = (q.store.clone(), q.task, bounds.clone());
-        let read = tokio::task::spawn_blocking(move || ctx.copies.read_range(&store, task, &b))
-            .await
-            .ok()?;
-        let read = match read {
-            Ok(Some(r)) => r,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(store = %q.store, task = %q.task, error = %e, "a range query could not read its store");
-                return None;
-            }
-        };
+        let b = bounds.clone();
+        let read = self
+            .blocking(q, move |copies, store, task| {
+                copies.read_range(store, task, &b)
+            })
+            .await?;
         let entries: Vec<Value> = read
             .entries
             .iter()
@@ -585,6 +566,23 @@ impl Server {
             "position": read.position,
         }))
     }
+}
+
+/// A key as the path gives it in the key serde's text form, or as `key_hex`.
+fn key_bytes(
+    info: &StoreInfo,
+    text: &str,
+    hex: Option<&str>,
+) -> std::result::Result<Vec<u8>, QueryError> {
+    match hex {
+        Some(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
+        None => info
+            .format
+            .key
+            .parse_key(text)
+            .map_err(|e| format!("key: {e}")),
+    }
+    .map_err(|e| QueryError::new(StatusCode::BAD_REQUEST, e))
 }
 
 /// Whether the query was forwarded here, and its deadline: what the forwarder had left, or
@@ -705,11 +703,13 @@ fn refused(s: &Server, started: Instant, store: &str, e: QueryError) -> Response
     )
 }
 
-async fn key(
-    State(s): State<Server>,
-    Path((store, key_text)): Path<(String, String)>,
-    params: std::result::Result<Query<KeyParams>, QueryRejection>,
-    headers: HeaderMap,
+/// One query's whole course: its parameters, a permit, its resolution by `resolve`, then the
+/// plan's copies. Every endpoint that reads a store goes through here.
+async fn handle<P>(
+    s: Server,
+    store: String,
+    params: std::result::Result<Query<P>, QueryRejection>,
+    resolve: impl FnOnce(&Server, &str, &P) -> std::result::Result<Lookup, QueryError>,
 ) -> Response {
     let started = Instant::now();
     let params = match params {
@@ -722,10 +722,22 @@ async fn key(
     let Ok(_permit) = s.permits.clone().try_acquire_owned() else {
         return busy(&s, started, &store);
     };
-    match s.lookup(&store, &key_text, &params, &headers) {
+    match resolve(&s, &store, &params) {
         Ok(q) => answer(&s, q, started).await,
         Err(e) => refused(&s, started, &store, e),
     }
+}
+
+async fn key(
+    State(s): State<Server>,
+    Path((store, key_text)): Path<(String, String)>,
+    params: std::result::Result<Query<KeyParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    handle(s, store, params, |s, store, p| {
+        s.lookup(store, &key_text, p, &headers)
+    })
+    .await
 }
 
 async fn windows(
@@ -734,21 +746,10 @@ async fn windows(
     params: std::result::Result<Query<WindowParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
-    let started = Instant::now();
-    let params = match params {
-        Ok(Query(p)) => p,
-        Err(e) => {
-            let e = QueryError::new(StatusCode::BAD_REQUEST, e.body_text());
-            return refused(&s, started, &store, e);
-        }
-    };
-    let Ok(_permit) = s.permits.clone().try_acquire_owned() else {
-        return busy(&s, started, &store);
-    };
-    match s.windows_lookup(&store, &key_text, &params, &headers) {
-        Ok(q) => answer(&s, q, started).await,
-        Err(e) => refused(&s, started, &store, e),
-    }
+    handle(s, store, params, |s, store, p| {
+        s.windows_lookup(store, &key_text, p, &headers)
+    })
+    .await
 }
 
 async fn range(
@@ -757,21 +758,10 @@ async fn range(
     params: std::result::Result<Query<RangeParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
-    let started = Instant::now();
-    let params = match params {
-        Ok(Query(p)) => p,
-        Err(e) => {
-            let e = QueryError::new(StatusCode::BAD_REQUEST, e.body_text());
-            return refused(&s, started, &store, e);
-        }
-    };
-    let Ok(_permit) = s.permits.clone().try_acquire_owned() else {
-        return busy(&s, started, &store);
-    };
-    match s.range_lookup(&store, &partition, &params, &headers) {
-        Ok(q) => answer(&s, q, started).await,
-        Err(e) => refused(&s, started, &store, e),
-    }
+    handle(s, store, params, |s, store, p| {
+        s.range_lookup(store, &partition, p, &headers)
+    })
+    .await
 }
 
 /// Tries the plan's copies until one answers or the deadline passes.
