@@ -17,7 +17,10 @@ use crate::cluster::{ClientIx, Cluster, TaskIx};
 use crate::rack::{self, RackCosts};
 use crate::TaskAssignor;
 
+mod java_queue;
 mod tag_aware;
+
+use java_queue::JavaPriorityQueue;
 
 /// The `kafka` assignor.
 #[derive(Debug, Default, Clone, Copy)]
@@ -75,11 +78,18 @@ struct Run<'a> {
 }
 
 /// The order Kafka visits its planned moves in: it polls them from a `java.util.PriorityQueue`
-/// ordered by (number of caught-up clients, task), i.e. sorted order (Kafka's HOTFIX #12585;
-/// before it, Kafka walked the queue's heap array instead).
-fn kafka_poll_order(mut movements: Vec<Movement>) -> Vec<Movement> {
-    movements.sort_by_key(|m| (m.caught_up, m.task));
-    movements
+/// ordered by (number of caught-up clients, task) and nothing else (Kafka's HOTFIX #12585;
+/// before it, Kafka walked the queue's heap array instead). Two standbys of one task are two
+/// moves that compare equal: they come out as Java's heap shuffles them ([`JavaPriorityQueue`]),
+/// offered in Kafka's order (clients, then each client's tasks, ascending).
+fn kafka_poll_order(movements: Vec<Movement>) -> Vec<Movement> {
+    let mut queue = JavaPriorityQueue::new(|a: &Movement, b: &Movement| {
+        (a.caught_up, a.task).cmp(&(b.caught_up, b.task))
+    });
+    for m in movements {
+        queue.offer(m);
+    }
+    std::iter::from_fn(|| queue.poll()).collect()
 }
 
 /// A planned move of `task` away from `destination`, which is not caught up.

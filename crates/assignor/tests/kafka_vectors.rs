@@ -89,7 +89,7 @@ fn the_kafka_mode_gives_kafkas_recorded_answers() {
         .filter(|n| n.ends_with(".json"))
         .collect();
     names.sort();
-    assert!(names.len() >= 40, "expected the 40 recorded clusters");
+    assert!(names.len() >= 42, "expected the 42 recorded clusters");
     let mut failed = Vec::new();
     for name in &names {
         let diffs = differences(name);
