@@ -19,6 +19,9 @@ pub struct QueryArgs {
     /// Accept a copy at most this many changelog records behind.
     #[arg(long, value_name = "N")]
     max_lag_offsets: Option<u64>,
+    /// Accept a copy at most this many milliseconds behind its changelog's end.
+    #[arg(long, value_name = "MS")]
+    max_lag_ms: Option<u64>,
     /// Answer only once the copy has processed input past TOPIC:PARTITION:OFFSET.
     #[arg(long, value_name = "TOPIC:PARTITION:OFFSET")]
     at_least: Option<String>,
@@ -52,6 +55,9 @@ pub fn run(args: QueryArgs) -> Result<(), Failure> {
     if let Some(m) = args.max_lag_offsets {
         path += &format!("&max_lag_offsets={m}");
     }
+    if let Some(m) = args.max_lag_ms {
+        path += &format!("&max_lag_ms={m}");
+    }
     if let Some(a) = &args.at_least {
         path += &format!("&at_least={}", encode(a));
     }
@@ -75,11 +81,14 @@ pub fn run(args: QueryArgs) -> Result<(), Failure> {
         serde_json::to_string_pretty(&body).unwrap_or_default()
     } else if body["found"] == true {
         format!(
-            "{} (from the {} at {}, {} records behind, position {})",
+            "{} (from the {} at {}, {} records and {} ms behind, position {})",
             body["value"],
             body["role"].as_str().unwrap_or("?"),
             body["served_by"].as_str().unwrap_or("?"),
             body["lag_offsets"],
+            body["lag_ms"]
+                .as_u64()
+                .map_or("?".to_owned(), |m| m.to_string()),
             body["position"]
         )
     } else {

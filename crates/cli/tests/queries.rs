@@ -33,10 +33,15 @@ struct Asked {
     key: String,
     /// `at_least`'s input offset, for a read-your-writes query.
     at_least: Option<(i32, i64)>,
+    /// `max_lag_ms`, for a query that bounds its staleness in time.
+    max_lag_ms: Option<u64>,
     status: u16,
     body: Value,
     seconds: f64,
 }
+
+/// The staleness in time the reader's bounded queries accept.
+const STALE_MS: u64 = 2_000;
 
 /// Instances the reader may ask, by port.
 type Live = Arc<Mutex<Vec<u16>>>;
@@ -48,7 +53,8 @@ struct Reader {
 
 impl Reader {
     /// Queries a random key through a random live instance every few milliseconds; every
-    /// 25th query first writes one record for its key and asks to read it (`at_least`).
+    /// 25th query first writes one record for its key and asks to read it (`at_least`); every
+    /// 10th other one accepts a copy up to 2 s stale (`max_lag_ms`).
     fn start(broker: &str, live: Live) -> Reader {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, broker) = (stop.clone(), broker.to_owned());
@@ -82,8 +88,13 @@ impl Reader {
                         path += &format!("?timeout_ms=12000&at_least={INPUT}:{p}:{offset}");
                         at_least = Some((p, offset));
                     }
+                    let mut max_lag_ms = None;
                     if at_least.is_none() {
                         path += "?timeout_ms=4000";
+                        if n % 10 == 3 {
+                            path += &format!("&max_lag_ms={STALE_MS}");
+                            max_lag_ms = Some(STALE_MS);
+                        }
                     }
                     let started = Instant::now();
                     // A caller whose instance is gone asks another: that is not a failed query.
@@ -118,6 +129,7 @@ impl Reader {
                     asked.push(Asked {
                         key,
                         at_least,
+                        max_lag_ms,
                         status,
                         body,
                         seconds: started.elapsed().as_secs_f64(),
@@ -263,6 +275,7 @@ fn queries_keep_answering_through_scale_out_drain_and_kill() {
     let mut failed = Vec::new();
     let mut wrong = Vec::new();
     let (mut forwarded, mut largest_lag, mut by_role) = (0, 0u64, BTreeMap::<String, u64>::new());
+    let (mut largest_lag_ms, mut bounded) = (0u64, 0u64);
     for q in &asked {
         if q.status != 200 {
             failed.push(format!(
@@ -293,6 +306,17 @@ fn queries_keep_answering_through_scale_out_drain_and_kill() {
                 ));
             }
         }
+        if let Some(bound) = q.max_lag_ms {
+            bounded += 1;
+            match b["lag_ms"].as_u64() {
+                Some(ms) if ms <= bound => {}
+                other => wrong.push(format!(
+                    "{}: max_lag_ms={bound} answered by a copy {other:?} ms behind",
+                    q.key
+                )),
+            }
+        }
+        largest_lag_ms = largest_lag_ms.max(b["lag_ms"].as_u64().unwrap_or(0));
         forwarded += b["forwarded"].as_bool().unwrap_or(false) as u64;
         largest_lag = largest_lag.max(b["lag_offsets"].as_u64().unwrap_or(0));
         *by_role
@@ -327,7 +351,7 @@ fn queries_keep_answering_through_scale_out_drain_and_kill() {
     let p99 = seconds[(seconds.len() * 99 / 100).min(seconds.len() - 1)];
     let rw = asked.iter().filter(|q| q.at_least.is_some()).count();
     eprintln!(
-        "queries: {} answered, {} failed, {} wrong; {forwarded} forwarded, by role {by_role:?}; {rw} read-your-writes; {reconnects} asked again elsewhere (instance gone); largest lag served {largest_lag} records; p99 {:.1} ms",
+        "queries: {} answered, {} failed, {} wrong; {forwarded} forwarded, by role {by_role:?}; {rw} read-your-writes; {reconnects} asked again elsewhere (instance gone); {bounded} bounded by max_lag_ms={STALE_MS}; largest lag served {largest_lag} records, {largest_lag_ms} ms; p99 {:.1} ms",
         asked.len() - failed.len(),
         failed.len(),
         wrong.len(),
@@ -348,4 +372,5 @@ fn queries_keep_answering_through_scale_out_drain_and_kill() {
     );
     assert!(forwarded > 0, "no query was forwarded");
     assert!(rw > 20, "too few read-your-writes queries: {rw}");
+    assert!(bounded > 50, "too few time-bounded queries: {bounded}");
 }

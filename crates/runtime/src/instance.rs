@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::config::RuntimeConfig;
 use crate::context::Context;
 use crate::error::{kafka, Result, RuntimeError};
+use crate::query::api::Queries;
 use crate::state_dir::StateDir;
 use crate::thread::{Exit, StreamThread};
 use crate::topology::{Topology, TopologyError};
@@ -22,6 +23,17 @@ pub async fn run(
     cfg: RuntimeConfig,
     topology: Topology,
     shutdown: watch::Receiver<bool>,
+) -> Result<Exit> {
+    run_with_queries(cfg, topology, shutdown, Queries::new()).await
+}
+
+/// [`run`], with `queries` answering this instance's interactive queries in-process from the
+/// moment it has started (docs/QUERIES.md), whether or not it also serves them over HTTP.
+pub async fn run_with_queries(
+    cfg: RuntimeConfig,
+    topology: Topology,
+    shutdown: watch::Receiver<bool>,
+    queries: Queries,
 ) -> Result<Exit> {
     cfg.validate().map_err(RuntimeError::Config)?;
     let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();
@@ -60,6 +72,7 @@ pub async fn run(
         process_id,
     ));
     cleanup::scan(&ctx);
+    queries.bind(ctx.clone());
     tracing::info!(instance = %ctx.cfg.instance_id, process = %process_id, threads, assignor = %ctx.cfg.assignor, "starting");
 
     let mut background = Vec::new();
@@ -71,14 +84,17 @@ pub async fn run(
     // Stopped after the threads, so a query under way when the instance drains or shuts down
     // is answered (by another copy, if its own was released) rather than cut off.
     let (queries_done, queries_stop) = watch::channel(false);
-    let mut queries = None;
+    let mut http_queries = None;
     if !ctx.cfg.user_endpoint.is_empty() {
         let listener = crate::query::server::bind(&ctx.cfg.user_endpoint).await?;
         tracing::info!(addr = %ctx.cfg.user_endpoint, "serving interactive queries");
-        queries = Some(tokio::spawn(crate::query::server::serve(
+        http_queries = Some(tokio::spawn(crate::query::server::serve(
             listener,
             ctx.clone(),
             queries_stop,
+        )));
+        background.push(tokio::spawn(crate::query::server::seed_routing(
+            ctx.clone(),
         )));
     }
     background.push(tokio::spawn(control::watch(ctx.clone(), control_from)));
@@ -116,7 +132,7 @@ pub async fn run(
         }
     }
     queries_done.send_replace(true);
-    if let Some(q) = queries {
+    if let Some(q) = http_queries {
         let abort = q.abort_handle();
         if tokio::time::timeout(crate::query::server::DRAIN_QUERIES, q)
             .await

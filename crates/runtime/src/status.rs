@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use baton_assignor::TaskId;
 use baton_protocol::TaskOffsetSum;
+
+use crate::query::staleness::Staleness;
 
 /// A task's role on this instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -102,6 +105,8 @@ struct Inner {
     skipped_total: BTreeMap<TaskId, u64>,
     /// Records dropped for windows already closed (stream time past their end plus grace).
     late_total: BTreeMap<TaskId, u64>,
+    /// How far behind in time each held copy is (queries' `lag_ms`).
+    staleness: BTreeMap<TaskId, Staleness>,
 }
 
 #[derive(Debug, Default)]
@@ -156,6 +161,32 @@ impl Status {
         let mut i = self.inner();
         i.held.remove(&task);
         i.progress.remove(&task);
+        i.staleness.remove(&task);
+    }
+
+    /// The held copy holds every changelog record below `stored` (summed over its stores);
+    /// the changelogs end at `end`, or an end is not known yet.
+    pub fn observe_changelogs(&self, task: TaskId, stored: i64, end: Option<i64>, now: Instant) {
+        let mut i = self.inner();
+        if !i.held.contains_key(&task) {
+            return;
+        }
+        let s = i.staleness.entry(task).or_default();
+        match end {
+            Some(end) => s.observe(stored, end, now),
+            None => s.reset(),
+        }
+    }
+
+    /// Milliseconds the held copy is behind its changelogs' end ([`Staleness::lag_ms`]); 0
+    /// for a running active, which writes them.
+    pub fn lag_ms(&self, task: TaskId, now: Instant) -> Option<u64> {
+        let i = self.inner();
+        let held = i.held.get(&task)?;
+        if held.role == Role::Active && held.phase == Phase::Running {
+            return Some(0);
+        }
+        i.staleness.get(&task)?.lag_ms(now)
     }
 
     pub fn get(&self, task: TaskId) -> Option<TaskStatus> {

@@ -1406,6 +1406,10 @@ impl Driver {
                     },
                 ),
             }
+            let ends: Option<i64> = t.changelogs.iter().map(|c| c.end).sum();
+            self.ctx
+                .status
+                .observe_changelogs(*id, t.offset_sum(), ends, Instant::now());
             if t.phase != Phase::Opening && !t.changelogs.is_empty() {
                 self.ctx.status.set_checkpoint(*id, t.offset_sum());
             }

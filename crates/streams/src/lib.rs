@@ -27,6 +27,7 @@
 mod describe;
 mod dsl;
 mod process;
+pub mod queries;
 pub mod run;
 pub mod serdes;
 mod split;
@@ -37,7 +38,7 @@ pub use dsl::{
     StreamsBuilder, TimeWindowedKStream,
 };
 pub use process::{KeyValueStore, Processor, ProcessorContext, Record};
-pub use run::{main, parse_args, run, RunArgs, RunError};
+pub use run::{main, parse_args, run, run_with_queries, RunArgs, RunError};
 pub use serdes::{Window, Windowed};
 pub use split::{Branched, BranchedKStream};
 pub use windows::TimeWindows;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use baton_assignor::config::MAX_RACK_COST;
 use baton_assignor::{AssignmentConfig, AssignorKind, RackStrategy};
+use baton_runtime::query::api::Queries;
 use baton_runtime::topology::{Topology, TopologyError};
 use baton_runtime::{Exit, RuntimeConfig, RuntimeError};
 use clap::Args;
@@ -221,6 +222,18 @@ pub fn run(
     default_app_id: &str,
     build: impl FnOnce(&str) -> Result<Topology, TopologyError>,
 ) -> Result<(), RunError> {
+    run_with_queries(args, default_app_id, build, Queries::new())
+}
+
+/// [`run`], with `queries` answering the application's interactive queries in-process once
+/// the instance has started ([`crate::queries`]): keep a clone, and read through it from any
+/// tokio task.
+pub fn run_with_queries(
+    args: RunArgs,
+    default_app_id: &str,
+    build: impl FnOnce(&str) -> Result<Topology, TopologyError>,
+    queries: Queries,
+) -> Result<(), RunError> {
     init_logging();
     let app_id = args
         .app_id
@@ -247,7 +260,7 @@ pub fn run(
             tracing::info!("shutting down: committing, closing stores, leaving the group");
             let _ = stop.send(true);
         });
-        baton_runtime::instance::run(cfg, topology, shutdown).await
+        baton_runtime::instance::run_with_queries(cfg, topology, shutdown, queries).await
     });
     match exit {
         Ok(Exit::Shutdown | Exit::Drained) => Ok(()),

@@ -14,15 +14,48 @@ pub struct Held {
     pub phase: Phase,
     /// Changelog records behind the end.
     pub lag: u64,
+    /// Milliseconds behind the end ([`super::staleness`]); `None` when not known.
+    pub lag_ms: Option<u64>,
+}
+
+/// The staleness a caller accepts: in changelog records, in milliseconds, or both. With
+/// neither, only a running active answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bound {
+    pub offsets: Option<u64>,
+    pub ms: Option<u64>,
+}
+
+impl Bound {
+    pub fn is_none(&self) -> bool {
+        self.offsets.is_none() && self.ms.is_none()
+    }
+
+    /// The caller's bound, or, when it gave none, copies within `recovery_lag` records.
+    fn or_recovery_lag(self, recovery_lag: u64) -> Bound {
+        if self.is_none() {
+            Bound {
+                offsets: Some(recovery_lag),
+                ms: None,
+            }
+        } else {
+            self
+        }
+    }
 }
 
 impl Held {
     /// Whether this copy may answer: a running active always; a standby, a warm-up or a
-    /// restoring active within `max_lag`; a copy still opening, or a failed active, never.
-    pub fn serves(&self, max_lag: Option<u64>) -> bool {
+    /// restoring active within `bound` (an unknown `lag_ms` meets no time bound); a copy
+    /// still opening, or a failed active, never.
+    pub fn serves(&self, bound: Bound) -> bool {
         match self.phase {
             Phase::Running => true,
-            Phase::Restoring | Phase::Tailing => max_lag.is_some_and(|m| self.lag <= m),
+            Phase::Restoring | Phase::Tailing => {
+                !bound.is_none()
+                    && bound.offsets.is_none_or(|m| self.lag <= m)
+                    && bound.ms.is_none_or(|m| self.lag_ms.is_some_and(|l| l <= m))
+            }
             Phase::Opening | Phase::Failed => false,
         }
     }
@@ -35,13 +68,22 @@ impl Held {
             self.lag
         }
     }
+
+    /// The time lag a caller sees: none for a running active.
+    pub fn lag_ms(&self) -> Option<u64> {
+        if self.phase == Phase::Running {
+            Some(0)
+        } else {
+            self.lag_ms
+        }
+    }
 }
 
 /// What the caller asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Ask {
-    /// `max_lag_offsets`: the staleness accepted; none asks for the active.
-    pub max_lag: Option<u64>,
+    /// `max_lag_offsets` and `max_lag_ms`.
+    pub bound: Bound,
     /// Forwarded here by another instance: answer or refuse, never forward again.
     pub forwarded: bool,
     /// `at_least=`: only an active knows how far it has processed its input.
@@ -51,10 +93,10 @@ pub struct Ask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     Local,
-    /// Ask `to`, accepting `max_lag`.
+    /// Ask `to`, accepting `bound`.
     Forward {
         to: HostInfo,
-        max_lag: Option<u64>,
+        bound: Bound,
     },
 }
 
@@ -67,7 +109,7 @@ pub fn plan(
     ask: Ask,
     recovery_lag: u64,
 ) -> Vec<Step> {
-    let local = |bound: Option<u64>| {
+    let local = |bound: Bound| {
         held.is_some_and(|h| {
             if ask.read_your_writes {
                 h.role == Role::Active && h.phase == Phase::Running
@@ -76,7 +118,7 @@ pub fn plan(
             }
         })
     };
-    if local(ask.max_lag) {
+    if local(ask.bound) {
         return vec![Step::Local];
     }
     if ask.forwarded {
@@ -89,13 +131,13 @@ pub fn plan(
         .filter(elsewhere)
         .map(|a| Step::Forward {
             to: a.clone(),
-            max_lag: ask.max_lag,
+            bound: ask.bound,
         })
         .collect();
     if ask.read_your_writes {
         return steps;
     }
-    let fallback = Some(ask.max_lag.unwrap_or(recovery_lag));
+    let fallback = ask.bound.or_recovery_lag(recovery_lag);
     if local(fallback) {
         steps.push(Step::Local);
     }
@@ -106,7 +148,7 @@ pub fn plan(
             .filter(elsewhere)
             .map(|s| Step::Forward {
                 to: s.clone(),
-                max_lag: fallback,
+                bound: fallback,
             }),
     );
     steps
@@ -124,7 +166,12 @@ mod tests {
     }
 
     fn held(role: Role, phase: Phase, lag: u64) -> Option<Held> {
-        Some(Held { role, phase, lag })
+        Some(Held {
+            role,
+            phase,
+            lag,
+            lag_ms: Some(lag * 10),
+        })
     }
 
     fn copies() -> Copies {
@@ -134,10 +181,17 @@ mod tests {
         }
     }
 
-    fn fwd(port: i32, max_lag: Option<u64>) -> Step {
+    fn offsets(n: u64) -> Bound {
+        Bound {
+            offsets: Some(n),
+            ms: None,
+        }
+    }
+
+    fn fwd(port: i32, bound: Bound) -> Step {
         Step::Forward {
             to: host(port),
-            max_lag,
+            bound,
         }
     }
 
@@ -164,7 +218,10 @@ mod tests {
             Ask::default(),
             100,
         );
-        assert_eq!(steps, vec![fwd(1, None), Step::Local, fwd(3, Some(100))]);
+        assert_eq!(
+            steps,
+            vec![fwd(1, Bound::default()), Step::Local, fwd(3, offsets(100))]
+        );
         // Too far behind: not this copy.
         let steps = plan(
             held(Role::Standby, Phase::Tailing, 500),
@@ -173,14 +230,14 @@ mod tests {
             Ask::default(),
             100,
         );
-        assert_eq!(steps, vec![fwd(1, None), fwd(3, Some(100))]);
+        assert_eq!(steps, vec![fwd(1, Bound::default()), fwd(3, offsets(100))]);
     }
 
     #[test]
     fn a_copy_within_the_callers_bound_answers_without_a_hop() {
         let me = host(3);
         let ask = Ask {
-            max_lag: Some(10),
+            bound: offsets(10),
             ..Ask::default()
         };
         let steps = plan(
@@ -198,7 +255,7 @@ mod tests {
             ask,
             100,
         );
-        assert_eq!(steps, vec![fwd(1, Some(10)), fwd(2, Some(10))]);
+        assert_eq!(steps, vec![fwd(1, offsets(10)), fwd(2, offsets(10))]);
     }
 
     #[test]
@@ -212,7 +269,7 @@ mod tests {
         assert_eq!(plan(restoring, &copies(), Some(&me), ask, 100), vec![]);
         let ask = Ask {
             forwarded: true,
-            max_lag: Some(5),
+            bound: offsets(5),
             ..Ask::default()
         };
         assert_eq!(
@@ -225,7 +282,7 @@ mod tests {
     fn read_your_writes_goes_to_the_active_only() {
         let ask = Ask {
             read_your_writes: true,
-            max_lag: Some(1000),
+            bound: offsets(1000),
             ..Ask::default()
         };
         let me = host(2);
@@ -236,7 +293,7 @@ mod tests {
             ask,
             100,
         );
-        assert_eq!(steps, vec![fwd(1, Some(1000))]);
+        assert_eq!(steps, vec![fwd(1, offsets(1000))]);
     }
 
     #[test]
@@ -246,9 +303,50 @@ mod tests {
                 role: Role::Active,
                 phase,
                 lag: 0,
+                lag_ms: Some(0),
             };
-            assert!(!h.serves(Some(u64::MAX)));
+            assert!(!h.serves(offsets(u64::MAX)));
         }
+    }
+
+    #[test]
+    fn a_time_bound_is_met_only_by_a_copy_whose_staleness_is_known_and_within_it() {
+        let me = host(2);
+        let ask = Ask {
+            bound: Bound {
+                offsets: None,
+                ms: Some(500),
+            },
+            ..Ask::default()
+        };
+        // lag 40 records, 400 ms.
+        let steps = plan(
+            held(Role::Standby, Phase::Tailing, 40),
+            &copies(),
+            Some(&me),
+            ask,
+            100,
+        );
+        assert_eq!(steps, vec![Step::Local]);
+        let unknown = Some(Held {
+            role: Role::Standby,
+            phase: Phase::Tailing,
+            lag: 0,
+            lag_ms: None,
+        });
+        let steps = plan(unknown, &copies(), Some(&me), ask, 100);
+        assert_eq!(steps, vec![fwd(1, ask.bound), fwd(3, ask.bound)]);
+        // Both bounds: both must hold.
+        let both = Bound {
+            offsets: Some(10),
+            ms: Some(500),
+        };
+        assert!(!held(Role::Standby, Phase::Tailing, 40)
+            .unwrap()
+            .serves(both));
+        assert!(held(Role::Standby, Phase::Tailing, 10)
+            .unwrap()
+            .serves(both));
     }
 
     #[test]
