@@ -19,6 +19,8 @@ use baton_kafka::records::Fetched;
 use baton_kafka::testing::Broker;
 use baton_kafka::Client;
 use baton_runtime::catchup::{load_limits, Catchup, INGEST_BYTES, INGEST_RECORDS};
+use baton_runtime::layout::Layout;
+use baton_runtime::restore::Target;
 use baton_runtime::{restore, TaskStore};
 use bytes::Bytes;
 
@@ -101,9 +103,20 @@ async fn main() {
         if only_restore {
             let store =
                 TaskStore::open(&dir, TaskId::new(0, 0), &format!("restore-{rep}")).unwrap();
-            let stats = restore(&client, &leader, "changelog", 0, &store, end, fetch_bytes)
-                .await
-                .unwrap();
+            let stats = restore(
+                &client,
+                &leader,
+                "changelog",
+                0,
+                Target {
+                    store: &store,
+                    layout: Layout::Plain,
+                },
+                end,
+                fetch_bytes,
+            )
+            .await
+            .unwrap();
             drop(store);
             let _ = std::fs::remove_dir_all(&dir);
             eprintln!(
@@ -130,9 +143,20 @@ async fn main() {
 
         let store = TaskStore::open(&dir, TaskId::new(0, 0), &format!("restore-{rep}")).unwrap();
         let cpu = Cpu::start(broker.pid());
-        let stats = restore(&client, &leader, "changelog", 0, &store, end, fetch_bytes)
-            .await
-            .unwrap();
+        let stats = restore(
+            &client,
+            &leader,
+            "changelog",
+            0,
+            Target {
+                store: &store,
+                layout: Layout::Plain,
+            },
+            end,
+            fetch_bytes,
+        )
+        .await
+        .unwrap();
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
         let restore_cpu = cpu.stop();
@@ -218,7 +242,7 @@ async fn settle(client: &Client, leader: &str, fetch_bytes: i32) {
 fn catchup_from_memory(dir: &std::path::Path, name: &str, chunks: Vec<Fetched>, end: i64) -> f64 {
     let store = TaskStore::open(dir, TaskId::new(0, 0), name).unwrap();
     let start = Instant::now();
-    let mut catchup = Catchup::new(0);
+    let mut catchup = Catchup::new(0, Layout::Plain);
     for chunk in chunks {
         catchup.absorb(&store, chunk, end).unwrap();
     }

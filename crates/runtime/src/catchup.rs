@@ -20,6 +20,7 @@ use std::sync::Arc;
 use baton_kafka::records::Fetched;
 use bytes::Bytes;
 
+use crate::layout::{from_changelog, Layout};
 use crate::store::{Runs, StoreError, TaskStore, Write};
 
 /// Records gathered before one bulk load into the store. Larger loads mean fewer tables for
@@ -45,6 +46,8 @@ pub fn load_limits(loads: u32) -> (usize, usize) {
 
 #[derive(Debug)]
 pub struct Catchup {
+    /// How the store keeps what its changelog records hold ([`from_changelog`]).
+    layout: Layout,
     /// The next changelog offset in the store: its checkpoint.
     position: i64,
     /// The next changelog offset to fetch: ahead of `position` by what `buffer` holds.
@@ -100,9 +103,10 @@ pub struct Absorbed {
 }
 
 impl Catchup {
-    /// Starting from the store's checkpoint.
-    pub fn new(position: i64) -> Catchup {
+    /// Starting from the store's checkpoint, for a store of `layout`.
+    pub fn new(position: i64, layout: Layout) -> Catchup {
         Catchup {
+            layout,
             position,
             fetched_to: position,
             buffer: Runs::default(),
@@ -167,12 +171,17 @@ impl Catchup {
         if next > self.fetched_to {
             out.progressed = true;
             self.fetched_to = next;
-            let records = fetched.records.into_iter().take_while(|r| r.offset < end);
+            let layout = self.layout;
+            let records = fetched
+                .records
+                .into_iter()
+                .take_while(|r| r.offset < end)
+                .map(|r| (r.key, from_changelog(layout, r.timestamp, r.value)));
             if self.buffer.is_empty() && self.loading.is_none() && next >= end {
                 // Caught up: a small chunk goes straight in.
                 let writes: Vec<Write> = records
-                    .filter_map(|r| match r.key {
-                        Some(k) => Some((k.to_vec(), r.value.map(|v| v.to_vec()))),
+                    .filter_map(|(key, value)| match key {
+                        Some(k) => Some((k.to_vec(), value.map(|v| v.to_vec()))),
                         None => {
                             out.skipped += 1;
                             None
@@ -191,17 +200,18 @@ impl Catchup {
             // Sorted as a run here, beside the load in progress, rather than by the next load.
             let (bytes_before, records_before) = (self.buffered_bytes, self.buffer.len());
             let (bytes, taken) = (&mut self.buffered_bytes, &mut self.buffered_records);
-            self.buffer.push_run(records.filter_map(|r| match r.key {
-                Some(key) => {
-                    *bytes += key.len() + r.value.as_ref().map_or(0, Bytes::len);
-                    *taken += 1;
-                    Some((key, r.value))
-                }
-                None => {
-                    out.skipped += 1;
-                    None
-                }
-            }));
+            self.buffer
+                .push_run(records.filter_map(|(key, value)| match key {
+                    Some(key) => {
+                        *bytes += key.len() + value.as_ref().map_or(0, Bytes::len);
+                        *taken += 1;
+                        Some((key, value))
+                    }
+                    None => {
+                        out.skipped += 1;
+                        None
+                    }
+                }));
             let chunk = (
                 self.buffered_bytes - bytes_before,
                 self.buffer.len().saturating_sub(records_before),
@@ -358,7 +368,7 @@ mod tests {
 
     #[test]
     fn busy_while_two_loads_run_and_another_chunk_would_wait_for_them() {
-        let mut c = Catchup::new(0);
+        let mut c = Catchup::new(0, Layout::Plain);
         assert!(!c.busy(4 << 20), "no load: never busy");
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
@@ -431,7 +441,7 @@ mod tests {
     #[test]
     fn a_load_that_starts_while_the_one_before_runs_registers_after_it() {
         let (dir, store) = fresh_store("chained");
-        let mut c = Catchup::new(0);
+        let mut c = Catchup::new(0, Layout::Plain);
         let (earlier, release) = gated_load(&store, "k100", "old", 100);
         c.loading = Some(earlier);
         c.fetched_to = 100;
@@ -461,7 +471,7 @@ mod tests {
     #[test]
     fn the_last_chunk_registers_after_the_load_before_it() {
         let (dir, store) = fresh_store("last");
-        let mut c = Catchup::new(0);
+        let mut c = Catchup::new(0, Layout::Plain);
         let (earlier, release) = gated_load(&store, "k100", "old", 100);
         c.loading = Some(earlier);
         c.fetched_to = 100;
@@ -482,7 +492,7 @@ mod tests {
     #[test]
     fn the_last_chunk_never_holds_up_the_caller() {
         let (dir, store) = fresh_store("async-last");
-        let mut c = Catchup::new(0);
+        let mut c = Catchup::new(0, Layout::Plain);
         let (go, gate) = std::sync::mpsc::channel::<()>();
         let earlier_store = store.clone();
         let handle = std::thread::spawn(move || {
@@ -522,7 +532,7 @@ mod tests {
     #[test]
     fn a_failed_earlier_load_fails_the_one_after_it() {
         let (dir, store) = fresh_store("failed");
-        let mut c = Catchup::new(0);
+        let mut c = Catchup::new(0, Layout::Plain);
         let (go, gate) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
             let _ = gate.recv();
@@ -615,7 +625,7 @@ mod tests {
     #[test]
     fn an_idle_store_takes_a_half_size_load_at_once() {
         let (dir, store) = fresh_store("idle");
-        let mut c = Catchup::new(0);
+        let mut c = Catchup::new(0, Layout::Plain);
         c.loads = 1;
         let half = load_limits(1).0 / 2;
         c.buffer.push_run(keys(half - 2));
@@ -638,7 +648,7 @@ mod tests {
     fn a_loads_buffer_serves_the_next_load_and_is_freed_once_caught_up() {
         let (dir, store) = fresh_store("spare");
         // From offset 10: every record has a key (see `fetched`).
-        let mut c = Catchup::new(10);
+        let mut c = Catchup::new(10, Layout::Plain);
         let (first, _) = load_limits(0);
         let offsets: Vec<i64> = (10..10 + first as i64).collect();
         c.absorb(&store, fetched(&offsets, None), i64::MAX).unwrap();
@@ -665,7 +675,7 @@ mod tests {
     #[test]
     fn a_store_far_behind_loads_in_bulk_and_one_near_the_end_applies_at_once() {
         let (dir, store) = fresh_store("bulk");
-        let mut c = Catchup::new(0);
+        let mut c = Catchup::new(0, Layout::Plain);
         // Far behind: gathered, not yet in the store, checkpoint unmoved.
         let a = c.absorb(&store, fetched(&[0, 1, 2, 3], None), 10).unwrap();
         assert_eq!((a.progressed, a.applied, a.skipped), (true, 0, 1));

@@ -2,10 +2,14 @@
 //! layouts for timestamped key-value stores and window stores, so an application written
 //! both ways shares its state. Every layout is listed in docs/API.md.
 
-/// How a key-value store lays out its values (and so its changelog's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use bytes::Bytes;
+
+/// How a key-value store lays out its values, and so how its changelog records read
+/// ([`to_changelog`], [`from_changelog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
-    /// The value's bytes alone (Baton's built-in count per key).
+    /// The value's bytes alone (Baton's built-in count per key, tables, `process` stores).
+    #[default]
     Plain,
     /// An 8-byte big-endian timestamp, then the value's bytes: Kafka Streams' timestamped
     /// key-value stores, which every DSL aggregation uses. The timestamp is the newest of the
@@ -72,6 +76,37 @@ pub fn timestamped(timestamp: i64, value: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A changelog record as Kafka Streams writes it for a store of `layout`: its value and its
+/// record timestamp. A timestamped store logs the plain value and puts the value's timestamp in
+/// the record's (`ChangeLoggingTimestampedKeyValueBytesStore` and
+/// `ChangeLoggingTimestampedWindowBytesStore`: `log(key, rawValue(v), timestamp(v))`); a plain
+/// store logs its bytes as they are. A delete, and a plain value, take `record_timestamp`, the
+/// timestamp of the record (or punctuation) that wrote it, as Kafka's `context.timestamp()`.
+pub fn to_changelog(
+    layout: Layout,
+    stored: Option<&[u8]>,
+    record_timestamp: i64,
+) -> (Option<&[u8]>, i64) {
+    match (layout, stored) {
+        (Layout::Timestamped, Some(v)) => match split_timestamped(v) {
+            Some((ts, value)) => (Some(value), ts),
+            // Never written by a timestamped store's own code; logged as it is.
+            None => (Some(v), record_timestamp),
+        },
+        (_, v) => (v, record_timestamp),
+    }
+}
+
+/// A changelog record's value as a store of `layout` keeps it: for a timestamped store, the
+/// record's timestamp before its value, as Kafka Streams' restore does
+/// (`RecordConverters.rawValueToTimestampedValue`); a delete stays a delete.
+pub fn from_changelog(layout: Layout, timestamp: i64, value: Option<Bytes>) -> Option<Bytes> {
+    match layout {
+        Layout::Plain => value,
+        Layout::Timestamped => value.map(|v| Bytes::from(timestamped(timestamp, &v))),
+    }
+}
+
 /// A timestamped store value's parts; a value shorter than its timestamp cannot be read.
 pub fn split_timestamped(stored: &[u8]) -> Option<(i64, &[u8])> {
     let (ts, value) = stored.split_at_checked(8)?;
@@ -121,5 +156,31 @@ mod tests {
         assert_eq!(v, [&7i64.to_be_bytes()[..], b"abc"].concat());
         assert_eq!(split_timestamped(&v), Some((7, b"abc".as_slice())));
         assert_eq!(split_timestamped(b"short"), None);
+    }
+
+    /// Kafka's `ChangeLoggingTimestamped*BytesStore.log` and `rawValueToTimestampedValue`.
+    #[test]
+    fn timestamped_values_are_logged_plain_with_their_timestamp_in_the_record() {
+        let stored = timestamped(1_700_000_000_123, &5i64.to_be_bytes());
+        assert_eq!(
+            to_changelog(Layout::Timestamped, Some(&stored), 9),
+            (Some(&5i64.to_be_bytes()[..]), 1_700_000_000_123)
+        );
+        assert_eq!(to_changelog(Layout::Timestamped, None, 9), (None, 9));
+        assert_eq!(
+            to_changelog(Layout::Plain, Some(&stored), 9),
+            (Some(&stored[..]), 9)
+        );
+        let back = from_changelog(
+            Layout::Timestamped,
+            1_700_000_000_123,
+            Some(Bytes::copy_from_slice(&5i64.to_be_bytes())),
+        );
+        assert_eq!(back.as_deref(), Some(&stored[..]));
+        assert_eq!(from_changelog(Layout::Timestamped, 4, None), None);
+        assert_eq!(
+            from_changelog(Layout::Plain, 4, Some(Bytes::from_static(b"v"))).as_deref(),
+            Some(&b"v"[..])
+        );
     }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use baton_kafka::Client;
 
 use crate::catchup::Catchup;
+use crate::layout::Layout;
 use crate::store::{StoreError, TaskStore};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,18 +44,26 @@ pub struct RestoreStats {
     pub seconds: f64,
 }
 
-/// Applies the changelog `topic`-`partition` to `store` from its checkpoint up to `end`
-/// (exclusive), fetching at most `max_bytes` at a time. The next fetch is in flight while a
+/// The store a restore fills, and how it keeps what its changelog records hold.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub store: &'a TaskStore,
+    pub layout: Layout,
+}
+
+/// Applies the changelog `topic`-`partition` to `target`'s store from its checkpoint up to
+/// `end` (exclusive), fetching at most `max_bytes` at a time. The next fetch is in flight while a
 /// chunk is loaded into the store, and chunks are bulk-loaded ([`TaskStore::ingest`]).
 pub async fn restore(
     client: &Arc<Client>,
     leader: &str,
     topic: &str,
     partition: i32,
-    store: &TaskStore,
+    target: Target<'_>,
     end: i64,
     max_bytes: i32,
 ) -> Result<RestoreStats, RestoreError> {
+    let Target { store, layout } = target;
     let start = Instant::now();
     let from = store.checkpoint()?.unwrap_or(0);
     let mut records = 0u64;
@@ -71,7 +80,7 @@ pub async fn restore(
                 .await
         })
     };
-    let mut catchup = Catchup::new(from);
+    let mut catchup = Catchup::new(from, layout);
     let mut idle_rounds = 0;
     let mut inflight = (from < end).then(|| spawn_fetch(from));
     while let Some(handle) = inflight.take() {

@@ -25,6 +25,7 @@ use crate::config::{OversizedRecord, ProcessingErrorPolicy};
 use crate::context::Context;
 use crate::error::Result;
 use crate::heal::{open_stores, OpenError, StoreFailures};
+use crate::layout::{to_changelog, Layout};
 use crate::machine::{
     Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, ThreadMachine,
 };
@@ -59,6 +60,8 @@ struct StoreIo {
     name: String,
     store: TaskStore,
     catchup: Catchup,
+    /// How its values read in its changelog ([`crate::layout::to_changelog`]).
+    layout: Layout,
 }
 
 /// A held task's I/O side.
@@ -659,10 +662,14 @@ impl Driver {
         let stores: Vec<StoreIo> = match opened {
             Ok(stores) => stores
                 .into_iter()
-                .map(|s| StoreIo {
-                    name: s.name,
-                    store: s.store,
-                    catchup: Catchup::new(s.checkpoint),
+                .map(|s| {
+                    let layout = ctx.topology.store_layout(&s.name);
+                    StoreIo {
+                        catchup: Catchup::new(s.checkpoint, layout),
+                        name: s.name,
+                        store: s.store,
+                        layout,
+                    }
                 })
                 .collect(),
             Err(OpenError::Busy) => {
@@ -889,6 +896,7 @@ impl Driver {
             stores: &t.stores,
             writes: BTreeMap::new(),
             tables: BTreeMap::new(),
+            timestamp: 0,
         };
         // A table source's records go into its store, not through the steps; the store may
         // hold them already (restored from the topic past the committed offset).
@@ -963,6 +971,7 @@ impl Driver {
                     let k = r.key.clone().unwrap_or_default();
                     let k = &k;
                     stream_time = stream_time.max(r.timestamp);
+                    pending.timestamp = r.timestamp;
                     let step = run_record(
                         &ctx.topology,
                         task,
@@ -1040,6 +1049,7 @@ impl Driver {
                 }
             }
             if let Some(now_ms) = punctuate_at {
+                pending.timestamp = now_ms;
                 let ran = crate::record::run_punctuation(
                     &ctx.topology,
                     task,
@@ -1112,18 +1122,29 @@ impl Driver {
         for (idx, writes) in pending.writes {
             let writes = sorted(writes);
             let tp = &changelogs[idx];
-            let wire: Vec<KeyValue> = writes
+            let layout = t.stores[idx].layout;
+            let (wire, stamps): (Vec<KeyValue>, Vec<i64>) = writes
                 .iter()
-                .map(|(k, v)| (Some(Bytes::from(k.clone())), v.clone().map(Bytes::from)))
-                .collect();
+                .map(|(k, (v, ts))| {
+                    let (value, ts) = to_changelog(layout, v.as_deref(), *ts);
+                    (
+                        (
+                            Some(Bytes::from(k.clone())),
+                            value.map(Bytes::copy_from_slice),
+                        ),
+                        ts,
+                    )
+                })
+                .unzip();
             if wire.is_empty() {
                 continue;
             }
             if !m.may_write(self.now()) {
                 return failed(false);
             }
-            match self.produce(tp, &wire, None).await {
+            match self.produce(tp, &wire, Some(&stamps)).await {
                 Ok(next) => {
+                    let writes = writes.into_iter().map(|(k, (v, _))| (k, v)).collect();
                     applied.push((idx, writes, next));
                 }
                 Err(Produced::Failed) => return failed(false),
@@ -1437,6 +1458,10 @@ struct FailedRecord {
 /// is, its timestamp.
 type Outgoing = (KeyValue, (usize, i64));
 
+/// A store's writes taken in one batch (`None` deletes), each with the timestamp of the record
+/// that wrote it last.
+type StoreWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64)>;
+
 /// A table's updates taken in one batch (`None` deletes) and the source offset after the last.
 type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
 
@@ -1445,8 +1470,11 @@ type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
 /// its end ([`sorted`]).
 struct Pending<'a> {
     stores: &'a [StoreIo],
-    writes: BTreeMap<usize, HashMap<Vec<u8>, Option<Vec<u8>>>>,
+    writes: BTreeMap<usize, StoreWrites>,
     tables: BTreeMap<usize, TableUpdates>,
+    /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
+    /// which a changelog record takes when its value has none of its own.
+    timestamp: i64,
 }
 
 impl Stores for Pending<'_> {
@@ -1457,7 +1485,7 @@ impl Stores for Pending<'_> {
         if let Some(v) = self.tables.get(&idx).and_then(|(w, _)| w.get(key)) {
             return Ok(v.clone());
         }
-        if let Some(v) = self.writes.get(&idx).and_then(|w| w.get(key)) {
+        if let Some((v, _)) = self.writes.get(&idx).and_then(|w| w.get(key)) {
             return Ok(v.clone());
         }
         self.stores[idx].store.get(key)
@@ -1468,7 +1496,7 @@ impl Stores for Pending<'_> {
             self.writes
                 .entry(idx)
                 .or_default()
-                .insert(key.to_vec(), value);
+                .insert(key.to_vec(), (value, self.timestamp));
         }
     }
 }

@@ -867,6 +867,12 @@ impl Topology {
         })
     }
 
+    /// How `store`'s values are laid out, and so its changelog records
+    /// ([`crate::layout::to_changelog`]); plain for a store the topology does not have.
+    pub fn store_layout(&self, store: &str) -> Layout {
+        self.store_info(store).map_or(Layout::Plain, |i| i.layout)
+    }
+
     /// Sets what [`Topology::describe`] prints (the typed builder's node-level view).
     pub fn with_description(mut self, description: String) -> Topology {
         self.description = Some(description);

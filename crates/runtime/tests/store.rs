@@ -4,6 +4,8 @@ use baton_assignor::TaskId;
 use baton_kafka::client::NewTopic;
 use baton_kafka::testing::Broker;
 use baton_kafka::Client;
+use baton_runtime::layout::Layout;
+use baton_runtime::restore::Target;
 use baton_runtime::{restore, TaskStore};
 use bytes::Bytes;
 
@@ -92,7 +94,10 @@ async fn restore_applies_the_changelog_and_a_restart_restores_only_the_tail() {
             &leader,
             "app-counts-changelog",
             0,
-            &store,
+            Target {
+                store: &store,
+                layout: Layout::Plain,
+            },
             end,
             256 * 1024,
         )
@@ -123,7 +128,10 @@ async fn restore_applies_the_changelog_and_a_restart_restores_only_the_tail() {
         &leader,
         "app-counts-changelog",
         0,
-        &store,
+        Target {
+            store: &store,
+            layout: Layout::Plain,
+        },
         5101,
         256 * 1024,
     )

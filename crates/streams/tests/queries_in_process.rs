@@ -163,8 +163,9 @@ fn typed_queries_answer_in_process_locally_and_forwarded() {
                         local += 1;
                     }
                 }
-                // While the group forms, no copy may answer yet: the deadline decides.
-                Err(QueryFailure::Unavailable(_)) => {}
+                // While the instance starts and the group forms, no copy may answer yet:
+                // the deadline decides.
+                Err(QueryFailure::NotStarted | QueryFailure::Unavailable(_)) => {}
                 Err(e) => panic!("{k}: {e}"),
             }
         }
