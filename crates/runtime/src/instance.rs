@@ -154,6 +154,27 @@ pub async fn run_with_queries(
     result
 }
 
+/// A repartition topic's partition count: beside a table, the table's (a join needs
+/// co-partitioned sides); else the largest of its writer's sources; `None` while one of those
+/// is not known yet.
+fn repartition_count(
+    topology: &Topology,
+    partitions: &BTreeMap<String, u32>,
+    topic: &str,
+    writer: u32,
+) -> Option<u32> {
+    let table = topology
+        .tables_beside(topic)
+        .into_iter()
+        .filter_map(|t| partitions.get(t).copied())
+        .max();
+    table.or_else(|| {
+        let sources = topology.sources_of(writer);
+        let counts: Option<Vec<u32>> = sources.iter().map(|s| partitions.get(s).copied()).collect();
+        counts?.into_iter().max()
+    })
+}
+
 /// Creates the changelog, sink, dead-letter and control topics. Returns the wire topology,
 /// the partition count of each topic records are written to (sinks, dead letters), and where
 /// to follow the control topic from.
@@ -164,33 +185,34 @@ async fn prepare(
 ) -> Result<(baton_protocol::bridge::Topology, BTreeMap<String, u32>, i64)> {
     let mut partitions = partition_counts(client, topology, dead_letters).await?;
     let mut topics = Vec::new();
-    // In stream order, so a repartition topic fed from another one knows its count.
-    for (topic, writer) in topology.repartition_topics() {
-        if partitions.contains_key(topic) {
-            continue;
+    // A repartition topic fed from another one takes that one's count: settled in rounds,
+    // each taking the topics whose writer's counts are known.
+    let mut unsettled: Vec<(&str, u32)> = topology
+        .repartition_topics()
+        .into_iter()
+        .filter(|(t, _)| !partitions.contains_key(*t))
+        .collect();
+    while !unsettled.is_empty() {
+        let before = unsettled.len();
+        let mut waiting = Vec::new();
+        for (topic, writer) in unsettled {
+            match repartition_count(topology, &partitions, topic, writer) {
+                Some(n) => {
+                    partitions.insert(topic.to_owned(), n);
+                    topics.push(NewTopic {
+                        name: topic.to_owned(),
+                        partitions: n as i32,
+                        compacted: false,
+                    });
+                }
+                None => waiting.push((topic, writer)),
+            }
         }
-        // Beside a table, the table's count (a join needs co-partitioned sides); else the
-        // writer's.
-        let table = topology
-            .tables_beside(topic)
-            .into_iter()
-            .filter_map(|t| partitions.get(t).copied())
-            .max();
-        let n = table
-            .or_else(|| {
-                topology
-                    .sources_of(writer)
-                    .iter()
-                    .filter_map(|s| partitions.get(s).copied())
-                    .max()
-            })
-            .ok_or_else(|| TopologyError::MissingTopic(topology.sources_of(writer).join(", ")))?;
-        partitions.insert(topic.to_owned(), n);
-        topics.push(NewTopic {
-            name: topic.to_owned(),
-            partitions: n as i32,
-            compacted: false,
-        });
+        if waiting.len() == before {
+            let (_, writer) = waiting[0];
+            return Err(TopologyError::MissingTopic(topology.sources_of(writer).join(", ")).into());
+        }
+        unsettled = waiting;
     }
     let wire = topology.wire(&partitions)?;
     for s in wire.subtopologies.values() {

@@ -905,7 +905,9 @@ impl Topology {
 
     /// Marks `topics` as repartition topics: Baton creates each at start with the partition
     /// count of the stream that writes it (as Kafka Streams does), and never asks for it to
-    /// exist first. Each must be the sink of one stream and a source of a later one.
+    /// exist first. Each must be the sink of one stream and a source of another; the reader
+    /// may come first, as Kafka numbers sub-topologies (a table read before its joining stream
+    /// puts the join first).
     pub fn with_repartition_topics(
         mut self,
         topics: impl IntoIterator<Item = String>,
@@ -922,8 +924,8 @@ impl Topology {
                 .filter(|&i| self.streams[i].sources.contains(&topic))
                 .collect();
             match (writers.as_slice(), readers.as_slice()) {
-                ([w], [r]) if w < r => {}
-                ([_], [_]) => return Err(bad("its reader comes before its writer")),
+                ([w], [r]) if w != r => {}
+                ([_], [_]) => return Err(bad("the stream that writes it reads it too")),
                 _ => {
                     return Err(bad(
                         "needs exactly one stream writing it and one reading it",

@@ -27,26 +27,72 @@ struct Entry {
 pub struct Description {
     subtopologies: Vec<Vec<Entry>>,
     counter: u32,
+    /// Each sub-topology's place in Kafka's numbering: the creation rank of its first source.
+    ranks: Vec<u64>,
+    /// Creation ranks taken so far.
+    created: u64,
 }
 
 impl Description {
-    fn name(&mut self, kind: &str) -> Node {
+    /// The next name of Kafka's form, `<prefix><counter>` (`KSTREAM-SOURCE-0000000000`):
+    /// `InternalStreamsBuilder.newProcessorName`. Kafka takes a number for every operation,
+    /// named or not, in a fixed order per operation; callers follow that order, so that an
+    /// application that names nothing gets Kafka's names for the same calls.
+    pub fn next_name(&mut self, prefix: &str) -> Node {
         let n = self.counter;
         self.counter += 1;
-        Node(format!("KSTREAM-{kind}-{n:010}"))
+        Node(format!("{prefix}{n:010}"))
+    }
+
+    /// Takes a number and names nothing with it, as Kafka does in places "for compatibility".
+    pub fn burn(&mut self) {
+        self.counter += 1;
+    }
+
+    fn name(&mut self, kind: &str) -> Node {
+        self.next_name(&format!("KSTREAM-{kind}-"))
+    }
+
+    /// The next creation rank: sources (and tables) in the order the application made them.
+    pub fn rank(&mut self) -> u64 {
+        self.created += 1;
+        self.created
+    }
+
+    /// Sub-topology `at` holds a source made at `rank` (a table read before its joining
+    /// stream, say): it is numbered no later than that.
+    pub fn rank_subtopology(&mut self, at: usize, rank: u64) {
+        if let Some(r) = self.ranks.get_mut(at) {
+            *r = (*r).min(rank);
+        }
+    }
+
+    /// Sub-topologies in Kafka's numbering: by their earliest source, in the order the
+    /// application made them. Kafka writes its graph's nodes in creation order
+    /// (`InternalStreamsBuilder.buildAndOptimizeTopology`) and numbers node groups as it meets
+    /// them (`InternalTopologyBuilder.makeNodeGroups`), so a table read before the stream that
+    /// joins it puts their sub-topology first.
+    pub fn kafka_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.subtopologies.len()).collect();
+        order.sort_by_key(|&i| (self.ranks.get(i).copied().unwrap_or(u64::MAX), i));
+        order
     }
 
     fn push(&mut self, at: usize, entry: Entry) -> Node {
         if self.subtopologies.len() <= at {
             self.subtopologies.resize_with(at + 1, Vec::new);
         }
+        while self.ranks.len() <= at {
+            let rank = self.rank();
+            self.ranks.push(rank);
+        }
         let name = entry.name.clone();
         self.subtopologies[at].push(entry);
         name
     }
 
-    pub fn source(&mut self, at: usize, topic: &str) -> Node {
-        let name = self.name("SOURCE");
+    /// A source named `name`.
+    pub fn add_source(&mut self, at: usize, name: Node, topic: &str) -> Node {
         self.push(
             at,
             Entry {
@@ -79,10 +125,20 @@ impl Description {
             .unwrap_or_else(|| Node(String::new()))
     }
 
-    /// A processor after `from`; `COUNT` is named `AGGREGATE`, as Kafka names it.
+    /// A processor with a generated name `KSTREAM-<kind>-<n>` after `from`.
     pub fn processor(&mut self, at: usize, kind: &str, from: &Node, stores: &[&str]) -> Node {
-        let kind = if kind == "COUNT" { "AGGREGATE" } else { kind };
         let name = self.name(kind);
+        self.add_processor(at, name, &[from], stores)
+    }
+
+    /// A processor named `name`, after every node of `from`.
+    pub fn add_processor(
+        &mut self,
+        at: usize,
+        name: Node,
+        from: &[&Node],
+        stores: &[&str],
+    ) -> Node {
         self.push(
             at,
             Entry {
@@ -90,7 +146,7 @@ impl Description {
                 kind: Kind::Processor {
                     stores: stores.iter().map(|s| (*s).to_owned()).collect(),
                 },
-                from: vec![from.clone()],
+                from: from.iter().map(|n| (*n).clone()).collect(),
             },
         )
     }
@@ -108,18 +164,17 @@ impl Description {
             Some(n) => Node(n.to_owned()),
             None => self.name(kind),
         };
-        self.push(
-            at,
-            Entry {
-                name,
-                kind: Kind::Processor { stores: Vec::new() },
-                from: from.iter().map(|n| (*n).clone()).collect(),
-            },
-        )
+        self.add_processor(at, name, from, &[])
     }
 
+    /// A sink with a generated name.
     pub fn sink(&mut self, at: usize, topic: &str, from: &Node) -> Node {
         let name = self.name("SINK");
+        self.add_sink(at, name, topic, from)
+    }
+
+    /// A sink named `name`.
+    pub fn add_sink(&mut self, at: usize, name: Node, topic: &str, from: &Node) -> Node {
         self.push(
             at,
             Entry {
@@ -131,24 +186,24 @@ impl Description {
             },
         )
     }
+}
 
-    /// A name of Kafka's form (`<kind>-<counter>`), for what the application did not name.
-    pub fn generated_name(&mut self, kind: &str) -> String {
-        let n = self.counter;
-        self.counter += 1;
-        format!("{kind}-{n:010}")
+impl Node {
+    /// A name the application gave.
+    pub fn named(name: &str) -> Node {
+        Node(name.to_owned())
     }
 
-    /// A store name of Kafka's form, for a store the application did not name.
-    pub fn generated_store(&mut self) -> String {
-        self.name("AGGREGATE-STATE-STORE").0
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
 impl fmt::Display for Description {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Topologies:")?;
-        for (i, entries) in self.subtopologies.iter().enumerate() {
+        for (i, at) in self.kafka_order().into_iter().enumerate() {
+            let entries = &self.subtopologies[at];
             writeln!(f, "   Sub-topology: {i}")?;
             for e in entries {
                 let to: Vec<&str> = entries

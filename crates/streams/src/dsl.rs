@@ -138,10 +138,15 @@ impl StreamsBuilder {
         materialized: Materialized,
     ) -> KTable<KS::Value, VS::Value> {
         let mut g = self.graph.borrow_mut();
+        // Kafka's order: the store's name (`StreamsBuilder.table`), then the source's and the
+        // table source's (`InternalStreamsBuilder.table`).
         let store = materialized.name.unwrap_or_else(|| {
-            g.description
-                .generated_name(&format!("{topic}-STATE-STORE"))
+            let prefix = format!("{topic}-STATE-STORE-");
+            g.description.next_name(&prefix).as_str().to_owned()
         });
+        let source_node = g.description.next_name("KSTREAM-SOURCE-");
+        let table_node = g.description.next_name("KTABLE-SOURCE-");
+        let rank = g.description.rank();
         g.store_format(&store, consumed.key.name(), consumed.value.name());
         drop(g);
         KTable {
@@ -153,6 +158,9 @@ impl StreamsBuilder {
             source: Some(TableSource {
                 topic: topic.to_owned(),
                 store,
+                source_node,
+                table_node,
+                rank,
                 placed: Rc::new(Cell::new(false)),
             }),
         }
@@ -164,7 +172,16 @@ impl StreamsBuilder {
         if let Some(e) = g.errors.first() {
             return Err(TopologyError::Invalid(e.clone()));
         }
-        let streams = std::mem::take(&mut g.streams);
+        let mut streams: Vec<Option<Stream>> = std::mem::take(&mut g.streams)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let streams: Vec<Stream> = g
+            .description
+            .kafka_order()
+            .into_iter()
+            .filter_map(|i| streams.get_mut(i).and_then(Option::take))
+            .collect();
         let formats = g.formats.clone();
         Topology::new(&g.app_id, streams)?
             .with_repartition_topics(g.repartition.clone())
@@ -203,13 +220,48 @@ impl Graph {
     }
 
     fn start(&mut self, topic: &str) -> Pos {
+        let name = self.description.next_name("KSTREAM-SOURCE-");
+        self.start_named(topic, name)
+    }
+
+    fn start_named(&mut self, topic: &str, name: Node) -> Pos {
         let sub = self.streams.len();
         self.streams.push(Stream::from(&[topic]));
-        self.description.source(sub, topic);
+        self.description.add_source(sub, name, topic);
         Pos {
             sub,
             path: Vec::new(),
         }
+    }
+
+    /// Writes what reaches `at` (after node `last`) to a repartition topic named after
+    /// `prefix`, and reads it in a new sub-topology: where the reading starts, and its source.
+    ///
+    /// Kafka's `KStreamImpl.createRepartitionedSource`: the topic is `<prefix>-repartition`;
+    /// a sink, a filter and a source take three numbers whatever their names, and are named
+    /// `<topic>-sink`, `-filter` and `-source` unless `prefix` is itself a generated name
+    /// (`KSTREAM...-<10 digits>`), when the numbered names stand.
+    fn repartition(&mut self, prefix: &str, at: &Pos, last: &Node, encode: Encode) -> (Pos, Node) {
+        let base = prefix.strip_suffix("-repartition").unwrap_or(prefix);
+        let topic = self.topic(base);
+        let sink = self.description.next_name("KSTREAM-SINK-");
+        let filter = self.description.next_name("KSTREAM-FILTER-");
+        let source = self.description.next_name("KSTREAM-SOURCE-");
+        let (sink, filter, source) = if is_generated_name(prefix) {
+            (sink, filter, source)
+        } else {
+            let named = |what: &str| Node::named(&format!("{base}-repartition-{what}"));
+            (named("sink"), named("filter"), named("source"))
+        };
+        let filter = self.description.add_processor(at.sub, filter, &[last], &[]);
+        self.description.add_sink(at.sub, sink, &topic, &filter);
+        let exit = self.exit(at);
+        let to = topic.clone();
+        self.edit(&exit, move |s| s.flat_map(encode).to(&to));
+        self.repartition.push(topic.clone());
+        let start = self.start_named(&topic, source);
+        let last = self.description.last(start.sub);
+        (self.exit(&start), last)
     }
 
     /// A new branch at `at`, for steps that take the records reaching `at`: every use of a
@@ -239,6 +291,19 @@ impl Graph {
     fn topic(&self, name: &str) -> String {
         format!("{}-{name}-repartition", self.app_id)
     }
+}
+
+/// A stream's records as the bytes a repartition topic takes.
+type Encode = Box<dyn Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync>;
+
+/// Whether `name` has the form of a name Kafka generates: Java's
+/// `name.matches("KSTREAM.*-[0-9]{10}")`.
+fn is_generated_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() >= "KSTREAM-".len() + 10
+        && name.starts_with("KSTREAM")
+        && b[b.len() - 11] == b'-'
+        && b[b.len() - 10..].iter().all(u8::is_ascii_digit)
 }
 
 /// Reads a record's key and value with the serdes; a record that does not decode fails as
@@ -301,7 +366,8 @@ impl<KS: Serde, VS: Serde> Grouped<KS, VS> {
         }
     }
 
-    /// Names the repartition topic, as Kafka's `Grouped.as(name)`.
+    /// Names the repartition topic, as Kafka's `Grouped.as(name)`; a `group_by`'s key
+    /// selection is named `name` too, as in Kafka.
     pub fn named(mut self, name: &str) -> Self {
         self.name = Some(name.to_owned());
         self
@@ -326,7 +392,7 @@ impl<KS: Serde, VS: Serde> Joined<KS, VS> {
         }
     }
 
-    /// Names the repartition topic, as Kafka's `Joined.as(name)`.
+    /// Names the repartition topic and the join, as Kafka's `Joined.as(name)`.
     pub fn named(mut self, name: &str) -> Self {
         self.name = Some(name.to_owned());
         self
@@ -336,6 +402,8 @@ impl<KS: Serde, VS: Serde> Joined<KS, VS> {
 /// A store's name: its changelog is `<application id>-<name>-changelog`, as in Kafka Streams.
 pub struct Materialized {
     name: Option<String>,
+    /// Kafka's `count(Materialized)` with no name takes one number more than `count()`.
+    burns_for_count: bool,
 }
 
 impl Materialized {
@@ -343,13 +411,31 @@ impl Materialized {
     pub fn named(name: &str) -> Self {
         Materialized {
             name: Some(name.to_owned()),
+            burns_for_count: false,
         }
     }
 
-    /// A generated name, `KSTREAM-AGGREGATE-STATE-STORE-<n>`. Name stores whose state must
-    /// survive a change of the topology.
+    /// A generated name, numbered as Kafka numbers the store of its operations without a
+    /// `Materialized`: `count()`, `reduce(reducer)`, `aggregate(initializer, aggregator)`
+    /// (`KSTREAM-AGGREGATE-STATE-STORE-<n>`, `KSTREAM-REDUCE-STATE-STORE-<n>`), and
+    /// `table(topic)` (`<topic>-STATE-STORE-<n>`). Name stores whose state must survive a
+    /// change of the topology.
     pub fn generated() -> Self {
-        Materialized { name: None }
+        Materialized {
+            name: None,
+            burns_for_count: false,
+        }
+    }
+
+    /// A generated name, numbered as Kafka numbers it when given a `Materialized` without a
+    /// name (`Materialized.with(keySerde, valueSerde)`): as [`Materialized::generated`],
+    /// except that `count` takes one number more first, as Kafka's
+    /// `KGroupedStreamImpl.count(Named, Materialized)` does "for compatibility".
+    pub fn unnamed() -> Self {
+        Materialized {
+            name: None,
+            burns_for_count: true,
+        }
     }
 }
 
@@ -386,12 +472,24 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         effect: Effect,
         step: impl Fn(K, V, &mut Vec<(K2, V2)>) + Send + Sync + 'static,
     ) -> KStream<K2, V2> {
+        self.then_named(kind, None, effect, step)
+    }
+
+    /// As [`KStream::then`], the step's node named `name` when given (Kafka's `Named`).
+    fn then_named<K2, V2>(
+        self,
+        kind: &str,
+        name: Option<&str>,
+        effect: Effect,
+        step: impl Fn(K, V, &mut Vec<(K2, V2)>) + Send + Sync + 'static,
+    ) -> KStream<K2, V2> {
         let prev = self.chain;
-        let last =
-            self.graph
-                .borrow_mut()
-                .description
-                .processor(self.at.sub, kind, &self.last, &[]);
+        let last = self.graph.borrow_mut().description.named_processor(
+            self.at.sub,
+            kind,
+            name,
+            &[&self.last],
+        );
         KStream {
             graph: self.graph,
             at: self.at,
@@ -671,40 +769,49 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         }
         let (key, value) = (Arc::new(joined.key), Arc::new(joined.value));
         let (mut at, chain, mut last) = (self.at, self.chain, self.last);
-        let encode = {
+        let encode: Encode = {
             let (key, value) = (key.clone(), value.clone());
-            move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
                 chain(k, v)
                     .iter()
                     .map(|(k, v)| (key.serialize(k), value.serialize(v)))
                     .collect()
-            }
+            })
         };
         if self.key_changed {
-            let name = joined
+            // Kafka's `repartitionForJoin`: named after the join, else after the stream's
+            // last node.
+            let prefix = joined
                 .name
-                .unwrap_or_else(|| g.description.generated_name("KSTREAM-KEY-SELECT"));
-            let topic = g.topic(&name);
-            g.description.sink(at.sub, &topic, &last);
-            let sink = topic.clone();
-            let exit = g.exit(&at);
-            g.edit(&exit, move |s| s.flat_map(encode).to(&sink));
-            g.repartition.push(topic.clone());
-            at = g.start(&topic);
-            last = g.description.last(at.sub);
-            at = g.exit(&at);
+                .clone()
+                .unwrap_or_else(|| last.as_str().to_owned());
+            (at, last) = g.repartition(&prefix, &at, &last, encode);
         } else {
             at = g.exit(&at);
             g.edit(&at, move |s| s.flat_map_keeping_keys(encode));
         }
         let store = src.store.clone();
-        let table_source = g.description.source(at.sub, &src.topic);
-        g.description
-            .processor(at.sub, "TABLE-SOURCE", &table_source, &[store.as_str()]);
-        let kind = if inner { "JOIN" } else { "LEFTJOIN" };
+        let table_source = g
+            .description
+            .add_source(at.sub, src.source_node.clone(), &src.topic);
+        g.description.add_processor(
+            at.sub,
+            src.table_node.clone(),
+            &[&table_source],
+            &[store.as_str()],
+        );
+        g.description.rank_subtopology(at.sub, src.rank);
+        let join_node = match &joined.name {
+            Some(n) => Node::named(n),
+            None => g.description.next_name(if inner {
+                "KSTREAM-JOIN-"
+            } else {
+                "KSTREAM-LEFTJOIN-"
+            }),
+        };
         last = g
             .description
-            .processor(at.sub, kind, &last, &[store.as_str()]);
+            .add_processor(at.sub, join_node, &[&last], &[store.as_str()]);
         let table_topic = src.topic.clone();
         {
             let store = store.clone();
@@ -756,7 +863,18 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         KS: Serde<Value = K2>,
         VS: Serde<Value = V>,
     {
-        self.select_key(f).grouped(grouped, true)
+        // Kafka's `groupBy` names its key selection after the grouping, when it has a name.
+        let name = grouped.name.clone();
+        self.then_named(
+            "KEY-SELECT",
+            name.as_deref(),
+            Effect::ChangesKeys,
+            move |k, v, out| {
+                let k2 = f(&k, &v);
+                out.push((k2, v));
+            },
+        )
+        .grouped(grouped, true)
     }
 
     /// Groups by the key: through a repartition topic if a step changed keys since the
@@ -911,31 +1029,35 @@ where
         } = self;
         let graph = stream.graph.clone();
         let mut g = graph.borrow_mut();
-        let store = materialized
-            .name
-            .unwrap_or_else(|| g.description.generated_store());
+        // Kafka's order (`KGroupedStreamImpl`, `GroupedStreamAggregateBuilder.build`): the
+        // store's name, the aggregation's, then the repartition's three.
+        let prefix = if kind == "REDUCE" {
+            "KSTREAM-REDUCE-"
+        } else {
+            "KSTREAM-AGGREGATE-"
+        };
+        if kind == "COUNT" && materialized.burns_for_count {
+            g.description.burn();
+        }
+        let store = materialized.name.unwrap_or_else(|| {
+            let store_prefix = format!("{prefix}STATE-STORE-");
+            g.description.next_name(&store_prefix).as_str().to_owned()
+        });
+        let node = g.description.next_name(prefix);
         g.store_format(&store, key.name(), serde.name());
         let (mut at, chain) = (stream.at, stream.chain);
         let mut last = stream.last;
-        let encode = {
+        let encode: Encode = {
             let (key, value) = (key.clone(), value.clone());
-            move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
                 chain(k, v)
                     .iter()
                     .map(|(k, v)| (key.serialize(k), value.serialize(v)))
                     .collect()
-            }
+            })
         };
         if repartition {
-            let topic = g.topic(name.as_deref().unwrap_or(&store));
-            g.description.sink(at.sub, &topic, &last);
-            let sink = topic.clone();
-            let exit = g.exit(&at);
-            g.edit(&exit, move |s| s.flat_map(encode).to(&sink));
-            g.repartition.push(topic.clone());
-            at = g.start(&topic);
-            last = g.description.last(at.sub);
-            at = g.exit(&at);
+            (at, last) = g.repartition(name.as_deref().unwrap_or(&store), &at, &last, encode);
         } else {
             // Keys as they came (decoded and encoded again): the store sits beside the source.
             at = g.exit(&at);
@@ -943,7 +1065,7 @@ where
         }
         last = g
             .description
-            .processor(at.sub, kind, &last, &[store.as_str()]);
+            .add_processor(at.sub, node, &[&last], &[store.as_str()]);
         let a_serde = Arc::new(serde);
         let (agg, v_serde) = (a_serde.clone(), value);
         let step = move |current: Option<&[u8]>, k: &[u8], v: &[u8]| {
@@ -1063,6 +1185,11 @@ pub struct KTable<K, V> {
 struct TableSource {
     topic: String,
     store: String,
+    /// Its nodes' names, taken when it was read, as Kafka takes them.
+    source_node: Node,
+    table_node: Node,
+    /// When it was read, among the sources: its sub-topology's number follows from it.
+    rank: u64,
     /// Whether a join reads it already.
     placed: Rc<Cell<bool>>,
 }
@@ -1074,21 +1201,27 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     /// deletes, are passed over as every Baton stream passes them over).
     pub fn to_stream(self) -> KStream<K, V> {
         let (key, value) = (self.key, self.value);
+        let mut g = self.graph.borrow_mut();
         let (at, from) = match (self.at, &self.source) {
             (Some(at), _) => (at, self.last),
-            (None, src) => {
-                let topic = src.as_ref().map_or("", |s| s.topic.as_str());
-                let mut g = self.graph.borrow_mut();
-                let at = g.start(topic);
+            (None, Some(src)) => {
+                let at = g.start_named(&src.topic, src.source_node.clone());
+                let source = g.description.last(at.sub);
+                let table =
+                    g.description
+                        .add_processor(at.sub, src.table_node.clone(), &[&source], &[]);
+                g.description.rank_subtopology(at.sub, src.rank);
+                (at, table)
+            }
+            (None, None) => {
+                let at = g.start("");
                 let last = g.description.last(at.sub);
                 (at, last)
             }
         };
-        let last = self
-            .graph
-            .borrow_mut()
-            .description
-            .processor(at.sub, "TOSTREAM", &from, &[]);
+        let node = g.description.next_name("KTABLE-TOSTREAM-");
+        let last = g.description.add_processor(at.sub, node, &[&from], &[]);
+        drop(g);
         KStream {
             graph: self.graph,
             at,

@@ -68,8 +68,8 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             .graph
             .borrow_mut()
             .description
-            .generated_name("KSTREAM-BRANCH");
-        self.split_named(&prefix)
+            .next_name("KSTREAM-BRANCH-");
+        self.split_named(prefix.as_str())
     }
 
     /// As [`KStream::split`], the branches' names starting with `prefix` (Kafka's
@@ -92,6 +92,8 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> BranchedKStream<K, V> {
     ) -> Self {
         let name = self.name(branched, self.branches.len() + 1);
         self.branches.push((name, Some(Box::new(predicate))));
+        // Kafka's `BranchedKStreamImpl.createBranch` takes a number for every branch.
+        self.stream.graph.borrow_mut().description.burn();
         self
     }
 
@@ -99,6 +101,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> BranchedKStream<K, V> {
     pub fn default_branch(mut self, branched: Branched) -> BTreeMap<String, KStream<K, V>> {
         let name = self.name(branched, 0);
         self.branches.push((name, None));
+        self.stream.graph.borrow_mut().description.burn();
         self.finish()
     }
 

@@ -223,7 +223,8 @@ fn branches_merge_back_and_a_stream_of_two_topics_reads_both() {
     );
     assert!(described.contains("topics: [in, more]"), "{described}");
     assert!(
-        described.contains("<-- KSTREAM-MAPVALUES-0000000002, half-high"),
+        // Kafka's numbers: each branch takes one (`BranchedKStreamImpl.createBranch`).
+        described.contains("<-- KSTREAM-MAPVALUES-0000000005, half-high"),
         "{described}"
     );
     // Streams of two sub-topologies cannot merge: said at build.
@@ -675,9 +676,11 @@ fn table_put(t: &Topology, sub: u32, topic: &str, stores: &mut Mem, key: &[u8], 
 fn enrich_orders_rekeys_through_a_repartition_topic_and_left_joins_the_table() {
     use enrich::{Customer, EnrichedOrder, Order};
     let t = enrich::topology("shop", "orders", "customers", "enriched").unwrap();
+    // Kafka's numbering: the table was read first, so its sub-topology (the join's) is 0 and
+    // the orders' re-keying is 1.
     assert_eq!(
         t.repartition_topics(),
-        vec![("shop-orders-by-customer-repartition", 0)]
+        vec![("shop-orders-by-customer-repartition", 1)]
     );
     // The table's topic is its changelog: no `shop-customers-changelog`.
     assert_eq!(t.changelog_topic("customers"), "customers");
@@ -687,11 +690,11 @@ fn enrich_orders_rekeys_through_a_repartition_topic_and_left_joins_the_table() {
     }
     let wire = t.wire(&partitions).unwrap();
     assert_eq!(
-        wire.subtopologies[&1].source_topics,
+        wire.subtopologies[&0].source_topics,
         vec!["shop-orders-by-customer-repartition", "customers"]
     );
-    assert_eq!(wire.subtopologies[&1].changelog_topics, vec!["customers"]);
-    assert!(wire.subtopologies[&0].changelog_topics.is_empty());
+    assert_eq!(wire.subtopologies[&0].changelog_topics, vec!["customers"]);
+    assert!(wire.subtopologies[&1].changelog_topics.is_empty());
 
     let json = |v: &dyn erased::Ser| v.bytes();
     let mut stores = Mem::default();
@@ -702,7 +705,7 @@ fn enrich_orders_rekeys_through_a_repartition_topic_and_left_joins_the_table() {
     };
     let hop = run(
         &t,
-        0,
+        1,
         &mut stores,
         &[
             (b"o1".to_vec(), json(&order)),
@@ -721,8 +724,8 @@ fn enrich_orders_rekeys_through_a_repartition_topic_and_left_joins_the_table() {
         name: "Alice".into(),
         tier: "gold".into(),
     };
-    table_put(&t, 1, "customers", &mut stores, b"c1", &json(&alice));
-    let out = run(&t, 1, &mut stores, &hop);
+    table_put(&t, 0, "customers", &mut stores, b"c1", &json(&alice));
+    let out = run(&t, 0, &mut stores, &hop);
     let enriched: Vec<(String, EnrichedOrder)> = out
         .iter()
         .map(|(k, v)| {

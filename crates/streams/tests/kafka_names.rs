@@ -1,0 +1,385 @@
+//! Names Baton generates for what an application leaves unnamed, against the names Kafka
+//! Streams generates for the same DSL calls: every processor, store and internal topic of each
+//! program, per sub-topology. A Kafka Streams application moves to Baton with its state only
+//! if its stores' changelogs and its repartition topics are found under the same names.
+//!
+//! Where the expected names come from (Apache Kafka trunk 1eb7644):
+//! - Kafka's own tests and docs, quoted in each test: `TopologyTest`,
+//!   `PurgeRepartitionTopicIntegrationTest`, `docs/streams/tutorial.html`.
+//! - Its rules, for programs no Kafka test has: `InternalStreamsBuilder.newProcessorName` and
+//!   `newStoreName` (one counter, `%010d`), taken in this order per call:
+//!   `stream` a source; `filter`, `mapValues`, `flatMapValues`, `selectKey`, `map`, `peek`,
+//!   `merge`, `process` one each; `to` a sink; `groupBy` a key selection named after its
+//!   `Grouped` if named, else numbered (`KStreamImpl.groupBy`); `count()`, `reduce`,
+//!   `aggregate` the store (if unnamed) then the processor (`KGroupedStreamImpl`;
+//!   `count(Materialized)` without a name takes one more first), then, through a repartition,
+//!   three for its sink, filter and source (`KStreamImpl.createRepartitionedSource`), named
+//!   `<topic>-sink`, `-filter`, `-source` unless the topic is named after a generated name;
+//!   `toStream` one (`KTABLE-TOSTREAM-`); `table` the store (`<topic>-STATE-STORE-`), then a
+//!   source and a table source; a stream-table join its repartition's three (named after the
+//!   `Joined`, else after the stream's last node), then the join (named as the `Joined`);
+//!   `split` the splitter, and one per branch (`BranchedKStreamImpl.createBranch`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use baton_streams::serdes::{Long, Str, TimeWindowed};
+use baton_streams::{
+    Branched, Consumed, Grouped, Joined, Materialized, Produced, StreamsBuilder, TimeWindows,
+};
+
+/// Node names per sub-topology, as `describe` prints them.
+type Nodes = BTreeMap<usize, BTreeSet<String>>;
+
+fn nodes_of(described: &str) -> Nodes {
+    let mut out = Nodes::new();
+    let mut sub = 0;
+    for line in described.lines() {
+        let line = line.trim();
+        if let Some(n) = line.strip_prefix("Sub-topology: ") {
+            sub = n.parse().unwrap();
+            continue;
+        }
+        for kind in ["Source: ", "Processor: ", "Sink: "] {
+            if let Some(rest) = line.strip_prefix(kind) {
+                let name = rest.split(" (").next().unwrap();
+                out.entry(sub).or_default().insert(name.to_owned());
+            }
+        }
+    }
+    out
+}
+
+fn expect(subs: &[&[&str]]) -> Nodes {
+    subs.iter()
+        .enumerate()
+        .map(|(i, names)| (i, names.iter().map(|n| (*n).to_owned()).collect()))
+        .collect()
+}
+
+/// Checks `builder`'s nodes, stores and repartition topics against Kafka's.
+fn check(builder: StreamsBuilder, nodes: &[&[&str]], stores: &[&str], repartition: &[&str]) {
+    let described = builder.describe();
+    assert_eq!(nodes_of(&described), expect(nodes), "{described}");
+    let topology = builder.build().unwrap();
+    let mut have: Vec<&str> = topology.store_names();
+    have.sort_unstable();
+    let mut want = stores.to_vec();
+    want.sort_unstable();
+    assert_eq!(have, want, "stores\n{described}");
+    let topics: BTreeSet<&str> = topology
+        .repartition_topics()
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(
+        topics,
+        repartition.iter().copied().collect(),
+        "repartition topics\n{described}"
+    );
+}
+
+/// `TopologyTest.kGroupedStreamZeroArgCountShouldPreserveTopologyStructure`:
+/// `stream("input-topic").groupByKey().count()` has `KSTREAM-AGGREGATE-0000000002` with
+/// store `KSTREAM-AGGREGATE-STATE-STORE-0000000001`.
+#[test]
+fn count_without_a_store_name_is_numbered_as_kafkas_count() {
+    let b = StreamsBuilder::new("app");
+    b.stream("input-topic", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::generated());
+    check(
+        b,
+        &[&["KSTREAM-SOURCE-0000000000", "KSTREAM-AGGREGATE-0000000002"]],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000001"],
+        &[],
+    );
+}
+
+/// `TopologyTest.kGroupedStreamAnonymousMaterializedCountShouldPreserveTopologyStructure`:
+/// `count(Materialized.with(null, Serdes.Long()))` takes a number more: aggregate 3, store 2.
+/// And `kGroupedStreamNamedMaterializedCountShouldPreserveTopologyStructure`:
+/// `count(Materialized.as("count-store"))` is `KSTREAM-AGGREGATE-0000000001`.
+#[test]
+fn count_with_an_unnamed_or_named_materialized_is_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    b.stream("input-topic", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::unnamed());
+    check(
+        b,
+        &[&["KSTREAM-SOURCE-0000000000", "KSTREAM-AGGREGATE-0000000003"]],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000002"],
+        &[],
+    );
+    let b = StreamsBuilder::new("app");
+    b.stream("input-topic", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("count-store"));
+    check(
+        b,
+        &[&["KSTREAM-SOURCE-0000000000", "KSTREAM-AGGREGATE-0000000001"]],
+        &["count-store"],
+        &[],
+    );
+}
+
+/// `PurgeRepartitionTopicIntegrationTest`: `stream(INPUT).groupBy(mapper).count()` repartitions
+/// through `<app>-KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition`.
+#[test]
+fn an_unnamed_grouping_repartitions_through_kafkas_topic() {
+    let b = StreamsBuilder::new("app");
+    b.stream("input", Consumed::with(Str, Str))
+        .group_by(|_, v: &String| v.clone(), Grouped::with(Str, Str))
+        .count(Materialized::generated());
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-KEY-SELECT-0000000001",
+                "KSTREAM-FILTER-0000000005",
+                "KSTREAM-SINK-0000000004",
+            ],
+            &["KSTREAM-SOURCE-0000000006", "KSTREAM-AGGREGATE-0000000003"],
+        ],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000002"],
+        &["app-KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition"],
+    );
+}
+
+/// Word count as Kafka's tutorial writes it (`docs/streams/tutorial.html`: `groupBy` without a
+/// name, `count(Materialized.as("counts-store"))`): the tutorial prints
+/// `KSTREAM-AGGREGATE-0000000003`, `KTABLE-TOSTREAM-0000000007`, `KSTREAM-SINK-0000000008`
+/// and the repartition's numbers 4, 5, 6; Kafka names those three after the topic since
+/// (`counts-store-repartition-sink`, `-filter`, `-source`).
+#[test]
+fn the_tutorials_word_count_has_kafkas_names() {
+    let b = StreamsBuilder::new("streams-wordcount");
+    b.stream("streams-plaintext-input", Consumed::with(Str, Str))
+        .flat_map_values(|l: &String| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .group_by(|_, w: &String| w.clone(), Grouped::with(Str, Str))
+        .count(Materialized::named("counts-store"))
+        .to_stream()
+        .to("streams-wordcount-output", Produced::with(Str, Long));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-FLATMAPVALUES-0000000001",
+                "KSTREAM-KEY-SELECT-0000000002",
+                "counts-store-repartition-filter",
+                "counts-store-repartition-sink",
+            ],
+            &[
+                "counts-store-repartition-source",
+                "KSTREAM-AGGREGATE-0000000003",
+                "KTABLE-TOSTREAM-0000000007",
+                "KSTREAM-SINK-0000000008",
+            ],
+        ],
+        &["counts-store"],
+        &["streams-wordcount-counts-store-repartition"],
+    );
+}
+
+/// The README's word count (names given) and the same program with none.
+#[test]
+fn the_readmes_word_count_named_and_unnamed_has_kafkas_names() {
+    let wordcount = |grouped: Grouped<Str, Str>, materialized: Materialized| {
+        let b = StreamsBuilder::new("wordcount");
+        b.stream("lines", Consumed::with(Str, Str))
+            .flat_map_values(|line: &String| {
+                line.to_lowercase()
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .group_by(|_, word: &String| word.clone(), grouped)
+            .count(materialized)
+            .to_stream()
+            .to("word-counts", Produced::with(Str, Long));
+        b
+    };
+    // `Grouped.as("words")` names the key selection "words" (no number).
+    check(
+        wordcount(
+            Grouped::with(Str, Str).named("words"),
+            Materialized::named("counts"),
+        ),
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-FLATMAPVALUES-0000000001",
+                "words",
+                "words-repartition-filter",
+                "words-repartition-sink",
+            ],
+            &[
+                "words-repartition-source",
+                "KSTREAM-AGGREGATE-0000000002",
+                "KTABLE-TOSTREAM-0000000006",
+                "KSTREAM-SINK-0000000007",
+            ],
+        ],
+        &["counts"],
+        &["wordcount-words-repartition"],
+    );
+    check(
+        wordcount(Grouped::with(Str, Str), Materialized::generated()),
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-FLATMAPVALUES-0000000001",
+                "KSTREAM-KEY-SELECT-0000000002",
+                "KSTREAM-FILTER-0000000006",
+                "KSTREAM-SINK-0000000005",
+            ],
+            &[
+                "KSTREAM-SOURCE-0000000007",
+                "KSTREAM-AGGREGATE-0000000004",
+                "KTABLE-TOSTREAM-0000000008",
+                "KSTREAM-SINK-0000000009",
+            ],
+        ],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000003"],
+        &["wordcount-KSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition"],
+    );
+}
+
+/// The `windowed-views` example without a store name: a windowed `count()` numbers its store
+/// and processor as `TimeWindowedKStreamImpl.count()` does.
+#[test]
+fn a_windowed_count_without_names_has_kafkas_names() {
+    let minute = Duration::from_secs(60);
+    let b = StreamsBuilder::new("views");
+    b.stream("page-views", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .windowed_by(TimeWindows::of_size_and_grace(
+            minute,
+            Duration::from_secs(10),
+        ))
+        .count(Materialized::generated())
+        .to_stream()
+        .to(
+            "views-per-user",
+            Produced::with(TimeWindowed::new(Str, minute), Long),
+        );
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000000",
+            "KSTREAM-AGGREGATE-0000000002",
+            "KTABLE-TOSTREAM-0000000003",
+            "KSTREAM-SINK-0000000004",
+        ]],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000001"],
+        &[],
+    );
+}
+
+/// A `reduce` without a store name is `KSTREAM-REDUCE-...` (`KGroupedStreamImpl.reduce`),
+/// after a filter and a `mapValues`; `peek` and `process` take theirs.
+#[test]
+fn a_reduce_and_stateless_steps_without_names_have_kafkas_names() {
+    let b = StreamsBuilder::new("app");
+    b.stream("in", Consumed::with(Str, Str))
+        .filter(|_, v: &String| !v.is_empty())
+        .map_values(|v: &String| v.to_uppercase())
+        .peek(|_, _| {})
+        .group_by_key(Grouped::with(Str, Str))
+        .reduce(|a, b| a + &b, Materialized::generated())
+        .to_stream()
+        .to("out", Produced::with(Str, Str));
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000000",
+            "KSTREAM-FILTER-0000000001",
+            "KSTREAM-MAPVALUES-0000000002",
+            "KSTREAM-PEEK-0000000003",
+            "KSTREAM-REDUCE-0000000005",
+            "KTABLE-TOSTREAM-0000000006",
+            "KSTREAM-SINK-0000000007",
+        ]],
+        &["KSTREAM-REDUCE-STATE-STORE-0000000004"],
+        &[],
+    );
+}
+
+/// The `enrich-orders` example without names: `table("customers")` takes the store's number,
+/// then its source's and table source's; the re-keyed orders repartition after their last node
+/// (`KStreamImpl.repartitionForJoin`), then the left join takes its number.
+#[test]
+fn a_table_join_without_names_has_kafkas_names() {
+    let b = StreamsBuilder::new("shop");
+    let customers = b.table(
+        "customers",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    b.stream("orders", Consumed::with(Str, Str))
+        .map(|id: &String, customer: &String| (customer.clone(), id.clone()))
+        .left_join(
+            &customers,
+            |order: &String, c: Option<&String>| format!("{order}:{c:?}"),
+            Joined::with(Str, Str),
+        )
+        .to("enriched", Produced::with(Str, Str));
+    check(
+        b,
+        // The table was read first: Kafka writes its nodes first and numbers their group,
+        // the join's, 0 (`InternalTopologyBuilder.makeNodeGroups`).
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000007",
+                "KSTREAM-SOURCE-0000000001",
+                "KTABLE-SOURCE-0000000002",
+                "KSTREAM-LEFTJOIN-0000000008",
+                "KSTREAM-SINK-0000000009",
+            ],
+            &[
+                "KSTREAM-SOURCE-0000000003",
+                "KSTREAM-MAP-0000000004",
+                "KSTREAM-FILTER-0000000006",
+                "KSTREAM-SINK-0000000005",
+            ],
+        ],
+        &["customers-STATE-STORE-0000000000"],
+        &["shop-KSTREAM-MAP-0000000004-repartition"],
+    );
+}
+
+/// `split()` names its splitter `KSTREAM-BRANCH-<n>` and takes a number per branch, whose
+/// node is the splitter's name and the branch's (its position when unnamed, 0 the default).
+#[test]
+fn a_split_without_names_has_kafkas_names() {
+    let b = StreamsBuilder::new("app");
+    let mut parts = b
+        .stream("in", Consumed::with(Str, Str))
+        .split()
+        .branch(|_, v: &String| v.len() > 3, Branched::generated())
+        .default_branch(Branched::generated());
+    parts
+        .remove("KSTREAM-BRANCH-00000000011")
+        .unwrap()
+        .to("long", Produced::with(Str, Str));
+    parts
+        .remove("KSTREAM-BRANCH-00000000010")
+        .unwrap()
+        .to("short", Produced::with(Str, Str));
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000000",
+            "KSTREAM-BRANCH-0000000001",
+            "KSTREAM-BRANCH-00000000011",
+            "KSTREAM-BRANCH-00000000010",
+            "KSTREAM-SINK-0000000004",
+            "KSTREAM-SINK-0000000005",
+        ]],
+        &[],
+        &[],
+    );
+}
