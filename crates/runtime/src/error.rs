@@ -21,6 +21,9 @@ pub enum RuntimeError {
     /// The broker did not answer in time.
     #[error("{0}")]
     Unanswered(String),
+    /// The state directory holds stores whose changelogs are in an earlier Baton's layout.
+    #[error("{0}")]
+    EarlierLayout(String),
     #[error("{what}: {source}")]
     Io {
         what: String,

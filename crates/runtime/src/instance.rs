@@ -60,6 +60,7 @@ pub async fn run_with_queries(
     let state_dir = StateDir::new(&cfg.state_dir);
     // Held until this function returns.
     let _lock = state_dir.lock()?;
+    crate::legacy_layout::refuse_earlier_layouts(&state_dir, &topology)?;
     let process_id = state_dir.process_id()?;
     let metrics_addr = cfg.metrics_addr;
     let threads = cfg.threads;

@@ -17,6 +17,7 @@ pub mod error;
 pub mod heal;
 pub mod instance;
 pub mod layout;
+pub mod legacy_layout;
 pub mod machine;
 pub mod membership;
 pub mod metrics;

@@ -1,6 +1,7 @@
 //! The state directory's layout, in one place: `<root>/<task>/<store>/` for each store,
 //! `<root>/<task>/last-used`, `<root>/<task>/owner` (whose state it is), the instance's
-//! `process-id` and `.lock` files, and `<root>/quarantine/` for stores moved aside.
+//! `process-id` and `.lock` files, `<root>/<task>/<store>/changelog-layout` (the store's
+//! changelog is in Kafka's layout), and `<root>/quarantine/` for stores moved aside.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,6 +18,11 @@ const PROCESS_ID_FILE: &str = "process-id";
 const LOCK_FILE: &str = ".lock";
 /// Says which application and task a task directory's stores belong to.
 const OWNER_FILE: &str = "owner";
+/// In a store directory: its changelog holds Kafka Streams' record layout (a timestamped
+/// store's value without its timestamp, which is the record's). Stores made before Baton
+/// wrote that layout lack it.
+const KAFKA_LAYOUT_FILE: &str = "changelog-layout";
+const KAFKA_LAYOUT: &str = "kafka\n";
 /// Damaged or foreign stores go here, kept for inspection; not a task name, so the cleaner
 /// and [`StateDir::tasks`] pass it by.
 const QUARANTINE_DIR: &str = "quarantine";
@@ -173,6 +179,17 @@ impl StateDir {
 
 fn owner_text(task: TaskId, application: &str) -> String {
     format!("application={application}\ntask={task}\n")
+}
+
+/// Marks the new store directory `dir` as one whose changelog is in Kafka's layout.
+pub fn mark_kafka_layout(dir: &Path) -> std::io::Result<()> {
+    std::fs::write(dir.join(KAFKA_LAYOUT_FILE), KAFKA_LAYOUT)
+}
+
+/// Whether store directory `dir` was made by a Baton that writes Kafka's changelog layout
+/// (or does not exist).
+pub fn has_kafka_layout(dir: &Path) -> bool {
+    !dir.exists() || dir.join(KAFKA_LAYOUT_FILE).exists()
 }
 
 /// `<root>/<task>/<store>/`.

@@ -115,10 +115,18 @@ impl TaskStore {
     /// Opens (or creates) `state_dir/<task>/<store>/`.
     pub fn open(state_dir: &Path, task: TaskId, store: &str) -> Result<TaskStore> {
         let path = crate::state_dir::store_dir(state_dir, task, store);
+        let fresh = !path.exists();
         std::fs::create_dir_all(&path).map_err(|source| StoreError::Io {
             path: path.display().to_string(),
             source,
         })?;
+        if fresh {
+            // Before any data: a store without the mark was made by an earlier Baton.
+            crate::state_dir::mark_kafka_layout(&path).map_err(|source| StoreError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
         // The store's flush and compaction workers start with the database, at background
         // priority: a restore's bulk loads cause compactions that would otherwise take the
         // CPU from the actives beside it (measured: two workers at 74% and 65% of a core beside a stream thread at 100%, on 2 cores).
