@@ -71,51 +71,7 @@ pub struct RuntimeConfig {
 /// which warm-ups and the caught-up check need.
 pub const MIN_PROTOCOL_VERSION: i32 = 7;
 
-/// Where a task reads a source partition from when its position is not there (the topic was
-/// deleted and made again, or the broker deleted the records): `auto.offset.reset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OffsetReset {
-    /// From the partition's first record (Kafka Streams' default).
-    #[default]
-    Earliest,
-    /// From the partition's end: only records written from now on.
-    Latest,
-    /// Nowhere: the task stops, naming the partition and offset.
-    None,
-}
-
-impl OffsetReset {
-    /// The position to read from, given the partition's start and end; `None`: stop.
-    pub fn position(self, earliest: i64, latest: i64) -> Option<i64> {
-        match self {
-            OffsetReset::Earliest => Some(earliest),
-            OffsetReset::Latest => Some(latest),
-            OffsetReset::None => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            OffsetReset::Earliest => "earliest",
-            OffsetReset::Latest => "latest",
-            OffsetReset::None => "none",
-        }
-    }
-}
-
-impl std::str::FromStr for OffsetReset {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "earliest" => Ok(OffsetReset::Earliest),
-            "latest" => Ok(OffsetReset::Latest),
-            "none" => Ok(OffsetReset::None),
-            other => Err(format!(
-                "{other:?} is not an offset reset: earliest, latest or none"
-            )),
-        }
-    }
-}
+pub use baton_core::config::OffsetReset;
 
 /// What to do with an output record that no record batch can carry (larger than the
 /// broker's `message.max.bytes` or the topic's `max.message.bytes`).

@@ -18,7 +18,7 @@ pub mod heal;
 pub mod instance;
 pub mod layout;
 pub mod legacy_layout;
-pub mod machine;
+pub use baton_core::machine;
 pub mod membership;
 pub mod metrics;
 pub mod partitioner;

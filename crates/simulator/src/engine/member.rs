@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
-use baton_protocol::TopicPartition;
-use baton_runtime::machine::{
+use baton_core::machine::{
     Command, Event, FetchResult, FetchWant, JoinReason, MachineConfig, RequestId, ThreadMachine,
 };
+use baton_protocol::TopicPartition;
 
 use super::logs::Partition;
 use super::{Engine, Pending, CHUNK, FETCH_LATENCY, IDLE_POLL, POLL, REQUEST_LATENCY};
@@ -63,9 +63,9 @@ impl Instance {
             !m.is_joining()
                 && t.probe_at.is_none_or(|p| p <= now)
                 && m.tasks().values().all(|task| match task.role {
-                    baton_runtime::status::Role::Active => task.is_running_active(),
-                    baton_runtime::status::Role::Standby => true,
-                    baton_runtime::status::Role::Warmup => false,
+                    baton_core::status::Role::Active => task.is_running_active(),
+                    baton_core::status::Role::Standby => true,
+                    baton_core::status::Role::Warmup => false,
                 })
         })
     }
@@ -78,8 +78,8 @@ impl Thread {
         let Some(m) = &self.machine else { return true };
         !m.is_joining()
             && m.tasks().values().all(|task| match task.role {
-                baton_runtime::status::Role::Active => task.is_running_active(),
-                _ => task.phase == baton_runtime::status::Phase::Tailing && task.lag() <= lag,
+                baton_core::status::Role::Active => task.is_running_active(),
+                _ => task.phase == baton_core::status::Phase::Tailing && task.lag() <= lag,
             })
     }
 }
@@ -106,13 +106,13 @@ impl Engine<'_> {
             restore_fetch_bytes_beside_actives: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
-            retry_backoff: baton_kafka::Backoff {
+            retry_backoff: baton_core::Backoff {
                 first: Duration::from_millis(100),
                 max: Duration::from_millis(3_200),
                 attempts: u32::MAX,
             },
             rejoin_mode: self.rejoin_mode(),
-            auto_offset_reset: baton_runtime::config::OffsetReset::Earliest,
+            auto_offset_reset: baton_core::config::OffsetReset::Earliest,
             wall_clock: std::collections::BTreeMap::new(),
         }
     }

@@ -20,7 +20,7 @@ use baton_assignor::{
     AssignmentConfig, AssignorKind, ClientId, ClientSpec, Cluster, ClusterState, Lag, RejoinMode,
     TaskId, TaskSpec,
 };
-use baton_runtime::machine::{Event, FetchWant, RequestId};
+use baton_core::machine::{Event, FetchWant, RequestId};
 
 use crate::report::{ms, quantile, Handover, LoadSample, Report};
 use crate::scenario::{InstanceSpec, Probing, Protocol, Scenario, Start};

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
+use baton_core::machine::{Assigned, Event, Heartbeat, Report};
 use baton_protocol::leader::{self, JoinedMember, LeaderInput, MemberReport};
 use baton_protocol::{TaskOffsetSum, BATON_VERSION};
-use baton_runtime::machine::{Assigned, Event, Heartbeat, Report};
 
 use super::group::Seat;
 use super::{Engine, Pending, REQUEST_LATENCY};

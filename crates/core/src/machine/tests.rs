@@ -49,7 +49,7 @@ fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
             restore_fetch_bytes_beside_actives: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
-            retry_backoff: baton_kafka::Backoff {
+            retry_backoff: crate::Backoff {
                 first: ms(200),
                 max: 10 * S,
                 attempts: u32::MAX,

@@ -13,18 +13,18 @@
 //! a write whose acknowledgement was lost (at-least-once), exactly that otherwise.
 //!
 //! `BATON_SEEDS=N` runs seeds `0..N` (default 10,000); a failure prints a one-line
-//! reproduction: `BATON_SEED=S cargo test -p baton-runtime --test schedule one_seed -- --ignored`.
+//! reproduction: `BATON_SEED=S cargo test -p baton-core --test schedule one_seed -- --ignored`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
+use baton_core::machine::{
+    Assigned, Command, Event, Exit, FetchResult, Heartbeat, MachineConfig, ThreadMachine,
+};
 use baton_protocol::bridge::{Subtopology, Topology};
 use baton_protocol::leader::{self, JoinedMember, LeaderInput, MemberReport};
 use baton_protocol::{TaskOffsetSum, TopicPartition};
-use baton_runtime::machine::{
-    Assigned, Command, Event, Exit, FetchResult, Heartbeat, MachineConfig, ThreadMachine,
-};
 
 const PARTITIONS: u32 = 4;
 const KEYS: u32 = 6;
@@ -98,7 +98,7 @@ enum Op {
     },
     Produce {
         task: TaskId,
-        batch: baton_runtime::machine::RequestId,
+        batch: baton_core::machine::RequestId,
         changelog: Vec<(u32, u64)>,
         outputs: Vec<(u32, u64)>,
         fail: bool,
@@ -107,7 +107,7 @@ enum Op {
     },
     ReadCommitted(TaskId, bool),
     Commit {
-        commit: baton_runtime::machine::RequestId,
+        commit: baton_core::machine::RequestId,
         generation: i32,
         member_id: String,
         offsets: Vec<(TopicPartition, i64)>,
@@ -144,7 +144,7 @@ struct Member {
     disk: BTreeMap<TaskId, Disk>,
     buffers: BTreeMap<TopicPartition, Chunk>,
     /// The fetch the driver waits for: only its answer fills the buffers.
-    outstanding: Option<baton_runtime::machine::RequestId>,
+    outstanding: Option<baton_core::machine::RequestId>,
     commands: VecDeque<Command>,
     local: VecDeque<Event>,
     inbox: VecDeque<Event>,
@@ -252,13 +252,13 @@ impl World {
             restore_fetch_bytes_beside_actives: 1 << 20,
             input_fetch_bytes: 1 << 20,
             static_membership: false,
-            retry_backoff: baton_kafka::Backoff {
+            retry_backoff: baton_core::Backoff {
                 first: ms(100),
                 max: ms(3_200),
                 attempts: u32::MAX,
             },
             rejoin_mode: baton_assignor::RejoinMode::Eager,
-            auto_offset_reset: baton_runtime::config::OffsetReset::Earliest,
+            auto_offset_reset: baton_core::config::OffsetReset::Earliest,
             wall_clock: std::collections::BTreeMap::new(),
         }
     }
@@ -673,7 +673,7 @@ impl World {
         Ok(())
     }
 
-    fn send_join(&mut self, i: usize, report: &baton_runtime::machine::Report) {
+    fn send_join(&mut self, i: usize, report: &baton_core::machine::Report) {
         let m = &mut self.members[i];
         m.joining = true;
         m.unique = m.unique.wrapping_add(1);
@@ -1268,7 +1268,7 @@ fn check(seeds: std::ops::Range<u64>) {
         .collect();
     for (seed, e) in &failures {
         eprintln!(
-            "seed {seed}: {e}\n  reproduce: BATON_SEED={seed} cargo test -p baton-runtime --test schedule one_seed -- --ignored"
+            "seed {seed}: {e}\n  reproduce: BATON_SEED={seed} cargo test -p baton-core --test schedule one_seed -- --ignored"
         );
     }
     assert!(failures.is_empty(), "{} seeds failed", failures.len());
@@ -1287,7 +1287,7 @@ fn schedules_keep_every_invariant() {
     other.join().expect("the other half");
 }
 
-/// Replays one seed: `BATON_SEED=S cargo test -p baton-runtime --test schedule one_seed --
+/// Replays one seed: `BATON_SEED=S cargo test -p baton-core --test schedule one_seed --
 /// --ignored` (with `BATON_TRACE=1` to print it).
 #[test]
 #[ignore = "replays the seed in BATON_SEED"]

@@ -3,7 +3,7 @@
 //! The machine owns the task lifecycle (opening, restoring, running, tailing, released), the
 //! rebalance triggers (the group, a caught-up warm-up, the probing timer, a drain, revoked
 //! actives, a lapsed membership), what may be written and committed, and the report a
-//! subscription carries. The async driver ([`crate::thread`]) performs its commands; the tests
+//! subscription carries. The async driver (`baton_runtime::thread`) performs its commands; the tests
 //! and the schedule fuzzer drive it with simulated time and a simulated broker.
 //!
 //! Rebalances are cooperative: while a join round is in flight every task goes on as before.
@@ -20,13 +20,13 @@ use std::time::Duration;
 
 use baton_assignor::RejoinMode;
 use baton_assignor::TaskId;
-use baton_kafka::Backoff;
 use baton_protocol::bridge::Topology as WireTopology;
 use baton_protocol::TopicPartition;
 
 pub use join_reason::JoinReason;
 pub use task::{Batch, ChangelogCursor, SourceCursor, TaskState};
 
+use crate::backoff::Backoff;
 use crate::status::{Phase, Role};
 
 /// Names one fetch, batch or commit, so a late or repeated answer is recognised.
@@ -152,7 +152,7 @@ pub struct FetchResult {
     pub tp: TopicPartition,
     /// The offset the fetch asked from.
     pub from: i64,
-    /// Where the reader stands after it ([`crate::catchup::next_position`]).
+    /// Where the reader stands after it (`baton_runtime::catchup::next_position`).
     pub next: i64,
     /// `None`: the broker left the partition out of its answer.
     pub high_watermark: Option<i64>,
