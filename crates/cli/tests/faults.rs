@@ -39,6 +39,10 @@ fn faults() {
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
+    timed(
+        "oversized changelog record",
+        a_store_value_no_batch_can_carry,
+    );
     timed("odd keys", keys_the_store_cannot_hold_as_they_are);
     timed("invalid member", a_member_with_invalid_metadata);
     timed("broker restart", broker_restart_with_persistent_storage);
@@ -308,7 +312,10 @@ fn paused_past_the_session_timeout() {
 
 /// The output topic takes batches of at most 60 bytes: no output record fits. With
 /// `--on-oversized-record skip` each is dropped, logged and counted once, and the task goes
-/// on; with `fail` (the default) the instance stops with an error naming the record's input.
+/// on; with `fail` (the default) the task that wrote it stops, with one error naming the
+/// record's task, partition and input offset, and holds its partitions (reported as running,
+/// so the group does not move the failure to another instance); the instance and its other
+/// tasks go on.
 fn a_record_no_batch_can_carry() {
     let cluster = Cluster::new_with_output_limit("oversized", 60);
     cluster.produce_backlog("k", 10, 5);
@@ -329,11 +336,20 @@ fn a_record_no_batch_can_carry() {
 
     cluster.produce_backlog("k", 1, 1);
     let mut b = cluster.spawn_on("b", "a", &[]);
-    let status = b
-        .await_status(Duration::from_secs(60))
-        .expect("b stops by itself");
-    assert!(!status.success(), "b fails: {status}");
+    let stopped = "stopping this task only (on-oversized-record=fail)";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.count_log(stopped) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // It stays stopped, and stopped once: nothing retried, nothing moved.
+    let status = b.await_status(Duration::from_secs(5));
+    assert!(
+        status.is_none(),
+        "the instance goes on: {status:?}\n{}",
+        b.log_text()
+    );
     let log = b.log_text();
+    assert_eq!(b.count_log(stopped), 1, "one error line\n{log}");
     assert!(
         log.contains("larger than any record batch the broker takes")
             && log.contains("task 0_")
@@ -341,7 +357,57 @@ fn a_record_no_batch_can_carry() {
             && log.contains(" offset "),
         "the error names the task, the partition and the input offset\n{log}"
     );
-    eprintln!("oversized record: 50 skipped once each under skip; fail stopped the instance");
+    let failed = b.holds("active", "failed");
+    let running = b.running();
+    assert_eq!(failed.len(), 1, "one task failed: {failed:?}\n{log}");
+    assert!(
+        !running.is_empty() && running.is_disjoint(&failed),
+        "the other tasks run: {running:?}\n{log}"
+    );
+    b.stop();
+    eprintln!(
+        "oversized record: 50 skipped once each under skip; fail stopped task {failed:?} only, \
+         {} others running",
+        running.len()
+    );
+}
+
+/// The changelog takes batches of at most 60 bytes: no store value fits. The task that wrote
+/// it stops with one error naming its changelog and input; its store is not written past what
+/// the changelog holds; the instance and its other tasks go on.
+fn a_store_value_no_batch_can_carry() {
+    let cluster = Cluster::new_with_changelog_limit("oversized-changelog", 60);
+    cluster.produce_backlog("k", 1, 3);
+    let mut a = cluster.spawn("a", &[]);
+    let stopped = "a changelog record is larger than any record batch the broker takes";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.count_log(stopped) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = a.await_status(Duration::from_secs(5));
+    assert!(
+        status.is_none(),
+        "the instance goes on: {status:?}\n{}",
+        a.log_text()
+    );
+    let log = a.log_text();
+    assert_eq!(a.count_log(stopped), 1, "one error line\n{log}");
+    assert!(
+        log.contains("counts-changelog") && log.contains("offsets 0..3"),
+        "the error names the changelog and the input\n{log}"
+    );
+    let failed = a.holds("active", "failed");
+    let running = a.running();
+    assert_eq!(failed.len(), 1, "one task failed: {failed:?}\n{log}");
+    assert!(
+        !running.is_empty() && running.is_disjoint(&failed),
+        "the other tasks run: {running:?}\n{log}"
+    );
+    a.stop();
+    eprintln!(
+        "oversized changelog record: task {failed:?} stopped once, {} others running",
+        running.len()
+    );
 }
 
 /// Events with an empty key and with a 70 KiB key (past the store's 65,535-byte keys) beside

@@ -77,8 +77,10 @@ pub use baton_core::config::OffsetReset;
 /// broker's `message.max.bytes` or the topic's `max.message.bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OversizedRecord {
-    /// Stop the instance with an error naming the task, partition and input offset
-    /// (Kafka Streams' default production exception handler does the same).
+    /// Stop the task that wrote it (it holds its partitions and processes nothing more until
+    /// it moves or the instance restarts) with an error naming the task, partition and input
+    /// offset; the instance and its other tasks go on. Kafka Streams' default production
+    /// exception handler stops the whole stream thread.
     #[default]
     Fail,
     /// Drop the record, log it (task, partition, input offset) and count it in

@@ -42,6 +42,9 @@ const RATE_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
 #[derive(Debug, Default)]
 struct Inner {
     held: BTreeMap<TaskId, TaskStatus>,
+    /// What each thread's machine reports for the tasks it holds (`Report::offset_sums`):
+    /// the one rule for a held task's offset sum.
+    reported: BTreeMap<TaskId, i64>,
     /// Catch-up progress of held tasks that are behind.
     progress: BTreeMap<TaskId, Progress>,
     /// By reason: join rounds per histogram bucket (the last is `+Inf`).
@@ -114,6 +117,7 @@ impl Status {
     pub fn release(&self, task: TaskId) {
         let mut i = self.inner();
         i.held.remove(&task);
+        i.reported.remove(&task);
         i.progress.remove(&task);
         i.staleness.remove(&task);
     }
@@ -223,16 +227,23 @@ impl Status {
         self.inner().rebalances += 1;
     }
 
-    /// The offset sums a subscription reports: running actives as `RUNNING`, every other task
+    /// A held task's offset sum as its thread's machine reports it (`None`: it reports none,
+    /// e.g. while its stores open).
+    pub fn set_reported(&self, task: TaskId, offset_sum: Option<i64>) {
+        let mut i = self.inner();
+        match offset_sum {
+            Some(sum) => i.reported.insert(task, sum),
+            None => i.reported.remove(&task),
+        };
+    }
+
+    /// The offset sums a subscription reports: each held task's as its machine reports it
+    /// (`ThreadMachine::report`: a running or failed active as `RUNNING`), every other task
     /// with state on disk by its checkpoint.
     pub fn offset_sums(&self) -> Vec<TaskOffsetSum> {
         let i = self.inner();
         let mut sums: BTreeMap<TaskId, i64> = i.checkpoints.clone();
-        for (task, s) in &i.held {
-            if s.role == Role::Active && s.phase == Phase::Running {
-                sums.insert(*task, baton_protocol::subscription::RUNNING);
-            }
-        }
+        sums.extend(i.reported.iter().map(|(t, s)| (*t, *s)));
         sums.into_iter()
             .map(|(task, offset_sum)| TaskOffsetSum { task, offset_sum })
             .collect()
@@ -429,13 +440,21 @@ fn escape(s: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The board says what the machines report for held tasks (a failed active as running:
+    /// moving it would only fail it elsewhere) and checkpoints for the rest; it has no rule of
+    /// its own.
     #[test]
-    fn running_actives_report_running_and_others_their_checkpoint() {
+    fn held_tasks_report_what_their_machine_says_and_others_their_checkpoint() {
         let s = Status::default();
-        let (a, b, c) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
-        s.set_checkpoint(a, 10);
-        s.set_checkpoint(b, 20);
-        s.set_checkpoint(c, 30);
+        let (a, b, c, d) = (
+            TaskId::new(0, 0),
+            TaskId::new(0, 1),
+            TaskId::new(0, 2),
+            TaskId::new(0, 3),
+        );
+        for (t, sum) in [(a, 10), (b, 20), (c, 30), (d, 40)] {
+            s.set_checkpoint(t, sum);
+        }
         let held = |role, phase| TaskStatus {
             role,
             phase,
@@ -444,14 +463,20 @@ mod tests {
             restored: 0,
         };
         s.hold(a, held(Role::Active, Phase::Running));
-        s.hold(b, held(Role::Active, Phase::Restoring));
+        s.set_reported(a, Some(baton_protocol::subscription::RUNNING));
+        s.hold(b, held(Role::Active, Phase::Failed));
+        s.set_reported(b, Some(baton_protocol::subscription::RUNNING));
         s.hold(c, held(Role::Warmup, Phase::Tailing));
-        let sums: Vec<(TaskId, i64)> = s
-            .offset_sums()
-            .into_iter()
-            .map(|t| (t.task, t.offset_sum))
-            .collect();
-        assert_eq!(sums, vec![(a, -2), (b, 20), (c, 30)]);
+        s.set_reported(c, Some(31));
+        let sums = |s: &Status| -> Vec<(TaskId, i64)> {
+            s.offset_sums()
+                .into_iter()
+                .map(|t| (t.task, t.offset_sum))
+                .collect()
+        };
+        assert_eq!(sums(&s), vec![(a, -2), (b, -2), (c, 31), (d, 40)]);
+        s.release(b);
+        assert_eq!(sums(&s)[1], (b, 20), "released: its checkpoint again");
     }
 
     #[test]

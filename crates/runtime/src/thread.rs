@@ -889,6 +889,8 @@ impl Driver {
             batch,
             output_acknowledged,
         };
+        // The batch's id, under a name the output batches below do not shadow.
+        let batch_id = batch;
         let Some(t) = self.tasks.get(&task) else {
             return failed(false);
         };
@@ -1150,15 +1152,19 @@ impl Driver {
                 Err(Produced::Failed) => return failed(false),
                 Err(Produced::Oversized { index, .. }) => {
                     // A store value no batch can carry cannot be made durable: never skipped.
+                    // The task stops, holding its input; the instance and its other tasks go on.
                     let (key, value) = &wire[index];
-                    self.ctx.fail(format!(
-                        "task {task}: a changelog record for {tp} ({} bytes of key, {} of value) \
-                         is larger than any record batch the broker takes; raise the topic's \
-                         max.message.bytes",
-                        key.as_ref().map_or(0, Bytes::len),
-                        value.as_ref().map_or(0, Bytes::len),
-                    ));
-                    return failed(false);
+                    tracing::error!(
+                        task = %task,
+                        changelog = %tp,
+                        key_bytes = key.as_ref().map_or(0, Bytes::len),
+                        value_bytes = value.as_ref().map_or(0, Bytes::len),
+                        input = %input_ranges(&sources, inputs),
+                        "a changelog record is larger than any record batch the broker takes; \
+                         stopping this task only (its input stays unprocessed): raise the \
+                         changelog's max.message.bytes, then restart the instance"
+                    );
+                    return Event::RecordFailed { task, batch };
                 }
             }
         }
@@ -1196,12 +1202,22 @@ impl Driver {
                                 .map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
                             match ctx.cfg.on_oversized_record {
                                 OversizedRecord::Fail => {
-                                    self.ctx.fail(format!(
-                                        "task {task}: an output record for {tp} ({record_bytes} bytes), \
-                                         from input {input}, is larger than any record batch the \
-                                         broker takes (on-oversized-record=fail)"
-                                    ));
-                                    return failed(false);
+                                    tracing::error!(
+                                        task = %task,
+                                        partition = %tp,
+                                        input = %input,
+                                        bytes = record_bytes,
+                                        "task {task}: an output record for {tp} ({record_bytes} \
+                                         bytes), from input {input}, is larger than any record \
+                                         batch the broker takes; stopping this task only \
+                                         (on-oversized-record=fail): it holds its partitions and \
+                                         processes nothing more until it moves or the instance \
+                                         restarts"
+                                    );
+                                    return Event::RecordFailed {
+                                        task,
+                                        batch: batch_id,
+                                    };
                                 }
                                 OversizedRecord::Skip => {
                                     tracing::error!(task = %task, partition = %tp, input = %input, bytes = record_bytes, "skipping an output record larger than any record batch the broker takes (on-oversized-record=skip)");
@@ -1377,7 +1393,7 @@ impl Driver {
         self.report.send_if_modified(|current| {
             let changed = *current != report;
             if changed {
-                *current = report;
+                *current = report.clone();
             }
             changed
         });
@@ -1434,6 +1450,9 @@ impl Driver {
             if t.phase != Phase::Opening && !t.changelogs.is_empty() {
                 self.ctx.status.set_checkpoint(*id, t.offset_sum());
             }
+            self.ctx
+                .status
+                .set_reported(*id, report.offset_sums.get(id).copied());
         }
     }
 }
@@ -1499,6 +1518,20 @@ impl Stores for Pending<'_> {
                 .insert(key.to_vec(), (value, self.timestamp));
         }
     }
+}
+
+/// A batch's input, for an error: `topic-partition offsets from..to`, each source's.
+fn input_ranges(sources: &[TopicPartition], inputs: &[Input]) -> String {
+    let ranges: Vec<String> = inputs
+        .iter()
+        .map(|i| {
+            let tp = sources
+                .get(i.source)
+                .map_or("an unknown partition".into(), ToString::to_string);
+            format!("{tp} offsets {}..{}", i.from, i.to)
+        })
+        .collect();
+    ranges.join(", ")
 }
 
 /// A batch's writes in key order, so that its changelog records come out the same in every run.

@@ -104,8 +104,8 @@ pub struct RunArgs {
     #[arg(long, env = "BATON_CACHE_MAX_BYTES", default_value_t = 0)]
     pub cache_max_bytes: u64,
     /// What to do with an output record larger than any record batch the broker takes
-    /// (message.max.bytes): `fail` stops the instance with an error naming the task, partition
-    /// and input offset; `skip` drops the record, logs it and counts it in
+    /// (message.max.bytes): `fail` stops that task only (the instance and its other tasks go
+    /// on) with an error naming the task, partition and input offset; `skip` drops the record, logs it and counts it in
     /// baton_records_skipped_total. Batches are always split to fit; this is for one record.
     #[arg(long, env = "BATON_ON_OVERSIZED_RECORD", default_value = "fail", value_parser = ["fail", "skip"])]
     pub on_oversized_record: String,

@@ -57,6 +57,11 @@ impl Cluster {
         Cluster::start(app, true)
     }
 
+    /// A cluster whose changelog takes record batches of at most `bytes`.
+    pub fn new_with_changelog_limit(app: &str, bytes: u32) -> Cluster {
+        Cluster::start_with(app, false, Some(bytes))
+    }
+
     /// A cluster whose output topic takes record batches of at most `bytes`.
     pub fn new_with_output_limit(app: &str, bytes: u32) -> Cluster {
         let mut cluster = Cluster::start(app, false);
@@ -80,6 +85,10 @@ impl Cluster {
     }
 
     fn start(app: &str, persistent: bool) -> Cluster {
+        Cluster::start_with(app, persistent, None)
+    }
+
+    fn start_with(app: &str, persistent: bool, changelog_limit: Option<u32>) -> Cluster {
         let dir = std::env::temp_dir().join(format!("baton-e2e-{app}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -104,22 +113,35 @@ impl Cluster {
             client,
             output: OUTPUT.into(),
         };
-        cluster.create_topics();
+        cluster.create_topics_limited(changelog_limit);
         cluster
     }
 
     /// The input, output and changelog topics.
     pub fn create_topics(&self) {
+        self.create_topics_limited(None);
+    }
+
+    /// As [`Cluster::create_topics`], the changelog taking batches of at most `limit` bytes.
+    fn create_topics_limited(&self, changelog_limit: Option<u32>) {
         let topic = |name: &str, compacted| NewTopic {
             name: name.into(),
             partitions: PARTITIONS as i32,
             compacted,
         };
         self.rt
-            .block_on(self.client.create_topics(&[
-                topic(INPUT, false),
-                topic(&format!("{}-counts-changelog", self.app), true),
-            ]))
+            .block_on(self.client.create_topics(&[topic(INPUT, false)]))
+            .unwrap();
+        let limit = changelog_limit.map(|b| b.to_string());
+        let configs: Vec<(&str, &str)> = limit
+            .iter()
+            .map(|l| ("max.message.bytes", l.as_str()))
+            .collect();
+        self.rt
+            .block_on(self.client.create_topics_with(
+                &[topic(&format!("{}-counts-changelog", self.app), true)],
+                &configs,
+            ))
             .unwrap();
         self.rt
             .block_on(
