@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::{now_ms, Cluster, Producer};
+use baton_runtime::partitioner::partition_for;
+use harness::{now_ms, Cluster, Producer, PARTITIONS};
 
 /// The fast-settling timings of the harness: heartbeat 300 ms, session 6 s.
 const SESSION: Duration = Duration::from_secs(6);
@@ -39,6 +40,7 @@ fn faults() {
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
+    timed("runtime panic", a_panic_in_the_runtime_stops_one_task);
     timed(
         "oversized changelog record",
         a_store_value_no_batch_can_carry,
@@ -407,6 +409,56 @@ fn a_store_value_no_batch_can_carry() {
     eprintln!(
         "oversized changelog record: task {failed:?} stopped once, {} others running",
         running.len()
+    );
+}
+
+/// A panic in the runtime's own code (a fail point in the batch path, armed to fire once):
+/// the task whose batch it was stops, with one error; the instance and its other tasks go on
+/// and count every event of their keys exactly; the failed task's keys get no count at all.
+fn a_panic_in_the_runtime_stops_one_task() {
+    let cluster = Cluster::new("runtime-panic");
+    let produced = cluster.produce_backlog("k", 12, 5);
+    let mut a = cluster.spawn_env(
+        "a",
+        &[(
+            "FAILPOINTS",
+            "baton-batch=1*panic(injected by the fault suite)",
+        )],
+        &[],
+    );
+    let stopped = "a panic in the runtime while processing a batch";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.count_log(stopped) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let failed = a.holds("active", "failed");
+    assert_eq!(
+        failed.len(),
+        1,
+        "one task failed: {failed:?}\n{}",
+        a.log_text()
+    );
+    let failed_p = *failed.iter().next().unwrap();
+    let (theirs, others): (BTreeMap<String, i64>, BTreeMap<String, i64>) = produced
+        .into_iter()
+        .partition(|(k, _)| partition_for(k.as_bytes(), PARTITIONS) as i32 == failed_p);
+    let counts = cluster.await_counts(&others, Duration::from_secs(60));
+    assert_eq!(counts, others, "every other task counts exactly");
+    let status = a.await_status(Duration::from_secs(3));
+    assert!(status.is_none(), "the instance goes on: {status:?}");
+    let all = cluster.final_counts();
+    let counted: Vec<&String> = theirs.keys().filter(|k| all.contains_key(*k)).collect();
+    assert!(
+        counted.is_empty(),
+        "the failed task processed nothing: {counted:?}"
+    );
+    assert_eq!(a.count_log(stopped), 1, "one error line\n{}", a.log_text());
+    a.stop();
+    eprintln!(
+        "runtime panic: task of partition {failed_p} stopped once; {} keys of the other tasks \
+         exact, {} keys of the failed one untouched",
+        others.len(),
+        theirs.len()
     );
 }
 

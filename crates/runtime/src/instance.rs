@@ -36,6 +36,8 @@ pub async fn run_with_queries(
     queries: Queries,
 ) -> Result<Exit> {
     cfg.validate().map_err(RuntimeError::Config)?;
+    #[cfg(feature = "failpoints")]
+    arm_fail_points();
     let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();
     let client = Client::new(&bootstrap, &cfg.instance_id);
 
@@ -174,6 +176,28 @@ fn repartition_count(
         let counts: Option<Vec<u32>> = sources.iter().map(|s| partitions.get(s).copied()).collect();
         counts?.into_iter().max()
     })
+}
+
+/// Arms the fail points `FAILPOINTS` names (`name=actions;...`), once per process: the fault
+/// suite's way to make the runtime's own code fail where no input can.
+#[cfg(feature = "failpoints")]
+fn arm_fail_points() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(spec) = std::env::var("FAILPOINTS") else {
+            return;
+        };
+        for point in spec.split(';').filter(|p| !p.is_empty()) {
+            let armed = point
+                .split_once('=')
+                .ok_or_else(|| format!("{point:?} is not name=actions"))
+                .and_then(|(name, actions)| fail::cfg(name, actions));
+            match armed {
+                Ok(()) => tracing::warn!(point, "fail point armed"),
+                Err(e) => tracing::error!(point, error = %e, "fail point not armed"),
+            }
+        }
+    });
 }
 
 /// Creates the changelog, sink, dead-letter and control topics. Returns the wire topology,

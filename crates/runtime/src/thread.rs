@@ -8,6 +8,7 @@
 //! (bulk loads, fsync) runs with `block_in_place`, off the executor's other tasks.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use baton_kafka::records::{FetchWant as WireWant, Fetched, KeyValue, Record};
 use baton_kafka::{Backoff, Client, GroupMember, MemberConfig};
 use baton_protocol::TopicPartition;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -418,7 +420,8 @@ impl Driver {
                 return Some(exit);
             }
             Command::Open { task, role } => {
-                let e = self.open(task, role);
+                let e = std::panic::catch_unwind(AssertUnwindSafe(|| self.open(task, role)))
+                    .unwrap_or_else(|p| self.store_panicked(task, "opening its stores", &*p));
                 self.local.push_back(e);
             }
             Command::Close { task } => self.close(task),
@@ -432,7 +435,10 @@ impl Driver {
                 changelog,
                 end,
             } => {
-                let e = self.absorb(task, changelog, end);
+                let e = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    self.absorb(task, changelog, end)
+                }))
+                .unwrap_or_else(|p| self.store_panicked(task, "restoring into its stores", &*p));
                 self.local.push_back(e);
             }
             Command::Process {
@@ -440,14 +446,20 @@ impl Driver {
                 batch,
                 inputs,
             } => {
-                let e = self.process(m, task, batch, &inputs, None).await;
+                let ran = AssertUnwindSafe(self.process(m, task, batch, &inputs, None))
+                    .catch_unwind()
+                    .await;
+                let e = ran.unwrap_or_else(|p| batch_panicked(task, batch, "processing", &*p));
                 self.local.push_back(e);
             }
             Command::Punctuate { task, batch } => {
                 let now_ms = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as i64);
-                let e = self.process(m, task, batch, &[], Some(now_ms)).await;
+                let ran = AssertUnwindSafe(self.process(m, task, batch, &[], Some(now_ms)))
+                    .catch_unwind()
+                    .await;
+                let e = ran.unwrap_or_else(|p| batch_panicked(task, batch, "punctuating", &*p));
                 self.local.push_back(e);
             }
             Command::Persist { task } => {
@@ -819,6 +831,23 @@ impl Driver {
         })
     }
 
+    /// A panic in the runtime's own code while it opened or restored one task's stores: that
+    /// task's store failure (reopened later, with a growing backoff), not its thread's.
+    fn store_panicked(
+        &mut self,
+        task: TaskId,
+        doing: &str,
+        payload: &(dyn std::any::Any + Send),
+    ) -> Event {
+        let error = format!(
+            "a panic while {doing}: {}",
+            crate::record::panic_message(payload)
+        );
+        let root = self.ctx.cfg.state_dir.clone();
+        self.store_failures.failed(task, doing, &error, &root);
+        Event::StoreFailed { task, error }
+    }
+
     /// Hands what was fetched of a changelog to its store.
     fn absorb(&mut self, task: TaskId, changelog: usize, end: i64) -> Event {
         let tp = match self
@@ -882,6 +911,9 @@ impl Driver {
         inputs: &[Input],
         punctuate_at: Option<i64>,
     ) -> Event {
+        // The fault suite's panic in the runtime's own code for one batch (a fail point: nothing
+        // without the `failpoints` feature).
+        fail::fail_point!("baton-batch");
         let ctx = self.ctx.clone();
         let sources = ctx.wire.source_partitions(task);
         let failed = |output_acknowledged| Event::BatchFailed {
@@ -1518,6 +1550,20 @@ impl Stores for Pending<'_> {
                 .insert(key.to_vec(), (value, self.timestamp));
         }
     }
+}
+
+/// A panic in the runtime's own code while it ran one task's batch (the application's code is
+/// contained per record, [`crate::record`]): that task's failure, not its thread's. The task
+/// stops as on a record it cannot process; the thread and its other tasks go on.
+fn batch_panicked(
+    task: TaskId,
+    batch: RequestId,
+    doing: &str,
+    payload: &(dyn std::any::Any + Send),
+) -> Event {
+    let why = crate::record::panic_message(payload);
+    tracing::error!(task = %task, error = %why, "a panic in the runtime while {doing} a batch of this task; stopping this task only: it holds its partitions and processes nothing more until it moves or the instance restarts");
+    Event::RecordFailed { task, batch }
 }
 
 /// A batch's input, for an error: `topic-partition offsets from..to`, each source's.

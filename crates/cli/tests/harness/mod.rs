@@ -228,13 +228,29 @@ impl Cluster {
         self.spawn_timed(name, state, (300, 6000), args)
     }
 
+    /// As [`Cluster::spawn`], with these environment variables too (`FAILPOINTS`, say).
+    pub fn spawn_env(&self, name: &str, env: &[(&str, &str)], args: &[&str]) -> Instance {
+        self.spawn_full(name, name, (300, 6000), args, env)
+    }
+
     /// As [`Cluster::spawn_on`], with `(heartbeat.interval.ms, session.timeout.ms)`.
     pub fn spawn_timed(
         &self,
         name: &str,
         state: &str,
+        timing: (u64, u64),
+        args: &[&str],
+    ) -> Instance {
+        self.spawn_full(name, state, timing, args, &[])
+    }
+
+    fn spawn_full(
+        &self,
+        name: &str,
+        state: &str,
         (heartbeat_ms, session_ms): (u64, u64),
         args: &[&str],
+        env: &[(&str, &str)],
     ) -> Instance {
         let log = self.dir.join(format!("{name}.log"));
         let state = self.dir.join(state);
@@ -264,6 +280,7 @@ impl Cluster {
         ])
         .args(args)
         .env("RUST_LOG", "info,fjall=warn,lsm_tree=warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
         Instance {
