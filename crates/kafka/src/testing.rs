@@ -5,16 +5,44 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The broker binary: `$BATON_NISSHI`, the path `scripts/install-broker.sh` installs to, or `nisshi` on PATH.
+/// Where `scripts/install-broker.sh` installs the broker, in the order they are looked in:
+/// `$BATON_BROKER_ROOT`, `/opt/baton/nisshi-0.8.1`, then `~/.baton/nisshi-0.8.1` (where
+/// `baton demo` installs it when `/opt/baton` is not writable).
+pub fn install_roots() -> Vec<std::path::PathBuf> {
+    let mut roots = Vec::new();
+    if let Some(r) = std::env::var_os("BATON_BROKER_ROOT") {
+        roots.push(r.into());
+    }
+    roots.push("/opt/baton/nisshi-0.8.1".into());
+    if let Some(home) = std::env::var_os("HOME") {
+        roots.push(std::path::Path::new(&home).join(".baton/nisshi-0.8.1"));
+    }
+    roots
+}
+
+/// The broker binary: `$BATON_NISSHI`, the first of [`install_roots`] that holds one, or
+/// `nisshi` on PATH.
 pub fn broker_binary() -> String {
     if let Ok(p) = std::env::var("BATON_NISSHI") {
         return p;
     }
-    let installed = "/opt/baton/nisshi-0.8.1/bin/nisshi";
-    if std::path::Path::new(installed).exists() {
-        return installed.into();
+    for root in install_roots() {
+        let bin = root.join("bin/nisshi");
+        if bin.exists() {
+            return bin.to_string_lossy().into_owned();
+        }
     }
     "nisshi".into()
+}
+
+/// Whether [`broker_binary`] runs.
+pub fn broker_available() -> bool {
+    Command::new(broker_binary())
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A nisshi broker on a free loopback port with in-memory storage; killed on drop.

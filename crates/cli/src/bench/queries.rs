@@ -158,7 +158,7 @@ pub fn run(args: QueriesArgs) -> Result<(), Failure> {
         return Err(Failure::bad_input("--records and --rate must be positive"));
     }
     let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench-queries")?;
-    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap)?;
+    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap, true)?;
     let runtime = crate::tokio_runtime()?;
     let timeout = Duration::from_millis(args.step_timeout_ms);
     let result = runtime.block_on(measure(&args, &bootstrap, &dir, timeout));

@@ -67,7 +67,7 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
         ));
     }
     let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench-throughput")?;
-    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap)?;
+    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap, true)?;
     let runtime = crate::tokio_runtime()?;
     let timeout = Duration::from_millis(args.step_timeout_ms);
     let result = runtime.block_on(async {

@@ -82,7 +82,7 @@ pub fn run(args: WarmupArgs) -> Result<(), Failure> {
     }
     let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench")?;
     // Kept alive to the end; dropping it stops the broker.
-    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap)?;
+    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap, true)?;
     let runtime = crate::tokio_runtime()?;
     let result = runtime.block_on(async {
         let mut rows = Vec::new();

@@ -2,6 +2,7 @@
 //! script with the pre-KIP-441 `sticky` assignor, side by side.
 
 mod board;
+mod install;
 pub(crate) mod scrape;
 pub(crate) mod stage;
 
@@ -46,6 +47,10 @@ pub struct DemoArgs {
     /// Use this broker (HOST:PORT) instead of starting nisshi on a free loopback port.
     #[arg(long)]
     bootstrap: Option<String>,
+    /// Without --bootstrap, refuse rather than build and install the broker when it is
+    /// missing (building it takes 15 to 45 minutes, once per machine).
+    #[arg(long)]
+    no_install: bool,
 }
 
 pub fn run(args: DemoArgs) -> Result<(), Failure> {
@@ -64,7 +69,7 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
     }
     let (dir, temporary) = workspace(&args.dir, "baton-demo")?;
     // Kept alive to the end of the demo; dropping it stops the broker.
-    let (_broker, bootstrap) = broker(&args.bootstrap)?;
+    let (_broker, bootstrap) = broker(&args.bootstrap, !args.no_install)?;
     let runtime = crate::tokio_runtime()?;
     let result = runtime.block_on(async {
         tokio::select! {
@@ -107,13 +112,16 @@ pub(crate) fn workspace(dir: &Option<PathBuf>, prefix: &str) -> Result<(PathBuf,
     Ok((dir, temporary))
 }
 
-/// `--bootstrap`, or nisshi started on a free loopback port (stopped when dropped).
+/// `--bootstrap`, or nisshi started on a free loopback port (stopped when dropped), built and
+/// installed first if it is missing and `install` allows.
 pub(crate) fn broker(
     bootstrap: &Option<String>,
+    install: bool,
 ) -> Result<(Option<baton_kafka::testing::Broker>, String), Failure> {
     Ok(match bootstrap {
         Some(b) => (None, b.clone()),
         None => {
+            install::ensure_broker(install)?;
             let broker = baton_kafka::testing::Broker::try_start()
                 .map_err(|message| Failure { message, status: 1 })?;
             eprintln!("broker: nisshi at {}", broker.addr);
