@@ -41,6 +41,7 @@ fn faults() {
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
     timed("runtime panic", a_panic_in_the_runtime_stops_one_task);
+    timed("output deleted", output_deleted_then_recreated);
     timed(
         "oversized changelog record",
         a_store_value_no_batch_can_carry,
@@ -460,6 +461,36 @@ fn a_panic_in_the_runtime_stops_one_task() {
         others.len(),
         theirs.len()
     );
+}
+
+/// The output topic deleted under two running instances, one of which then leaves, and made
+/// again later: a batch whose output fails leaves no trace in the state (outputs are written
+/// before the changelog), so the instance that takes the leaver's tasks over restores nothing
+/// it would replay, and every event is counted once (+12,105 when the changelog went first).
+fn output_deleted_then_recreated() {
+    let cluster = Cluster::new("output-gone");
+    let mut a = cluster.spawn("a", &[]);
+    let mut b = cluster.spawn("b", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "output deleted: a and b");
+    cluster
+        .rt
+        .block_on(cluster.client.delete_topics(&[harness::OUTPUT.to_owned()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    b.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    // Made again (the input and changelog exist already).
+    cluster.create_topics();
+    cluster.await_all_processing(now_ms(), "output deleted: after");
+    let duplicates = cluster.check_counts(&mut producer, "output deleted");
+    assert_eq!(
+        duplicates,
+        0,
+        "no process crashed: nothing may be counted twice\n{}",
+        a.log_text()
+    );
+    a.stop();
 }
 
 /// Events with an empty key and with a 70 KiB key (past the store's 65,535-byte keys) beside

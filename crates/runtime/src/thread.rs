@@ -900,8 +900,8 @@ impl Driver {
         }
     }
 
-    /// One batch of input: changelog first, then sink; the store takes the batch only once
-    /// both are acknowledged, so a failed write leaves it as it was and the retried batch
+    /// One batch of input: sinks first, then the changelog; the store takes the batch only
+    /// once both are acknowledged, so a failed write leaves it as it was and the retried batch
     /// computes the same values again instead of counting twice.
     async fn process(
         &mut self,
@@ -1147,59 +1147,9 @@ impl Driver {
                 }
             }
         }
-        let changelogs = ctx.wire.changelog_partitions(task);
-        // A table's topic is its changelog: its writes are durable already.
-        let mut applied: Vec<(usize, Vec<Write>, i64)> = std::mem::take(&mut pending.tables)
-            .into_iter()
-            .map(|(idx, (writes, next))| (idx, sorted(writes), next))
-            .collect();
-        for (idx, writes) in pending.writes {
-            let writes = sorted(writes);
-            let tp = &changelogs[idx];
-            let layout = t.stores[idx].layout;
-            let (wire, stamps): (Vec<KeyValue>, Vec<i64>) = writes
-                .iter()
-                .map(|(k, (v, ts))| {
-                    let (value, ts) = to_changelog(layout, v.as_deref(), *ts);
-                    (
-                        (
-                            Some(Bytes::from(k.clone())),
-                            value.map(Bytes::copy_from_slice),
-                        ),
-                        ts,
-                    )
-                })
-                .unzip();
-            if wire.is_empty() {
-                continue;
-            }
-            if !m.may_write(self.now()) {
-                return failed(false);
-            }
-            match self.produce(tp, &wire, Some(&stamps)).await {
-                Ok(next) => {
-                    let writes = writes.into_iter().map(|(k, (v, _))| (k, v)).collect();
-                    applied.push((idx, writes, next));
-                }
-                Err(Produced::Failed) => return failed(false),
-                Err(Produced::Oversized { index, .. }) => {
-                    // A store value no batch can carry cannot be made durable: never skipped.
-                    // The task stops, holding its input; the instance and its other tasks go on.
-                    let (key, value) = &wire[index];
-                    tracing::error!(
-                        task = %task,
-                        changelog = %tp,
-                        key_bytes = key.as_ref().map_or(0, Bytes::len),
-                        value_bytes = value.as_ref().map_or(0, Bytes::len),
-                        input = %input_ranges(&sources, inputs),
-                        "a changelog record is larger than any record batch the broker takes; \
-                         stopping this task only (its input stays unprocessed): raise the \
-                         changelog's max.message.bytes, then restart the instance"
-                    );
-                    return Event::RecordFailed { task, batch };
-                }
-            }
-        }
+        // Outputs first, then the changelog: a batch whose output failed (its topic gone, say)
+        // leaves no trace in the state, and a crash between the two repeats output with the
+        // same values rather than counting the batch twice in the store.
         let sinks = ctx.topology.sinks_of(task.subtopology);
         if !out.records.is_empty() {
             let mut by_partition: BTreeMap<(u16, i32), Vec<Outgoing>> = BTreeMap::new();
@@ -1262,6 +1212,59 @@ impl Driver {
                             }
                         }
                     }
+                }
+            }
+        }
+        let changelogs = ctx.wire.changelog_partitions(task);
+        // A table's topic is its changelog: its writes are durable already.
+        let mut applied: Vec<(usize, Vec<Write>, i64)> = std::mem::take(&mut pending.tables)
+            .into_iter()
+            .map(|(idx, (writes, next))| (idx, sorted(writes), next))
+            .collect();
+        for (idx, writes) in pending.writes {
+            let writes = sorted(writes);
+            let tp = &changelogs[idx];
+            let layout = t.stores[idx].layout;
+            let (wire, stamps): (Vec<KeyValue>, Vec<i64>) = writes
+                .iter()
+                .map(|(k, (v, ts))| {
+                    let (value, ts) = to_changelog(layout, v.as_deref(), *ts);
+                    (
+                        (
+                            Some(Bytes::from(k.clone())),
+                            value.map(Bytes::copy_from_slice),
+                        ),
+                        ts,
+                    )
+                })
+                .unzip();
+            if wire.is_empty() {
+                continue;
+            }
+            if !m.may_write(self.now()) {
+                return failed(false);
+            }
+            match self.produce(tp, &wire, Some(&stamps)).await {
+                Ok(next) => {
+                    let writes = writes.into_iter().map(|(k, (v, _))| (k, v)).collect();
+                    applied.push((idx, writes, next));
+                }
+                Err(Produced::Failed) => return failed(false),
+                Err(Produced::Oversized { index, .. }) => {
+                    // A store value no batch can carry cannot be made durable: never skipped.
+                    // The task stops, holding its input; the instance and its other tasks go on.
+                    let (key, value) = &wire[index];
+                    tracing::error!(
+                        task = %task,
+                        changelog = %tp,
+                        key_bytes = key.as_ref().map_or(0, Bytes::len),
+                        value_bytes = value.as_ref().map_or(0, Bytes::len),
+                        input = %input_ranges(&sources, inputs),
+                        "a changelog record is larger than any record batch the broker takes; \
+                         stopping this task only (its input stays unprocessed): raise the \
+                         changelog's max.message.bytes, then restart the instance"
+                    );
+                    return Event::RecordFailed { task, batch };
                 }
             }
         }
