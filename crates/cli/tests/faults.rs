@@ -41,6 +41,7 @@ fn faults() {
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
     timed("runtime panic", a_panic_in_the_runtime_stops_one_task);
+    timed("task retry", a_failed_task_is_retried_when_asked);
     timed("output deleted", output_deleted_then_recreated);
     timed(
         "oversized changelog record",
@@ -461,6 +462,33 @@ fn a_panic_in_the_runtime_stops_one_task() {
         others.len(),
         theirs.len()
     );
+}
+
+/// As above, with `--task-retry-ms 500`: the failed task is tried again half a second later,
+/// goes on from where it stopped, and every key of every task is counted exactly.
+fn a_failed_task_is_retried_when_asked() {
+    let cluster = Cluster::new("task-retry");
+    let produced = cluster.produce_backlog("k", 12, 5);
+    let mut a = cluster.spawn_env(
+        "a",
+        &[(
+            "FAILPOINTS",
+            "baton-batch=1*panic(injected by the fault suite)",
+        )],
+        &["--task-retry-ms", "500"],
+    );
+    let counts = cluster.await_counts(&produced, Duration::from_secs(60));
+    assert_eq!(counts, produced, "every key exact once the task is retried");
+    let log = a.log_text();
+    assert_eq!(
+        a.count_log("a panic in the runtime while processing a batch"),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("is tried again after 500 ms"), "{log}");
+    assert!(a.holds("active", "failed").is_empty(), "{log}");
+    a.stop();
+    eprintln!("task retry: the task failed once, was retried, all keys exact");
 }
 
 /// The output topic deleted under two running instances, one of which then leaves, and made

@@ -259,6 +259,7 @@ impl World {
             },
             rejoin_mode: baton_assignor::RejoinMode::Eager,
             auto_offset_reset: baton_core::config::OffsetReset::Earliest,
+            failed_task_retry: None,
             wall_clock: std::collections::BTreeMap::new(),
         }
     }

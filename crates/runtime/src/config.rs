@@ -50,6 +50,9 @@ pub struct RuntimeConfig {
     pub on_oversized_record: OversizedRecord,
     /// `auto.offset.reset`: where to read a source partition whose position is gone.
     pub auto_offset_reset: OffsetReset,
+    /// `task.retry.ms`: a task stopped by a record it cannot process is tried again after
+    /// this long, doubling after each failure; `None`: never (until it moves or a restart).
+    pub task_retry: Option<std::time::Duration>,
     /// What to do with an input record the application's code fails on (it panics).
     pub on_processing_error: ProcessingErrorPolicy,
     /// What to do with an input record whose bytes its serdes cannot read.
@@ -174,6 +177,7 @@ impl Default for RuntimeConfig {
             cache_max_bytes: 0,
             on_oversized_record: OversizedRecord::Fail,
             auto_offset_reset: OffsetReset::Earliest,
+            task_retry: None,
             on_processing_error: ProcessingErrorPolicy::Fail,
             on_deserialization_error: ProcessingErrorPolicy::Fail,
             startup_timeout: Duration::from_secs(60),

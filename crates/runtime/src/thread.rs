@@ -160,6 +160,7 @@ impl StreamThread {
                 },
                 rejoin_mode: cfg.assignment.rejoin_mode,
                 auto_offset_reset: cfg.auto_offset_reset,
+                failed_task_retry: cfg.task_retry,
                 wall_clock: self
                     .ctx
                     .wire
@@ -449,7 +450,9 @@ impl Driver {
                 let ran = AssertUnwindSafe(self.process(m, task, batch, &inputs, None))
                     .catch_unwind()
                     .await;
-                let e = ran.unwrap_or_else(|p| batch_panicked(task, batch, "processing", &*p));
+                let retry = self.ctx.cfg.task_retry;
+                let e =
+                    ran.unwrap_or_else(|p| batch_panicked(task, batch, "processing", retry, &*p));
                 self.local.push_back(e);
             }
             Command::Punctuate { task, batch } => {
@@ -459,7 +462,9 @@ impl Driver {
                 let ran = AssertUnwindSafe(self.process(m, task, batch, &[], Some(now_ms)))
                     .catch_unwind()
                     .await;
-                let e = ran.unwrap_or_else(|p| batch_panicked(task, batch, "punctuating", &*p));
+                let retry = self.ctx.cfg.task_retry;
+                let e =
+                    ran.unwrap_or_else(|p| batch_panicked(task, batch, "punctuating", retry, &*p));
                 self.local.push_back(e);
             }
             Command::Persist { task } => {
@@ -1066,7 +1071,8 @@ impl Driver {
                                 format!("{tp} offset {}", f.offset)
                             });
                         if *policy == ProcessingErrorPolicy::Fail {
-                            tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): it holds its partitions and processes nothing more until it moves or the instance restarts");
+                            let fate = failed_task_fate(ctx.cfg.task_retry);
+                            tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): {fate}");
                             return Some(Event::RecordFailed { task, batch });
                         }
                         if let Some(unlogged) = self.skip_log.admit(task, started) {
@@ -1184,6 +1190,7 @@ impl Driver {
                                 .map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
                             match ctx.cfg.on_oversized_record {
                                 OversizedRecord::Fail => {
+                                    let fate = failed_task_fate(ctx.cfg.task_retry);
                                     tracing::error!(
                                         task = %task,
                                         partition = %tp,
@@ -1192,9 +1199,7 @@ impl Driver {
                                         "task {task}: an output record for {tp} ({record_bytes} \
                                          bytes), from input {input}, is larger than any record \
                                          batch the broker takes; stopping this task only \
-                                         (on-oversized-record=fail): it holds its partitions and \
-                                         processes nothing more until it moves or the instance \
-                                         restarts"
+                                         (on-oversized-record=fail): {fate}"
                                     );
                                     return Event::RecordFailed {
                                         task,
@@ -1262,7 +1267,8 @@ impl Driver {
                         input = %input_ranges(&sources, inputs),
                         "a changelog record is larger than any record batch the broker takes; \
                          stopping this task only (its input stays unprocessed): raise the \
-                         changelog's max.message.bytes, then restart the instance"
+                         changelog's max.message.bytes, then restart the instance ({})",
+                        failed_task_fate(ctx.cfg.task_retry)
                     );
                     return Event::RecordFailed { task, batch };
                 }
@@ -1562,11 +1568,27 @@ fn batch_panicked(
     task: TaskId,
     batch: RequestId,
     doing: &str,
+    retry: Option<Duration>,
     payload: &(dyn std::any::Any + Send),
 ) -> Event {
     let why = crate::record::panic_message(payload);
-    tracing::error!(task = %task, error = %why, "a panic in the runtime while {doing} a batch of this task; stopping this task only: it holds its partitions and processes nothing more until it moves or the instance restarts");
+    let fate = failed_task_fate(retry);
+    tracing::error!(task = %task, error = %why, "a panic in the runtime while {doing} a batch of this task; stopping this task only: {fate}");
     Event::RecordFailed { task, batch }
+}
+
+/// What becomes of a task stopped by a record it cannot process, for its error line.
+fn failed_task_fate(retry: Option<Duration>) -> String {
+    match retry {
+        None => "it holds its partitions and processes nothing more until it moves or the \
+                 instance restarts"
+            .into(),
+        Some(d) => format!(
+            "it holds its partitions and is tried again after {} ms (--task-retry-ms, doubling \
+             with each failure), unless it moves or the instance restarts first",
+            d.as_millis()
+        ),
+    }
 }
 
 /// A batch's input, for an error: `topic-partition offsets from..to`, each source's.

@@ -115,6 +115,12 @@ pub struct RunArgs {
     /// naming partition and offset). Said once per partition in the log, either way.
     #[arg(long, env = "BATON_AUTO_OFFSET_RESET", default_value = "earliest", value_parser = ["earliest", "latest", "none"])]
     pub auto_offset_reset: String,
+    /// A task stopped by a record it cannot process (`fail` policies, a panic in the runtime)
+    /// is tried again after this many milliseconds, then twice as long after each failure (at
+    /// most an hour). Without it (the default) the task stays stopped, holding its partitions,
+    /// until it moves or the instance restarts.
+    #[arg(long, env = "BATON_TASK_RETRY_MS", value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub task_retry_ms: Option<u64>,
     /// What a task does with an input record its application code fails on (a panic in a
     /// step): `fail` stops that task only, logging topic, partition and offset, while every
     /// other task goes on; `skip` drops the record, logs it (at most once a second per task)
@@ -345,6 +351,7 @@ const PROPERTIES: &[(&str, &str)] = &[
     ("state.cleanup.delay.ms", "BATON_STATE_CLEANUP_DELAY_MS"),
     ("application.server", "BATON_APPLICATION_SERVER"),
     ("auto.offset.reset", "BATON_AUTO_OFFSET_RESET"),
+    ("task.retry.ms", "BATON_TASK_RETRY_MS"),
     ("client.rack", "BATON_RACK"),
     (
         "rack.aware.assignment.tags",
@@ -483,6 +490,7 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
             .auto_offset_reset
             .parse()
             .map_err(RunError::bad_input)?,
+        task_retry: args.task_retry_ms.map(std::time::Duration::from_millis),
         on_processing_error: policy("on-processing-error", &args.on_processing_error)?,
         on_deserialization_error: policy(
             "on-deserialization-error",

@@ -70,6 +70,21 @@ pub struct MachineConfig {
     /// Per sub-topology, how often its processors' wall-clock punctuations are due
     /// ([`Command::Punctuate`]); none for most.
     pub wall_clock: BTreeMap<u32, Duration>,
+    /// A task stopped by a record it cannot process is tried again after this long, then twice
+    /// as long after each failure (at most [`FAILED_TASK_RETRY_MAX`]); `None` (the default): it
+    /// stays stopped until it moves or the process restarts.
+    pub failed_task_retry: Option<Duration>,
+}
+
+/// The longest wait before a failed task is tried again.
+pub const FAILED_TASK_RETRY_MAX: Duration = Duration::from_secs(3600);
+
+/// The wait before trying a failed task again after its `failures`th failure (from 1).
+pub fn failed_task_delay(first: Duration, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(20);
+    first
+        .saturating_mul(1 << doublings)
+        .min(FAILED_TASK_RETRY_MAX)
 }
 
 /// The pause before fetching again after a fetch that failed whole: short at first (a
@@ -772,8 +787,13 @@ impl ThreadMachine {
                 if let Some(t) = self.tasks.get_mut(&task) {
                     if t.batch.take_if(|b| b.id == batch).is_some() {
                         // Its input stays where it was: no fetch, no batch, nothing committed
-                        // past the record, until the task is reassigned or the process restarts.
+                        // past the record, until the task is reassigned, the process restarts,
+                        // or (when configured) its retry is due.
                         t.phase = Phase::Failed;
+                        t.retry_at = self.cfg.failed_task_retry.map(|first| {
+                            t.failures += 1;
+                            now + failed_task_delay(first, t.failures)
+                        });
                     }
                 }
             }
@@ -887,6 +907,7 @@ impl ThreadMachine {
             self.commit_now(out);
         }
         let due = |t: &TaskState| t.retry_at.is_none_or(|r| now >= r);
+        let mut retries = Vec::new();
         let mut opens = Vec::new();
         let mut reads = Vec::new();
         let mut ends = Vec::new();
@@ -899,6 +920,8 @@ impl ThreadMachine {
                     t.retry_at = Some(now + Duration::from_secs(3600)); // until it answers
                     opens.push((t.id, t.role));
                 }
+                // Only a failed task given a retry time has one: `failed_task_retry`.
+                Phase::Failed if t.retry_at.is_some() => retries.push(t.id),
                 Phase::Restoring if !t.reading_committed && t.restored() => {
                     t.reading_committed = true;
                     t.retry_at = None;
@@ -925,6 +948,10 @@ impl ThreadMachine {
                 request,
                 changelogs,
             });
+        }
+        for task in retries {
+            // Closed and opened again: restored, then its input from where it stopped.
+            self.reopen(task, now, out);
         }
         for (task, role) in opens {
             out.push(Command::Open { task, role });

@@ -56,6 +56,7 @@ fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
             },
             rejoin_mode,
             auto_offset_reset: crate::config::OffsetReset::Earliest,
+            failed_task_retry: None,
             wall_clock: BTreeMap::new(),
         },
         topology(),
@@ -610,6 +611,61 @@ fn a_record_that_fails_stops_its_task_only() {
         Some(&baton_protocol::subscription::RUNNING),
         "it keeps the task, as a running active does"
     );
+}
+
+/// With `failed_task_retry`, a failed task is closed and opened again when its retry is due,
+/// not before, and restarts from the input it stopped at; the wait doubles per failure.
+#[test]
+fn a_failed_task_is_tried_again_when_a_retry_is_configured() {
+    let (mut m, cmds) = running_with_input(10, S);
+    m.cfg.failed_task_retry = Some(2 * S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::RecordFailed {
+            task: task(0),
+            batch,
+        },
+        S,
+    );
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
+    let early = m.handle(Event::Tick, S + ms(1900));
+    assert!(
+        !early.contains(&Command::Close { task: task(0) }),
+        "not before its retry: {early:?}"
+    );
+    let due = m.handle(Event::Tick, 3 * S);
+    assert!(
+        due.contains(&Command::Close { task: task(0) }),
+        "closed to be opened again: {due:?}"
+    );
+    let t = &m.tasks()[&task(0)];
+    assert_eq!(t.phase, Phase::Opening);
+    assert_eq!(t.sources[0].position, Some(0), "from where it stopped");
+    assert_eq!(failed_task_delay(2 * S, 1), 2 * S);
+    assert_eq!(failed_task_delay(2 * S, 3), 8 * S);
+    assert_eq!(failed_task_delay(S, 40), FAILED_TASK_RETRY_MAX);
+}
+
+/// Without it (the default) a failed task stays failed.
+#[test]
+fn a_failed_task_stays_failed_without_a_retry() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::RecordFailed {
+            task: task(0),
+            batch,
+        },
+        S,
+    );
+    for i in 1..=8 {
+        let cmds = m.handle(Event::Tick, S + i * S);
+        assert!(
+            !cmds.contains(&Command::Close { task: task(0) }),
+            "{cmds:?}"
+        );
+    }
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
 }
 
 #[test]

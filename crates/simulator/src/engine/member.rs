@@ -113,6 +113,7 @@ impl Engine<'_> {
             },
             rejoin_mode: self.rejoin_mode(),
             auto_offset_reset: baton_core::config::OffsetReset::Earliest,
+            failed_task_retry: None,
             wall_clock: std::collections::BTreeMap::new(),
         }
     }
