@@ -6,7 +6,7 @@
 
 mod harness;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -314,6 +314,32 @@ fn paused_past_the_session_timeout() {
     b.stop();
 }
 
+/// Waits for `line` (a task's failure), then checks what one record must stop: one task, said
+/// once, the instance still up a few seconds later and its other tasks running. Returns the
+/// failed and the running partitions.
+fn one_task_stopped(
+    instance: &mut harness::Instance,
+    line: &str,
+) -> (BTreeSet<i32>, BTreeSet<i32>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while instance.count_log(line) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // It stays stopped, and stopped once: nothing retried, nothing moved.
+    let status = instance.await_status(Duration::from_secs(5));
+    let log = instance.log_text();
+    assert!(status.is_none(), "the instance goes on: {status:?}\n{log}");
+    assert_eq!(instance.count_log(line), 1, "one error line\n{log}");
+    let failed = instance.holds("active", "failed");
+    let running = instance.running();
+    assert_eq!(failed.len(), 1, "one task failed: {failed:?}\n{log}");
+    assert!(
+        !running.is_empty() && running.is_disjoint(&failed),
+        "the other tasks run: {running:?}\n{log}"
+    );
+    (failed, running)
+}
+
 /// The output topic takes batches of at most 60 bytes: no output record fits. With
 /// `--on-oversized-record skip` each is dropped, logged and counted once, and the task goes
 /// on; with `fail` (the default) the task that wrote it stops, with one error naming the
@@ -340,33 +366,15 @@ fn a_record_no_batch_can_carry() {
 
     cluster.produce_backlog("k", 1, 1);
     let mut b = cluster.spawn_on("b", "a", &[]);
-    let stopped = "stopping this task only (on-oversized-record=fail)";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while b.count_log(stopped) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // It stays stopped, and stopped once: nothing retried, nothing moved.
-    let status = b.await_status(Duration::from_secs(5));
-    assert!(
-        status.is_none(),
-        "the instance goes on: {status:?}\n{}",
-        b.log_text()
-    );
+    let (failed, running) =
+        one_task_stopped(&mut b, "stopping this task only (on-oversized-record=fail)");
     let log = b.log_text();
-    assert_eq!(b.count_log(stopped), 1, "one error line\n{log}");
     assert!(
         log.contains("larger than any record batch the broker takes")
             && log.contains("task 0_")
             && log.contains("from input events-")
             && log.contains(" offset "),
         "the error names the task, the partition and the input offset\n{log}"
-    );
-    let failed = b.holds("active", "failed");
-    let running = b.running();
-    assert_eq!(failed.len(), 1, "one task failed: {failed:?}\n{log}");
-    assert!(
-        !running.is_empty() && running.is_disjoint(&failed),
-        "the other tasks run: {running:?}\n{log}"
     );
     b.stop();
     eprintln!(
@@ -383,29 +391,14 @@ fn a_store_value_no_batch_can_carry() {
     let cluster = Cluster::new_with_changelog_limit("oversized-changelog", 60);
     cluster.produce_backlog("k", 1, 3);
     let mut a = cluster.spawn("a", &[]);
-    let stopped = "a changelog record is larger than any record batch the broker takes";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while a.count_log(stopped) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let status = a.await_status(Duration::from_secs(5));
-    assert!(
-        status.is_none(),
-        "the instance goes on: {status:?}\n{}",
-        a.log_text()
+    let (failed, running) = one_task_stopped(
+        &mut a,
+        "a changelog record is larger than any record batch the broker takes",
     );
     let log = a.log_text();
-    assert_eq!(a.count_log(stopped), 1, "one error line\n{log}");
     assert!(
         log.contains("counts-changelog") && log.contains("offsets 0..3"),
         "the error names the changelog and the input\n{log}"
-    );
-    let failed = a.holds("active", "failed");
-    let running = a.running();
-    assert_eq!(failed.len(), 1, "one task failed: {failed:?}\n{log}");
-    assert!(
-        !running.is_empty() && running.is_disjoint(&failed),
-        "the other tasks run: {running:?}\n{log}"
     );
     a.stop();
     eprintln!(
@@ -428,33 +421,19 @@ fn a_panic_in_the_runtime_stops_one_task() {
         )],
         &[],
     );
-    let stopped = "a panic in the runtime while processing a batch";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while a.count_log(stopped) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let failed = a.holds("active", "failed");
-    assert_eq!(
-        failed.len(),
-        1,
-        "one task failed: {failed:?}\n{}",
-        a.log_text()
-    );
+    let (failed, _) = one_task_stopped(&mut a, "a panic in the runtime while processing a batch");
     let failed_p = *failed.iter().next().unwrap();
     let (theirs, others): (BTreeMap<String, i64>, BTreeMap<String, i64>) = produced
         .into_iter()
         .partition(|(k, _)| partition_for(k.as_bytes(), PARTITIONS) as i32 == failed_p);
     let counts = cluster.await_counts(&others, Duration::from_secs(60));
     assert_eq!(counts, others, "every other task counts exactly");
-    let status = a.await_status(Duration::from_secs(3));
-    assert!(status.is_none(), "the instance goes on: {status:?}");
     let all = cluster.final_counts();
     let counted: Vec<&String> = theirs.keys().filter(|k| all.contains_key(*k)).collect();
     assert!(
         counted.is_empty(),
         "the failed task processed nothing: {counted:?}"
     );
-    assert_eq!(a.count_log(stopped), 1, "one error line\n{}", a.log_text());
     a.stop();
     eprintln!(
         "runtime panic: task of partition {failed_p} stopped once; {} keys of the other tasks \
