@@ -36,10 +36,9 @@ use baton_runtime::Exit;
 use baton_streams::serdes::{Json, Long, Str, TimeWindowed};
 use baton_streams::{
     Consumed, Grouped, KeyValueStore, Materialized, Processor, ProcessorContext, Produced,
-    Record as Rec, RunArgs, StreamsBuilder, TimeWindows,
+    Record as Rec, StreamsBuilder, TimeWindows,
 };
 use bytes::Bytes;
-use clap::Parser;
 use common::Setup;
 use serde::{Deserialize, Serialize};
 
@@ -131,32 +130,8 @@ fn topology() -> baton_runtime::Topology {
     b.build().unwrap()
 }
 
-#[derive(Parser)]
-struct Args {
-    #[command(flatten)]
-    run: RunArgs,
-}
-
 fn config(broker: &str, dir: &std::path::Path, name: &str) -> baton_runtime::RuntimeConfig {
-    let state = dir.join(name);
-    let args = Args::parse_from([
-        "test",
-        "--bootstrap",
-        broker,
-        "--app-id",
-        APP,
-        "--instance-id",
-        name,
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--heartbeat-interval-ms",
-        "300",
-        "--session-timeout-ms",
-        "6000",
-        "--commit-interval-ms",
-        "300",
-    ]);
-    baton_streams::run::config(args.run).unwrap()
+    common::runtime_config(broker, dir, APP, name, &[])
 }
 
 fn changelog(store: &str) -> String {

@@ -15,9 +15,8 @@ use baton_runtime::partitioner::partition_for;
 use baton_runtime::Exit;
 use baton_streams::queries::{Queries, QueryFailure, QueryOptions, StoreQuery};
 use baton_streams::serdes::{Long, Str};
-use baton_streams::{Consumed, Grouped, Materialized, Produced, RunArgs, StreamsBuilder};
+use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
 use bytes::Bytes;
-use clap::Parser;
 use common::Setup;
 
 const PARTITIONS: i32 = 4;
@@ -25,12 +24,6 @@ const APP: &str = "iq-in-process";
 const INPUT: &str = "iq-events";
 const OUTPUT: &str = "iq-counts";
 const STORE: &str = "counts";
-
-#[derive(Parser)]
-struct Args {
-    #[command(flatten)]
-    run: RunArgs,
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -43,27 +36,7 @@ fn free_port() -> u16 {
 /// Instance `name`'s configuration, as its command line would give it.
 fn config(broker: &str, dir: &std::path::Path, name: &str) -> baton_runtime::RuntimeConfig {
     let server = format!("127.0.0.1:{}", free_port());
-    let state = dir.join(name);
-    let args = Args::parse_from([
-        "test",
-        "--bootstrap",
-        broker,
-        "--app-id",
-        APP,
-        "--instance-id",
-        name,
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--application-server",
-        &server,
-        "--heartbeat-interval-ms",
-        "300",
-        "--session-timeout-ms",
-        "6000",
-        "--commit-interval-ms",
-        "300",
-    ]);
-    baton_streams::run::config(args.run).unwrap()
+    common::runtime_config(broker, dir, APP, name, &["--application-server", &server])
 }
 
 fn topology() -> baton_runtime::Topology {

@@ -12,6 +12,44 @@ use baton_kafka::client::NewTopic;
 use baton_kafka::records::Record;
 use baton_kafka::testing::Broker;
 use baton_kafka::Client;
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    run: baton_streams::RunArgs,
+}
+
+/// Instance `name` of `app`, configured as its command line would give it: state under `dir`,
+/// heartbeats, sessions and commits short for a test, then `extra` flags.
+pub fn runtime_config(
+    broker: &str,
+    dir: &Path,
+    app: &str,
+    name: &str,
+    extra: &[&str],
+) -> baton_runtime::RuntimeConfig {
+    let state = dir.join(name);
+    let mut argv = vec![
+        "test",
+        "--bootstrap",
+        broker,
+        "--app-id",
+        app,
+        "--instance-id",
+        name,
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--heartbeat-interval-ms",
+        "300",
+        "--session-timeout-ms",
+        "6000",
+        "--commit-interval-ms",
+        "300",
+    ];
+    argv.extend_from_slice(extra);
+    baton_streams::run::config(Args::parse_from(argv).run).unwrap()
+}
 
 /// The example binary `cargo test` builds beside this test.
 pub fn example(name: &str) -> PathBuf {
