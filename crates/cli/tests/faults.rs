@@ -43,6 +43,7 @@ fn faults() {
     timed("runtime panic", a_panic_in_the_runtime_stops_one_task);
     timed("task retry", a_failed_task_is_retried_when_asked);
     timed("output deleted", output_deleted_then_recreated);
+    timed("output made again", output_deleted_and_made_again_by_baton);
     timed(
         "oversized changelog record",
         a_store_value_no_batch_can_carry,
@@ -498,6 +499,28 @@ fn output_deleted_then_recreated() {
         a.log_text()
     );
     a.stop();
+}
+
+/// The output topic deleted under an instance run with `--create-missing-outputs`: it makes
+/// the topic again by itself, and every event is counted once.
+fn output_deleted_and_made_again_by_baton() {
+    let cluster = Cluster::new("output-made-again");
+    let mut a = cluster.spawn("a", &["--create-missing-outputs"]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "output made again: a");
+    cluster
+        .rt
+        .block_on(cluster.client.delete_topics(&[harness::OUTPUT.to_owned()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.await_all_processing(now_ms(), "output made again: after");
+    let duplicates = cluster.check_counts(&mut producer, "output made again");
+    let log = a.log_text();
+    assert_eq!(duplicates, 0, "nothing counted twice\n{log}");
+    let made = a.count_log("the output topic was gone; made it again");
+    assert!(made >= 1, "the instance made the topic\n{log}");
+    a.stop();
+    eprintln!("output made again: made by the instance ({made} line(s)), 0 counted twice");
 }
 
 /// Events with an empty key and with a 70 KiB key (past the store's 65,535-byte keys) beside

@@ -56,6 +56,13 @@ impl Error {
         self.broker_error() == Some(ResponseError::GroupIdNotFound)
     }
 
+    /// The topic does not exist (deleted, or never made): the broker says so, or its metadata
+    /// leaves the topic out.
+    pub fn is_unknown_topic(&self) -> bool {
+        self.broker_error() == Some(ResponseError::UnknownTopicOrPartition)
+            || matches!(self, Error::Protocol(m) if m.ends_with("is not in the metadata"))
+    }
+
     /// A fetch from an offset the partition does not have (past its end, or before its start).
     pub fn is_offset_out_of_range(&self) -> bool {
         self.broker_error() == Some(ResponseError::OffsetOutOfRange)

@@ -50,6 +50,9 @@ pub struct RuntimeConfig {
     pub on_oversized_record: OversizedRecord,
     /// `auto.offset.reset`: where to read a source partition whose position is gone.
     pub auto_offset_reset: OffsetReset,
+    /// An output topic found deleted while running is made again (with the partitions it had
+    /// at start) rather than waited for.
+    pub create_missing_outputs: bool,
     /// `task.retry.ms`: a task stopped by a record it cannot process is tried again after
     /// this long, doubling after each failure; `None`: never (until it moves or a restart).
     pub task_retry: Option<std::time::Duration>,
@@ -178,6 +181,7 @@ impl Default for RuntimeConfig {
             on_oversized_record: OversizedRecord::Fail,
             auto_offset_reset: OffsetReset::Earliest,
             task_retry: None,
+            create_missing_outputs: false,
             on_processing_error: ProcessingErrorPolicy::Fail,
             on_deserialization_error: ProcessingErrorPolicy::Fail,
             startup_timeout: Duration::from_secs(60),

@@ -1359,6 +1359,33 @@ impl Driver {
         true
     }
 
+    /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
+    /// exist, again with the partitions it had at start. Changelogs and inputs are never made
+    /// here; without the flag the task waits for an operator to make the topic.
+    async fn make_output_again(&self, topic: &str) {
+        let Some(&partitions) = self.ctx.sink_partitions.get(topic) else {
+            return;
+        };
+        if !self.ctx.cfg.create_missing_outputs {
+            return;
+        }
+        let new = baton_kafka::client::NewTopic {
+            name: topic.to_owned(),
+            partitions: partitions as i32,
+            compacted: false,
+        };
+        match self.ctx.client.create_topics(&[new]).await {
+            Ok(()) => tracing::warn!(
+                topic,
+                partitions,
+                "the output topic was gone; made it again (--create-missing-outputs)"
+            ),
+            Err(e) => self
+                .ctx
+                .failing(&format!("making output topic {topic} again"), &e),
+        }
+    }
+
     /// Produces `records` to a partition in batches the broker takes; the offset after the
     /// last. A refusal as too large shrinks the batches and sends again; a record refused on
     /// its own is [`Produced::Oversized`] (those before it are written). Failures are logged.
@@ -1381,6 +1408,9 @@ impl Driver {
                 Ok(l) => l,
                 Err(e) => {
                     self.ctx.failing(&format!("produce to {tp}"), &e);
+                    if e.is_unknown_topic() {
+                        self.make_output_again(&tp.topic).await;
+                    }
                     return Err(Produced::Failed);
                 }
             };

@@ -121,6 +121,11 @@ pub struct RunArgs {
     /// until it moves or the instance restarts.
     #[arg(long, env = "BATON_TASK_RETRY_MS", value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub task_retry_ms: Option<u64>,
+    /// An output topic deleted while the instance runs is made again, with the partitions it
+    /// had at start, instead of being waited for (its tasks meanwhile hold their input and
+    /// state, as without the flag).
+    #[arg(long, env = "BATON_CREATE_MISSING_OUTPUTS")]
+    pub create_missing_outputs: bool,
     /// What a task does with an input record its application code fails on (a panic in a
     /// step): `fail` stops that task only, logging topic, partition and offset, while every
     /// other task goes on; `skip` drops the record, logs it (at most once a second per task)
@@ -491,6 +496,7 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
             .parse()
             .map_err(RunError::bad_input)?,
         task_retry: args.task_retry_ms.map(std::time::Duration::from_millis),
+        create_missing_outputs: args.create_missing_outputs,
         on_processing_error: policy("on-processing-error", &args.on_processing_error)?,
         on_deserialization_error: policy(
             "on-deserialization-error",
