@@ -1156,123 +1156,25 @@ impl Driver {
         // Outputs first, then the changelog: a batch whose output failed (its topic gone, say)
         // leaves no trace in the state, and a crash between the two repeats output with the
         // same values rather than counting the batch twice in the store.
-        let sinks = ctx.topology.sinks_of(task.subtopology);
-        if !out.records.is_empty() {
-            let mut by_partition: BTreeMap<(u16, i32), Vec<Outgoing>> = BTreeMap::new();
-            for (i, Emitted { sink, record: r }) in out.records.into_iter().enumerate() {
-                // Numbered by the topology when it was built: every index is one of its sinks.
-                let topic = &sinks[sink as usize];
-                let partitions = ctx.sink_partitions.get(topic).copied().unwrap_or(1);
-                let p = partition_for(&r.key, partitions) as i32;
-                by_partition
-                    .entry((sink, p))
-                    .or_default()
-                    .push(((Some(r.key), Some(r.value)), (i, r.timestamp)));
-            }
-            for ((sink, p), batch) in by_partition {
-                let tp = TopicPartition::new(&sinks[sink as usize], p);
-                let (mut batch, origin): (Vec<KeyValue>, Vec<(usize, i64)>) =
-                    batch.into_iter().unzip();
-                let (mut output, mut stamps): (Vec<usize>, Vec<i64>) = origin.into_iter().unzip();
-                while !batch.is_empty() {
-                    if !m.may_write(self.now()) {
-                        return failed(false);
-                    }
-                    match self.produce(&tp, &batch, Some(&stamps)).await {
-                        Ok(_) => break,
-                        Err(Produced::Failed) => return failed(false),
-                        Err(Produced::Oversized { index, .. }) => {
-                            let (record_bytes, input) = (
-                                baton_kafka::records::record_bytes(&batch[index]),
-                                origin_of(output[index]),
-                            );
-                            let input = input
-                                .map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
-                            match ctx.cfg.on_oversized_record {
-                                OversizedRecord::Fail => {
-                                    let fate = failed_task_fate(ctx.cfg.task_retry);
-                                    tracing::error!(
-                                        task = %task,
-                                        partition = %tp,
-                                        input = %input,
-                                        bytes = record_bytes,
-                                        "task {task}: an output record for {tp} ({record_bytes} \
-                                         bytes), from input {input}, is larger than any record \
-                                         batch the broker takes; stopping this task only \
-                                         (on-oversized-record=fail): {fate}"
-                                    );
-                                    return Event::RecordFailed {
-                                        task,
-                                        batch: batch_id,
-                                    };
-                                }
-                                OversizedRecord::Skip => {
-                                    tracing::error!(task = %task, partition = %tp, input = %input, bytes = record_bytes, "skipping an output record larger than any record batch the broker takes (on-oversized-record=skip)");
-                                    self.ctx.status.add_skipped(task);
-                                    // What came before it is acknowledged; go on after it.
-                                    batch.drain(..=index);
-                                    output.drain(..=index);
-                                    stamps.drain(..=index);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+        if let Some(stop) = self
+            .write_outputs(m, task, batch_id, out.records, &origin_of)
+            .await
+        {
+            return stop;
         }
-        let changelogs = ctx.wire.changelog_partitions(task);
         // A table's topic is its changelog: its writes are durable already.
         let mut applied: Vec<(usize, Vec<Write>, i64)> = std::mem::take(&mut pending.tables)
             .into_iter()
             .map(|(idx, (writes, next))| (idx, sorted(writes), next))
             .collect();
-        for (idx, writes) in pending.writes {
-            let writes = sorted(writes);
-            let tp = &changelogs[idx];
-            let layout = t.stores[idx].layout;
-            let (wire, stamps): (Vec<KeyValue>, Vec<i64>) = writes
-                .iter()
-                .map(|(k, (v, ts))| {
-                    let (value, ts) = to_changelog(layout, v.as_deref(), *ts);
-                    (
-                        (
-                            Some(Bytes::from(k.clone())),
-                            value.map(Bytes::copy_from_slice),
-                        ),
-                        ts,
-                    )
-                })
-                .unzip();
-            if wire.is_empty() {
-                continue;
-            }
-            if !m.may_write(self.now()) {
-                return failed(false);
-            }
-            match self.produce(tp, &wire, Some(&stamps)).await {
-                Ok(next) => {
-                    let writes = writes.into_iter().map(|(k, (v, _))| (k, v)).collect();
-                    applied.push((idx, writes, next));
-                }
-                Err(Produced::Failed) => return failed(false),
-                Err(Produced::Oversized { index, .. }) => {
-                    // A store value no batch can carry cannot be made durable: never skipped.
-                    // The task stops, holding its input; the instance and its other tasks go on.
-                    let (key, value) = &wire[index];
-                    tracing::error!(
-                        task = %task,
-                        changelog = %tp,
-                        key_bytes = key.as_ref().map_or(0, Bytes::len),
-                        value_bytes = value.as_ref().map_or(0, Bytes::len),
-                        input = %input_ranges(&sources, inputs),
-                        "a changelog record is larger than any record batch the broker takes; \
-                         stopping this task only (its input stays unprocessed): raise the \
-                         changelog's max.message.bytes, then restart the instance ({})",
-                        failed_task_fate(ctx.cfg.task_retry)
-                    );
-                    return Event::RecordFailed { task, batch };
-                }
-            }
+        let layouts: Vec<Layout> = t.stores.iter().map(|s| s.layout).collect();
+        let input = || input_ranges(&sources, inputs);
+        match self
+            .write_changelogs(m, task, batch_id, &layouts, pending.writes, &input)
+            .await
+        {
+            Ok(written) => applied.extend(written),
+            Err(stop) => return stop,
         }
         let Some(t) = self.tasks.get_mut(&task) else {
             return failed(true);
@@ -1308,6 +1210,150 @@ impl Driver {
             batch,
             changelogs: next_by_changelog,
         }
+    }
+
+    /// Writes a batch's output records, each sink partition in turn. `Some`: the event that
+    /// ends the batch (a write failed, or an oversized record stopped the task).
+    async fn write_outputs(
+        &self,
+        m: &ThreadMachine,
+        task: TaskId,
+        batch_id: RequestId,
+        records: Vec<Emitted>,
+        origin_of: &(dyn Fn(usize) -> Option<(TopicPartition, i64)> + Sync),
+    ) -> Option<Event> {
+        let ctx = &self.ctx;
+        let failed = || {
+            Some(Event::BatchFailed {
+                task,
+                batch: batch_id,
+                output_acknowledged: false,
+            })
+        };
+        let sinks = ctx.topology.sinks_of(task.subtopology);
+        let mut by_partition: BTreeMap<(u16, i32), Vec<Outgoing>> = BTreeMap::new();
+        for (i, Emitted { sink, record: r }) in records.into_iter().enumerate() {
+            // Numbered by the topology when it was built: every index is one of its sinks.
+            let topic = &sinks[sink as usize];
+            let partitions = ctx.sink_partitions.get(topic).copied().unwrap_or(1);
+            let p = partition_for(&r.key, partitions) as i32;
+            by_partition
+                .entry((sink, p))
+                .or_default()
+                .push(((Some(r.key), Some(r.value)), (i, r.timestamp)));
+        }
+        for ((sink, p), batch) in by_partition {
+            let tp = TopicPartition::new(&sinks[sink as usize], p);
+            let (mut batch, origin): (Vec<KeyValue>, Vec<(usize, i64)>) = batch.into_iter().unzip();
+            let (mut output, mut stamps): (Vec<usize>, Vec<i64>) = origin.into_iter().unzip();
+            while !batch.is_empty() {
+                if !m.may_write(self.now()) {
+                    return failed();
+                }
+                let index = match self.produce(&tp, &batch, Some(&stamps)).await {
+                    Ok(_) => break,
+                    Err(Produced::Failed) => return failed(),
+                    Err(Produced::Oversized { index, .. }) => index,
+                };
+                let record_bytes = baton_kafka::records::record_bytes(&batch[index]);
+                let input = origin_of(output[index])
+                    .map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
+                match ctx.cfg.on_oversized_record {
+                    OversizedRecord::Fail => {
+                        let fate = failed_task_fate(ctx.cfg.task_retry);
+                        tracing::error!(
+                            task = %task,
+                            partition = %tp,
+                            input = %input,
+                            bytes = record_bytes,
+                            "task {task}: an output record for {tp} ({record_bytes} bytes), \
+                             from input {input}, is larger than any record batch the broker \
+                             takes; stopping this task only (on-oversized-record=fail): {fate}"
+                        );
+                        return Some(Event::RecordFailed {
+                            task,
+                            batch: batch_id,
+                        });
+                    }
+                    OversizedRecord::Skip => {
+                        tracing::error!(task = %task, partition = %tp, input = %input, bytes = record_bytes, "skipping an output record larger than any record batch the broker takes (on-oversized-record=skip)");
+                        ctx.status.add_skipped(task);
+                        // What came before it is acknowledged; go on after it.
+                        batch.drain(..=index);
+                        output.drain(..=index);
+                        stamps.drain(..=index);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Writes a batch's store writes to their changelogs in Kafka's layout (each store's
+    /// `layouts[idx]`): per store, its writes and the changelog offset after them. `Err`: the
+    /// event that ends the batch. `input` names the batch's input, for an error.
+    async fn write_changelogs(
+        &self,
+        m: &ThreadMachine,
+        task: TaskId,
+        batch_id: RequestId,
+        layouts: &[Layout],
+        writes: BTreeMap<usize, StoreWrites>,
+        input: &(dyn Fn() -> String + Sync),
+    ) -> std::result::Result<Vec<(usize, Vec<Write>, i64)>, Event> {
+        let failed = || Event::BatchFailed {
+            task,
+            batch: batch_id,
+            output_acknowledged: false,
+        };
+        let changelogs = self.ctx.wire.changelog_partitions(task);
+        let mut applied = Vec::with_capacity(writes.len());
+        for (idx, writes) in writes {
+            let writes = sorted(writes);
+            let tp = &changelogs[idx];
+            let (wire, stamps): (Vec<KeyValue>, Vec<i64>) = writes
+                .iter()
+                .map(|(k, (v, ts))| {
+                    let (value, ts) = to_changelog(layouts[idx], v.as_deref(), *ts);
+                    let value = value.map(Bytes::copy_from_slice);
+                    ((Some(Bytes::from(k.clone())), value), ts)
+                })
+                .unzip();
+            if wire.is_empty() {
+                continue;
+            }
+            if !m.may_write(self.now()) {
+                return Err(failed());
+            }
+            match self.produce(tp, &wire, Some(&stamps)).await {
+                Ok(next) => {
+                    let writes = writes.into_iter().map(|(k, (v, _))| (k, v)).collect();
+                    applied.push((idx, writes, next));
+                }
+                Err(Produced::Failed) => return Err(failed()),
+                Err(Produced::Oversized { index, .. }) => {
+                    // A store value no batch can carry cannot be made durable: never skipped.
+                    // The task stops, holding its input; the instance and its other tasks go on.
+                    let (key, value) = &wire[index];
+                    tracing::error!(
+                        task = %task,
+                        changelog = %tp,
+                        key_bytes = key.as_ref().map_or(0, Bytes::len),
+                        value_bytes = value.as_ref().map_or(0, Bytes::len),
+                        input = %input(),
+                        "a changelog record is larger than any record batch the broker takes; \
+                         stopping this task only (its input stays unprocessed): raise the \
+                         changelog's max.message.bytes, then restart the instance ({})",
+                        failed_task_fate(self.ctx.cfg.task_retry)
+                    );
+                    return Err(Event::RecordFailed {
+                        task,
+                        batch: batch_id,
+                    });
+                }
+            }
+        }
+        Ok(applied)
     }
 
     /// The stream time a task's window stores show: the newest timestamp they hold, which is
