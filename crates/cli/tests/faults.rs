@@ -408,20 +408,19 @@ fn a_store_value_no_batch_can_carry() {
     );
 }
 
+/// Arms the runtime's batch-path fail point to panic once (`fail` crate syntax).
+const PANIC_ONCE: (&str, &str) = (
+    "FAILPOINTS",
+    "baton-batch=1*panic(injected by the fault suite)",
+);
+
 /// A panic in the runtime's own code (a fail point in the batch path, armed to fire once):
 /// the task whose batch it was stops, with one error; the instance and its other tasks go on
 /// and count every event of their keys exactly; the failed task's keys get no count at all.
 fn a_panic_in_the_runtime_stops_one_task() {
     let cluster = Cluster::new("runtime-panic");
     let produced = cluster.produce_backlog("k", 12, 5);
-    let mut a = cluster.spawn_env(
-        "a",
-        &[(
-            "FAILPOINTS",
-            "baton-batch=1*panic(injected by the fault suite)",
-        )],
-        &[],
-    );
+    let mut a = cluster.spawn_env("a", &[PANIC_ONCE], &[]);
     let (failed, _) = one_task_stopped(&mut a, "a panic in the runtime while processing a batch");
     let failed_p = *failed.iter().next().unwrap();
     let (theirs, others): (BTreeMap<String, i64>, BTreeMap<String, i64>) = produced
@@ -449,14 +448,7 @@ fn a_panic_in_the_runtime_stops_one_task() {
 fn a_failed_task_is_retried_when_asked() {
     let cluster = Cluster::new("task-retry");
     let produced = cluster.produce_backlog("k", 12, 5);
-    let mut a = cluster.spawn_env(
-        "a",
-        &[(
-            "FAILPOINTS",
-            "baton-batch=1*panic(injected by the fault suite)",
-        )],
-        &["--task-retry-ms", "500"],
-    );
+    let mut a = cluster.spawn_env("a", &[PANIC_ONCE], &["--task-retry-ms", "500"]);
     let counts = cluster.await_counts(&produced, Duration::from_secs(60));
     assert_eq!(counts, produced, "every key exact once the task is retried");
     let log = a.log_text();

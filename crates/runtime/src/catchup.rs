@@ -123,6 +123,11 @@ impl Catchup {
         self.position
     }
 
+    /// How the store keeps what its changelog records hold.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
     /// Whether a chunk asked for with a limit of `chunk_bytes` could fill the buffer while two
     /// bulk loads are under way, so that the next load would have to wait for them. The thread
     /// then leaves this changelog out of its next fetch: the actives it also runs are not held

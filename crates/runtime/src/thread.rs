@@ -62,8 +62,6 @@ struct StoreIo {
     name: String,
     store: TaskStore,
     catchup: Catchup,
-    /// How its values read in its changelog ([`crate::layout::to_changelog`]).
-    layout: Layout,
 }
 
 /// A held task's I/O side.
@@ -679,14 +677,10 @@ impl Driver {
         let stores: Vec<StoreIo> = match opened {
             Ok(stores) => stores
                 .into_iter()
-                .map(|s| {
-                    let layout = ctx.topology.store_layout(&s.name);
-                    StoreIo {
-                        catchup: Catchup::new(s.checkpoint, layout),
-                        name: s.name,
-                        store: s.store,
-                        layout,
-                    }
+                .map(|s| StoreIo {
+                    catchup: Catchup::new(s.checkpoint, ctx.topology.store_layout(&s.name)),
+                    name: s.name,
+                    store: s.store,
                 })
                 .collect(),
             Err(OpenError::Busy) => {
@@ -1167,7 +1161,7 @@ impl Driver {
             .into_iter()
             .map(|(idx, (writes, next))| (idx, sorted(writes), next))
             .collect();
-        let layouts: Vec<Layout> = t.stores.iter().map(|s| s.layout).collect();
+        let layouts: Vec<Layout> = t.stores.iter().map(|s| s.catchup.layout()).collect();
         let input = || input_ranges(&sources, inputs);
         match self
             .write_changelogs(m, task, batch_id, &layouts, pending.writes, &input)

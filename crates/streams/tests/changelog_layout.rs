@@ -255,13 +255,7 @@ fn stop_instance(
     ),
 ) {
     stop.send(true).unwrap();
-    let exit = setup
-        .rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(30), handle).await });
-    match exit {
-        Ok(Ok(Ok(Exit::Shutdown))) => {}
-        other => panic!("{name} shuts down cleanly: {other:?}"),
-    }
+    common::await_shutdown(setup, name, handle);
 }
 
 #[test]

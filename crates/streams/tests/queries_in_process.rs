@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use baton_kafka::records::KeyValue;
 use baton_protocol::TopicPartition;
 use baton_runtime::partitioner::partition_for;
-use baton_runtime::Exit;
 use baton_streams::queries::{Queries, QueryFailure, QueryOptions, StoreQuery};
 use baton_streams::serdes::{Long, Str};
 use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
@@ -210,13 +209,7 @@ fn typed_queries_answer_in_process_locally_and_forwarded() {
 
     stop.send(true).unwrap();
     for (name, handle) in [("a", a), ("b", b)] {
-        let exit = setup
-            .rt
-            .block_on(async { tokio::time::timeout(Duration::from_secs(30), handle).await });
-        match exit {
-            Ok(Ok(Ok(Exit::Shutdown))) => {}
-            other => panic!("{name} shuts down cleanly: {other:?}"),
-        }
+        common::await_shutdown(&setup, name, handle);
     }
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);

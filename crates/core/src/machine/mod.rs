@@ -79,12 +79,15 @@ pub struct MachineConfig {
 /// The longest wait before a failed task is tried again.
 pub const FAILED_TASK_RETRY_MAX: Duration = Duration::from_secs(3600);
 
-/// The wait before trying a failed task again after its `failures`th failure (from 1).
+/// The wait before trying a failed task again after its `failures`th failure (from 1): the
+/// retry policy's doubling, from `first` up to [`FAILED_TASK_RETRY_MAX`].
 pub fn failed_task_delay(first: Duration, failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(20);
-    first
-        .saturating_mul(1 << doublings)
-        .min(FAILED_TASK_RETRY_MAX)
+    Backoff {
+        first,
+        max: FAILED_TASK_RETRY_MAX,
+        attempts: u32::MAX,
+    }
+    .delay(failures)
 }
 
 /// The pause before fetching again after a fetch that failed whole: short at first (a

@@ -20,6 +20,21 @@ struct Args {
     run: baton_streams::RunArgs,
 }
 
+/// Waits (at most 30 s) for an in-process instance to end, and checks it shut down cleanly.
+pub fn await_shutdown(
+    setup: &Setup,
+    name: &str,
+    handle: tokio::task::JoinHandle<baton_runtime::Result<baton_runtime::Exit>>,
+) {
+    let exit = setup
+        .rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), handle).await });
+    match exit {
+        Ok(Ok(Ok(baton_runtime::Exit::Shutdown))) => {}
+        other => panic!("{name} shuts down cleanly: {other:?}"),
+    }
+}
+
 /// Instance `name` of `app`, configured as its command line would give it: state under `dir`,
 /// heartbeats, sessions and commits short for a test, then `extra` flags.
 pub fn runtime_config(
