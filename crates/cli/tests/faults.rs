@@ -36,6 +36,14 @@ fn faults() {
     timed("backlog", backlog_larger_than_a_message);
     timed("damaged state", damaged_state_is_rebuilt);
     timed("lost broker", checkpoint_past_a_recreated_changelog);
+    timed(
+        "changelog deleted",
+        changelog_deleted_under_running_instances,
+    );
+    timed(
+        "changelog deleted while stopped",
+        changelog_deleted_while_stopped,
+    );
     timed("input recreated", input_recreated_under_a_running_instance);
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
@@ -251,6 +259,102 @@ fn checkpoint_past_a_recreated_changelog() {
         "the stale checkpoints were noticed\n{log}"
     );
     a.stop();
+}
+
+/// The changelog deleted under two running instances: the first write that finds it gone
+/// makes it again, and each task writes its store into it before taking more input (a
+/// re-seed). A third instance with no state then takes every task over from the changelog
+/// alone, and one more event for each of 30 keys written only before the deletion shows
+/// whether the changelog still holds them: every key exact. Before, the changelog held only
+/// what came after the deletion, and a restore from it lost the rest.
+fn changelog_deleted_under_running_instances() {
+    let cluster = Cluster::new("changelog-gone");
+    let changelog = format!("{}-counts-changelog", cluster.app);
+    let mut a = cluster.spawn("a", &[]);
+    let mut b = cluster.spawn("b", &[]);
+    let mut produced = cluster.produce_backlog("old", 30, 20);
+    cluster.await_counts(&produced, Duration::from_secs(60));
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "changelog deleted: a and b");
+    cluster
+        .rt
+        .block_on(
+            cluster
+                .client
+                .delete_topics(std::slice::from_ref(&changelog)),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(10));
+    cluster.await_all_processing(now_ms(), "changelog deleted: after");
+    a.stop();
+    b.stop();
+    let logs = a.log_text() + &b.log_text();
+    let made = logs
+        .matches("the changelog topic was gone; made it again")
+        .count();
+    let reseeded = logs
+        .matches("the changelog holds the store's contents again")
+        .count();
+    let mut c = cluster.spawn("c", &[]);
+    for (k, n) in cluster.produce_backlog("old", 30, 1) {
+        *produced.entry(k).or_default() += n;
+    }
+    produced.extend(producer.stop());
+    let duplicates = cluster.check_against(&produced, "changelog deleted");
+    assert_eq!(duplicates, 0, "no process crashed\n{}", c.log_text());
+    c.stop();
+    assert!(made >= 1, "the changelog was made again\n{logs}");
+    assert_eq!(
+        reseeded,
+        harness::PARTITIONS as usize,
+        "each task wrote its store into it once\n{logs}"
+    );
+    eprintln!("changelog deleted: made again {made} time(s), {reseeded} tasks re-seeded, a fresh instance exact");
+}
+
+/// The changelog deleted while the instance is stopped, then the instance restarted on its
+/// state. Starting, it makes the changelog again (empty); each active finds its store's
+/// checkpoint past the changelog's end while the group still holds its input positions, and
+/// writes the store into it rather than rebuilding from it (which counted 14,967 events too
+/// few, two instances). A fresh instance then restores everything from it.
+fn changelog_deleted_while_stopped() {
+    let cluster = Cluster::new("changelog-gone-stopped");
+    let changelog = format!("{}-counts-changelog", cluster.app);
+    let mut a = cluster.spawn("a", &[]);
+    let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
+    cluster.await_all_processing(now_ms(), "changelog deleted while stopped: a");
+    std::thread::sleep(Duration::from_secs(5));
+    a.stop();
+    cluster
+        .rt
+        .block_on(
+            cluster
+                .client
+                .delete_topics(std::slice::from_ref(&changelog)),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let mut a = cluster.spawn_on("a2", "a", &[]);
+    cluster.await_all_processing(now_ms(), "changelog deleted while stopped: restarted");
+    a.stop();
+    let log = a.log_text();
+    let reseeded = log
+        .matches("the changelog holds the store's contents again")
+        .count();
+    let mut c = cluster.spawn("c", &[]);
+    let duplicates = cluster.check_counts(&mut producer, "changelog deleted while stopped");
+    assert_eq!(duplicates, 0, "no process crashed\n{}", c.log_text());
+    c.stop();
+    assert_eq!(
+        reseeded,
+        harness::PARTITIONS as usize,
+        "every task's store written into the new changelog\n{log}"
+    );
+    assert!(
+        !log.contains("rebuilding them from the changelog"),
+        "no store rebuilt from the younger changelog\n{log}"
+    );
+    eprintln!("changelog deleted while stopped: {reseeded} re-seeds, a fresh instance exact");
 }
 
 /// The input topic deleted and made again (same partitions) under a running instance: the

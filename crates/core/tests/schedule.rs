@@ -462,6 +462,11 @@ impl World {
                 // The model's changelogs never shrink: a discard here is a false alarm.
                 return Err(format!("member {i} discarded {task}'s good store: {why}"));
             }
+            Command::Reseed { task, .. } => {
+                return Err(format!(
+                    "member {i} re-seeded {task}'s changelog, which never shrinks here"
+                ));
+            }
             Command::Close { task } => {
                 if let Some(d) = self.members[i].disk.get_mut(&task) {
                     d.open = false;

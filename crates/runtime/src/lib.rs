@@ -26,6 +26,7 @@ pub mod priority;
 pub mod query;
 pub mod record;
 pub mod repeats;
+pub mod reseed;
 pub mod restore;
 pub mod state_dir;
 pub mod status;

@@ -70,6 +70,9 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// A key and its value as the store holds them.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 /// One write: `None` deletes the key (a changelog tombstone).
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
@@ -285,6 +288,51 @@ impl TaskStore {
             more,
             next_offset,
         }))
+    }
+
+    /// Entries in key order after `after`, until their bytes reach `max_bytes` (at least one),
+    /// and the key to go on after (`None`: no more). Keys held by digest are not among them
+    /// ([`TaskStore::long_entries`]). For writing a store's whole contents into its changelog
+    /// while nothing else writes it.
+    pub fn page(
+        &self,
+        after: Option<&[u8]>,
+        max_bytes: usize,
+    ) -> Result<(Vec<Entry>, Option<Vec<u8>>)> {
+        use std::ops::Bound;
+        let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.to_vec()));
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        for entry in self.data.range((lower, Bound::<Vec<u8>>::Unbounded)) {
+            if bytes >= max_bytes {
+                let next = entries.last().map(|(k, _): &Entry| k.clone());
+                return Ok((entries, next));
+            }
+            let (k, v) = entry.into_inner().map_err(|e| err(&self.path, e))?;
+            bytes += k.len() + v.len();
+            entries.push((k.to_vec(), v.to_vec()));
+        }
+        Ok((entries, None))
+    }
+
+    /// The entries of keys fjall cannot hold as they are, with their whole keys.
+    pub fn long_entries(&self) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        for entry in self.long_keys.iter() {
+            let wrapped = entry.value().map_err(|e| err(&self.path, e))?;
+            let (k, v) = unwrap(&wrapped).ok_or_else(|| StoreError::Corrupt {
+                path: self.path.display().to_string(),
+                message: format!("an unreadable entry of {} bytes", wrapped.len()),
+            })?;
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Records `next` as the next changelog offset to apply, durably, whatever it was: the
+    /// changelog was written again from the store and ends there now.
+    pub fn set_checkpoint(&self, next: i64) -> Result<()> {
+        self.apply(&[], Some(next))
     }
 
     /// The newest timestamp among the values of a store laid out

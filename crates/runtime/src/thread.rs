@@ -34,6 +34,7 @@ use crate::machine::{
 use crate::membership::{MembershipTask, Request};
 use crate::partitioner::partition_for;
 use crate::record::{run_record, RecordOutcome, SkipLog};
+use crate::reseed;
 use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{StoreError, TaskStore, Write};
 use crate::stream_time;
@@ -56,6 +57,8 @@ const BUSY_WAIT: Duration = Duration::from_millis(20);
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// How long a leave may take before the thread exits anyway.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much of a store one produce of a re-seed carries.
+const RESEED_PAGE_BYTES: usize = 1 << 20;
 
 /// One store of a held task: the store and where it stands in its changelog.
 struct StoreIo {
@@ -352,24 +355,22 @@ impl Driver {
     /// another life of the topic: the store is rebuilt (Kafka Streams wipes it too). Trusting
     /// it would count everything twice.
     fn out_of_range(&mut self, want: &FetchWant) {
-        let owner = self
-            .tasks
-            .keys()
-            .copied()
-            .find(|t| self.ctx.wire.changelog_partitions(*t).contains(&want.tp));
+        let owner = self.tasks.keys().copied().find_map(|t| {
+            let changelogs = self.ctx.wire.changelog_partitions(t);
+            Some((t, changelogs.iter().position(|tp| *tp == want.tp)?))
+        });
         match owner {
-            Some(task) => {
+            Some((task, changelog)) => {
                 tracing::warn!(
                     task = %task,
                     changelog = %want.tp,
                     checkpoint = want.offset,
-                    "the store's checkpoint is past its changelog's end: rebuilding the store"
+                    "the store's checkpoint is past its changelog's end"
                 );
-                self.rebuild
-                    .insert(task, "its checkpoint is past its changelog's end".into());
-                self.local.push_back(Event::StoreFailed {
+                self.local.push_back(Event::ChangelogOutOfRange {
                     task,
-                    error: format!("checkpoint {} is past the end of {}", want.offset, want.tp),
+                    changelog,
+                    offset: want.offset,
                 });
             }
             None => {
@@ -429,6 +430,19 @@ impl Driver {
                 self.rebuild.insert(task, why);
             }
             Command::Fetch { fetch, wants } => self.start_fetch(fetch, wants),
+            Command::Reseed {
+                task,
+                request,
+                changelogs,
+            } => {
+                let ran = AssertUnwindSafe(self.reseed(m, task, request, &changelogs))
+                    .catch_unwind()
+                    .await;
+                let e = ran.unwrap_or_else(|p| {
+                    self.store_panicked(task, "writing its stores into their changelogs", &*p)
+                });
+                self.local.push_back(e);
+            }
             Command::Absorb {
                 task,
                 changelog,
@@ -578,7 +592,11 @@ impl Driver {
                         }
                         Event::CommittedRead {
                             task,
-                            offsets: wanted.iter().map(|w| c.get(w).map(|c| c.offset)).collect(),
+                            // The broker says "none" as -1.
+                            offsets: wanted
+                                .iter()
+                                .map(|w| c.get(w).map(|c| c.offset).filter(|&o| o >= 0))
+                                .collect(),
                         }
                     }
                     Err(e) => {
@@ -1176,7 +1194,11 @@ impl Driver {
         let mut next_by_changelog = Vec::new();
         for (idx, writes, next) in applied {
             let s = &mut t.stores[idx];
-            if let Err(e) = blocking(|| s.store.apply_lazily(&writes, Some(next))) {
+            // A changelog made again under the task takes the batch before the store's
+            // checkpoint: the checkpoint stays, so a crash before the store is written into
+            // the changelog again (the machine's re-seed) finds it behind on restart.
+            let checkpoint = next.max(s.catchup.position());
+            if let Err(e) = blocking(|| s.store.apply_lazily(&writes, Some(checkpoint))) {
                 // Never run again: the changelog and the sink hold it. The store catches up
                 // from the changelog once it works again.
                 self.store_failures.failed(
@@ -1187,7 +1209,7 @@ impl Driver {
                 );
                 return failed(true);
             }
-            s.catchup.advance_to(next);
+            s.catchup.advance_to(checkpoint);
             next_by_changelog.push((idx, next));
         }
         for input in inputs {
@@ -1350,6 +1372,124 @@ impl Driver {
         Ok(applied)
     }
 
+    /// Writes the stores of `changelogs` into them again ([`crate::reseed`]), then makes their
+    /// new ends the stores' checkpoints.
+    async fn reseed(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        request: RequestId,
+        changelogs: &[usize],
+    ) -> Event {
+        let failed = Event::ReseedFailed { task, request };
+        let tps = self.ctx.wire.changelog_partitions(task);
+        let mut ends = Vec::with_capacity(changelogs.len());
+        for &idx in changelogs {
+            let (Some(tp), Some(s)) = (
+                tps.get(idx),
+                self.tasks.get(&task).and_then(|t| t.stores.get(idx)),
+            ) else {
+                return failed;
+            };
+            let (store, layout, checkpoint) =
+                (s.store.clone(), s.catchup.layout(), s.catchup.position());
+            tracing::warn!(
+                task = %task,
+                changelog = %tp,
+                checkpoint,
+                "the changelog ends before its store's checkpoint (deleted and made again?) \
+                 while the store is intact: writing the store's contents into it again"
+            );
+            let Some((end, written)) = self.reseed_one(m, task, tp, &store, layout).await else {
+                return failed;
+            };
+            if let Err(e) = blocking(|| store.set_checkpoint(end)) {
+                self.store_failures.failed(
+                    task,
+                    "recording a re-seeded changelog's end",
+                    &e.to_string(),
+                    &self.ctx.cfg.state_dir,
+                );
+                return failed;
+            }
+            if let Some(s) = self
+                .tasks
+                .get_mut(&task)
+                .and_then(|t| t.stores.get_mut(idx))
+            {
+                s.catchup = Catchup::new(end, layout);
+            }
+            tracing::warn!(task = %task, changelog = %tp, records = written, end, "the changelog holds the store's contents again");
+            ends.push((idx, end));
+        }
+        Event::Reseeded {
+            task,
+            request,
+            ends,
+        }
+    }
+
+    /// Produces `store`'s contents to `tp`; its end after them and the records written.
+    async fn reseed_one(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        tp: &TopicPartition,
+        store: &TaskStore,
+        layout: Layout,
+    ) -> Option<(i64, u64)> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut at = reseed::Cursor::Start;
+        let mut end = None;
+        let mut written = 0u64;
+        while at != reseed::Cursor::Done {
+            let read = blocking(|| reseed::page(store, layout, &at, RESEED_PAGE_BYTES, now_ms));
+            let page = match read {
+                Ok(p) => p,
+                Err(e) => {
+                    let state_dir = &self.ctx.cfg.state_dir;
+                    let what = "reading a store to write it into its changelog";
+                    self.store_failures
+                        .failed(task, what, &e.to_string(), state_dir);
+                    return None;
+                }
+            };
+            at = page.next;
+            if page.records.is_empty() {
+                continue;
+            }
+            if !m.may_write(self.now()) {
+                return None;
+            }
+            match self
+                .produce(tp, &page.records, Some(&page.timestamps))
+                .await
+            {
+                Ok(next) => end = Some(next),
+                Err(Produced::Failed) => return None,
+                Err(Produced::Oversized { index }) => {
+                    let bytes = baton_kafka::records::record_bytes(&page.records[index]);
+                    tracing::error!(task = %task, changelog = %tp, record_bytes = bytes, "a store value is larger than any record batch the changelog takes (made again with a lower max.message.bytes?): raise it; the task tries again");
+                    return None;
+                }
+            }
+            written += page.records.len() as u64;
+        }
+        match end {
+            Some(end) => Some((end, written)),
+            // An empty store: the changelog's end as it is.
+            None => match self.io.end_offsets(std::slice::from_ref(tp)).await {
+                Ok(ends) => ends.get(tp).map(|&e| (e, 0)),
+                Err(e) => {
+                    self.ctx.failing(&format!("listing the end of {tp}"), &e);
+                    None
+                }
+            },
+        }
+    }
+
     /// The stream time a task's window stores show: the newest timestamp they hold, which is
     /// the newest record that reached its windows ([`stream_time::UNKNOWN`] for a task with
     /// none, or when a store cannot be read: no record is dropped as late then).
@@ -1402,6 +1542,53 @@ impl Driver {
     /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
     /// exist, again with the partitions it had at start. Changelogs and inputs are never made
     /// here; without the flag the task waits for an operator to make the topic.
+    /// One of this application's changelogs is gone (deleted under it): made again as
+    /// `prepare` makes it, always, since it is the application's own. The task that writes
+    /// to it next finds it younger than its store and writes the store into it (a re-seed).
+    async fn make_changelog_again(&self, topic: &str) {
+        let topology = &self.ctx.topology;
+        let Some((sub, s)) = self.ctx.wire.subtopologies.iter().find(|(_, s)| {
+            s.changelog_topics.iter().any(|t| t == topic)
+                && !s.source_topics.iter().any(|t| t == topic)
+        }) else {
+            return;
+        };
+        let retention = topology
+            .stores_of(*sub)
+            .into_iter()
+            .find(|store| topology.changelog_topic(store) == topic)
+            .and_then(|store| topology.changelog_retention_ms(store));
+        let new = baton_kafka::client::NewTopic {
+            name: topic.to_owned(),
+            partitions: s.partitions as i32,
+            compacted: retention.is_none(),
+        };
+        let made = match retention {
+            None => {
+                self.ctx
+                    .client
+                    .create_topics(std::slice::from_ref(&new))
+                    .await
+            }
+            Some(ms) => {
+                let ms = ms.to_string();
+                let configs = [("cleanup.policy", "compact,delete"), ("retention.ms", &ms)];
+                let one = std::slice::from_ref(&new);
+                self.ctx.client.create_topics_with(one, &configs).await
+            }
+        };
+        match made {
+            Ok(()) => tracing::warn!(
+                topic,
+                partitions = s.partitions,
+                "the changelog topic was gone; made it again: each task writes its store into it before going on"
+            ),
+            Err(e) => self
+                .ctx
+                .failing(&format!("making changelog topic {topic} again"), &e),
+        }
+    }
+
     async fn make_output_again(&self, topic: &str) {
         let Some(&partitions) = self.ctx.sink_partitions.get(topic) else {
             return;
@@ -1449,6 +1636,7 @@ impl Driver {
                 Err(e) => {
                     self.ctx.failing(&format!("produce to {tp}"), &e);
                     if e.is_unknown_topic() {
+                        self.make_changelog_again(&tp.topic).await;
                         self.make_output_again(&tp.topic).await;
                     }
                     return Err(Produced::Failed);

@@ -24,7 +24,7 @@ use baton_protocol::bridge::Topology as WireTopology;
 use baton_protocol::TopicPartition;
 
 pub use join_reason::JoinReason;
-pub use task::{Batch, ChangelogCursor, SourceCursor, TaskState};
+pub use task::{Batch, ChangelogCursor, Reseed, SourceCursor, TaskState};
 
 use crate::backoff::Backoff;
 use crate::status::{Phase, Role};
@@ -220,6 +220,25 @@ pub enum Event {
         task: TaskId,
         error: String,
     },
+    /// A fetch of changelog `changelog` of `task` from `offset`, its store's checkpoint, found
+    /// no such offset: the changelog was deleted and made again, or its broker lost its data.
+    ChangelogOutOfRange {
+        task: TaskId,
+        changelog: usize,
+        offset: i64,
+    },
+    /// The answer to [`Command::Reseed`]: (changelog index, its end after the writes, which
+    /// the store now holds up to).
+    Reseeded {
+        task: TaskId,
+        request: RequestId,
+        ends: Vec<(usize, i64)>,
+    },
+    /// [`Command::Reseed`] did not finish: it is tried again, whole.
+    ReseedFailed {
+        task: TaskId,
+        request: RequestId,
+    },
     CommittedRead {
         task: TaskId,
         /// One per source; `None`: nothing committed yet.
@@ -373,6 +392,14 @@ pub enum Command {
     Punctuate {
         task: TaskId,
         batch: RequestId,
+    },
+    /// Write the whole contents of the stores of `changelogs` into them (in Kafka's layout),
+    /// then record their new ends as the stores' checkpoints; answered by [`Event::Reseeded`]
+    /// or [`Event::ReseedFailed`]. See [`Reseed`].
+    Reseed {
+        task: TaskId,
+        request: RequestId,
+        changelogs: Vec<usize>,
     },
     /// Make the stores durable (a restore is done).
     Persist {
@@ -676,6 +703,52 @@ impl ThreadMachine {
                 stored,
             } => self.absorbed(task, changelog, stored, &mut out),
             Event::StoreFailed { task, .. } => self.reopen(task, now, &mut out),
+            Event::ChangelogOutOfRange {
+                task,
+                changelog,
+                offset,
+            } => {
+                let current = self.tasks.get(&task).is_some_and(|t| {
+                    matches!(t.phase, Phase::Restoring | Phase::Tailing)
+                        && !t.reading_committed
+                        && t.reseed.is_none()
+                        && t.changelogs.get(changelog).map(|c| c.fetch_position) == Some(offset)
+                });
+                if current {
+                    let why = format!("its checkpoint {offset} is past its changelog's end");
+                    self.changelog_behind(task, changelog, why, now, &mut out);
+                }
+            }
+            Event::Reseeded {
+                task,
+                request,
+                ends,
+            } => self.reseeded(task, request, &ends),
+            Event::ReseedFailed { task, request } => {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    if let Some(Reseed::Writing {
+                        request: r,
+                        changelogs,
+                    }) = &t.reseed
+                    {
+                        if *r == request {
+                            t.reseed = Some(Reseed::Due {
+                                changelogs: changelogs.clone(),
+                            });
+                            t.failures += 1;
+                            t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
+                        }
+                    }
+                }
+            }
+            Event::CommittedRead { task, offsets }
+                if self
+                    .tasks
+                    .get(&task)
+                    .is_some_and(|t| matches!(t.reseed, Some(Reseed::Checking { .. }))) =>
+            {
+                self.reseed_or_rebuild(task, &offsets, now, &mut out)
+            }
             Event::CommittedRead { task, offsets } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
                     if t.phase == Phase::Restoring && t.reading_committed {
@@ -751,6 +824,10 @@ impl ThreadMachine {
             }
             Event::CommittedReadFailed { task } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
+                    if matches!(t.reseed, Some(Reseed::Checking { .. })) {
+                        // The next fetch finds the changelog behind again, after the wait.
+                        t.reseed = None;
+                    }
                     t.reading_committed = false;
                     t.failures += 1;
                     t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
@@ -845,7 +922,11 @@ impl ThreadMachine {
             let Some(&every) = self.cfg.wall_clock.get(&t.id.subtopology) else {
                 continue;
             };
-            if !t.is_running_active() || t.batch.is_some() || t.retry_at.is_some_and(|r| now < r) {
+            if !t.is_running_active()
+                || t.batch.is_some()
+                || t.reseed.is_some()
+                || t.retry_at.is_some_and(|r| now < r)
+            {
                 continue;
             }
             let next = t.next_punctuation.get_or_insert(now + every);
@@ -939,6 +1020,9 @@ impl ThreadMachine {
                 _ => {}
             }
         }
+        if self.may_write(now) {
+            self.reseeds_due(now, out);
+        }
         for task in ends {
             let request = self.id();
             let changelogs = self.tasks[&task]
@@ -1014,7 +1098,11 @@ impl ThreadMachine {
         let mut restores = Vec::new();
         for t in self.tasks.values() {
             match t.phase {
-                Phase::Restoring | Phase::Tailing if !t.reading_committed => {
+                Phase::Restoring | Phase::Tailing
+                    if !t.reading_committed
+                        && t.reseed.is_none()
+                        && t.retry_at.is_none_or(|r| now >= r) =>
+                {
                     restores.extend(t.changelogs.iter().map(|c| FetchWant {
                         tp: c.tp.clone(),
                         offset: c.fetch_position,
@@ -1022,7 +1110,10 @@ impl ThreadMachine {
                     }))
                 }
                 Phase::Running
-                    if may_write && t.batch.is_none() && t.retry_at.is_none_or(|r| now >= r) =>
+                    if may_write
+                        && t.batch.is_none()
+                        && t.reseed.is_none()
+                        && t.retry_at.is_none_or(|r| now >= r) =>
                 {
                     wants.extend(t.sources.iter().filter(|s| !s.resetting).filter_map(|s| {
                         Some(FetchWant {
@@ -1052,13 +1143,13 @@ impl ThreadMachine {
             by_tp.insert(&r.tp, r);
         }
         let mut batches = Vec::new();
-        let mut discard = Vec::new();
+        let mut behind = Vec::new();
         for t in self.tasks.values_mut() {
             if fetch < t.fresh_from {
                 continue;
             }
             match t.phase {
-                Phase::Restoring | Phase::Tailing if !t.reading_committed => {
+                Phase::Restoring | Phase::Tailing if !t.reading_committed && t.reseed.is_none() => {
                     for (i, c) in t.changelogs.iter_mut().enumerate() {
                         let Some(r) = by_tp.get(&c.tp) else { continue };
                         // An answer for another position is stale (the task was reopened).
@@ -1067,11 +1158,11 @@ impl ThreadMachine {
                             continue;
                         };
                         if hw < c.fetch_position {
-                            // The changelog ends before what the store holds: the store is
-                            // from another life of the topic (recreated, or the broker lost
-                            // its data). Trusted, it would count everything twice.
-                            discard.push((
+                            // The changelog ends before what the store holds: the topic was
+                            // made again, or the broker lost its data (see [`Reseed`]).
+                            behind.push((
                                 t.id,
+                                i,
                                 format!(
                                     "its checkpoint {} is past its changelog's end {hw} ({})",
                                     c.fetch_position, c.tp
@@ -1090,7 +1181,7 @@ impl ThreadMachine {
                         });
                     }
                 }
-                Phase::Running if may_write && t.batch.is_none() => {
+                Phase::Running if may_write && t.batch.is_none() && t.reseed.is_none() => {
                     // Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE
                     // ([`Event::SourceOutOfRange`]); a broker that answers with nothing
                     // (nisshi) says the same by a high watermark below the position. A source
@@ -1139,9 +1230,8 @@ impl ThreadMachine {
                 _ => {}
             }
         }
-        for (task, why) in discard {
-            out.push(Command::Discard { task, why });
-            self.reopen(task, now, out);
+        for (task, changelog, why) in behind {
+            self.changelog_behind(task, changelog, why, now, out);
         }
         for (task, inputs, caught_up) in batches {
             let batch = self.id();
@@ -1160,13 +1250,121 @@ impl ThreadMachine {
         }
     }
 
+    /// Changelog `changelog` of `task` ends before its store's checkpoint (`why`). A copy that
+    /// does not run (standby, warm-up) and a table read from its own source topic rebuild from
+    /// it, as before: the active is the one to write it, and a user's topic is never written.
+    /// An active asks for the group's committed positions, which decide (see [`Reseed`]).
+    fn changelog_behind(
+        &mut self,
+        task: TaskId,
+        changelog: usize,
+        why: String,
+        now: Duration,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        let own_topic = t
+            .changelogs
+            .get(changelog)
+            .is_some_and(|c| !t.sources.iter().any(|s| s.tp == c.tp));
+        if t.role == Role::Active && own_topic {
+            t.reseed = Some(Reseed::Checking {
+                changelogs: vec![changelog],
+            });
+            out.push(Command::ReadCommitted { task });
+        } else {
+            out.push(Command::Discard { task, why });
+            self.reopen(task, now, out);
+        }
+    }
+
+    /// The committed positions of a task whose changelog was found behind its store arrived.
+    fn reseed_or_rebuild(
+        &mut self,
+        task: TaskId,
+        offsets: &[Option<i64>],
+        now: Duration,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        let Some(reseed) = t.reseed.take() else {
+            return;
+        };
+        if offsets.iter().any(|o| o.is_some_and(|o| o >= 0)) {
+            t.reseed = Some(Reseed::Due {
+                changelogs: reseed.changelogs().to_vec(),
+            });
+        } else {
+            let why = "its checkpoint is past its changelog's end and the group holds no \
+                       committed positions for its input (the broker lost its data): the \
+                       input is read again from its start, so the store is rebuilt"
+                .to_owned();
+            out.push(Command::Discard { task, why });
+            self.reopen(task, now, out);
+        }
+    }
+
+    /// Tasks whose changelogs are due to be written from their stores, and may be now.
+    fn reseeds_due(&mut self, now: Duration, out: &mut Vec<Command>) {
+        let mut due = Vec::new();
+        for t in self.tasks.values() {
+            if let Some(Reseed::Due { changelogs }) = &t.reseed {
+                if t.batch.is_none() && t.retry_at.is_none_or(|r| now >= r) {
+                    due.push((t.id, changelogs.clone()));
+                }
+            }
+        }
+        for (task, changelogs) in due {
+            let request = self.id();
+            if let Some(t) = self.tasks.get_mut(&task) {
+                t.reseed = Some(Reseed::Writing {
+                    request,
+                    changelogs: changelogs.clone(),
+                });
+            }
+            out.push(Command::Reseed {
+                task,
+                request,
+                changelogs,
+            });
+        }
+    }
+
+    /// The stores were written into their changelogs, which now end at `ends`.
+    fn reseeded(&mut self, task: TaskId, request: RequestId, ends: &[(usize, i64)]) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if !matches!(t.reseed, Some(Reseed::Writing { request: r, .. }) if r == request) {
+            return;
+        }
+        t.reseed = None;
+        t.failures = 0;
+        t.retry_at = None;
+        for &(i, end) in ends {
+            if let Some(c) = t.changelogs.get_mut(i) {
+                c.stored = end;
+                c.fetch_position = end;
+                c.end = Some(end);
+            }
+        }
+    }
+
     /// A restoring active learns its changelogs' ends. An end before what the store holds is
     /// left to the fetch, which rebuilds the store (see [`Self::fetched`]).
     fn ends_listed(&mut self, task: TaskId, request: RequestId, ends: &[i64]) {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
-        if request < t.fresh_from || t.phase != Phase::Restoring || t.reading_committed {
+        if request < t.fresh_from
+            || t.phase != Phase::Restoring
+            || t.reading_committed
+            || t.reseed.is_some()
+        {
             return;
         }
         for (c, &end) in t.changelogs.iter_mut().zip(ends) {
@@ -1255,12 +1453,21 @@ impl ThreadMachine {
             t.commit_when_caught_up = false;
             self.commit_early = true;
         }
+        let mut behind = Vec::new();
         for (i, next) in changelogs {
             if let Some(c) = t.changelogs.get_mut(i) {
+                if next <= c.stored {
+                    // The batch's writes landed before the store's checkpoint: the changelog
+                    // was made again under the running task, holding only what came since.
+                    behind.push(i);
+                }
                 c.stored = c.stored.max(next);
                 c.fetch_position = c.fetch_position.max(next);
                 c.end = Some(c.end.unwrap_or(0).max(next));
             }
+        }
+        if !behind.is_empty() && t.reseed.is_none() {
+            t.reseed = Some(Reseed::Due { changelogs: behind });
         }
     }
 

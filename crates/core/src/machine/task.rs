@@ -46,6 +46,35 @@ pub struct SourceCursor {
     pub resetting: bool,
 }
 
+/// A changelog found shorter than its store's checkpoint (deleted and made again, or its
+/// broker lost its data) while the store is intact: the task's stores are written into it
+/// again, so it never rebuilds a store from a changelog younger than the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reseed {
+    /// Found behind while restoring: the group's committed input positions decide. With
+    /// them, the store is newer than the changelog and is written into it; without them (a
+    /// broker that lost everything) the input is read again from its start, and the store is
+    /// rebuilt from the changelog so nothing is counted twice.
+    Checking { changelogs: Vec<usize> },
+    /// To be written at the next chance ([`super::Command::Reseed`]).
+    Due { changelogs: Vec<usize> },
+    /// The driver is writing the stores into these changelogs.
+    Writing {
+        request: RequestId,
+        changelogs: Vec<usize>,
+    },
+}
+
+impl Reseed {
+    pub fn changelogs(&self) -> &[usize] {
+        match self {
+            Reseed::Checking { changelogs }
+            | Reseed::Due { changelogs }
+            | Reseed::Writing { changelogs, .. } => changelogs,
+        }
+    }
+}
+
 /// A processing batch the driver is running.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
@@ -84,6 +113,8 @@ pub struct TaskState {
     /// When its next wall-clock punctuation is due, once it runs (see
     /// [`super::Command::Punctuate`]).
     pub next_punctuation: Option<std::time::Duration>,
+    /// Changelogs being written again from the stores: no fetch, no batch meanwhile.
+    pub reseed: Option<Reseed>,
 }
 
 impl TaskState {
@@ -124,6 +155,7 @@ impl TaskState {
             ends_asked: false,
             commit_when_caught_up: true,
             next_punctuation: None,
+            reseed: None,
         }
     }
 
@@ -153,6 +185,10 @@ impl TaskState {
         self.reported_caught_up = false;
         self.ends_asked = false;
         self.batch = None;
+        // A standby's changelog found behind is rebuilt; a promotion re-checks it.
+        if role != Role::Active {
+            self.reseed = None;
+        }
         if role != Role::Active {
             // Its last positions went into the revocation commit; a copy that does not run
             // must never commit them again, when someone else may have moved on.

@@ -339,7 +339,7 @@ fn processing_goes_on_during_a_ten_second_join_round() {
                 Event::BatchDone {
                     task: t,
                     batch,
-                    changelogs: vec![(0, 0)],
+                    changelogs: vec![(0, inputs[0].to)],
                 },
                 now,
             );
@@ -891,9 +891,9 @@ fn a_task_given_back_after_a_refused_commit_resumes_where_it_was() {
     );
 }
 
-#[test]
-fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
-    let mut m = machine();
+/// An active opened at checkpoint 500 whose changelog turns out to end at 20 (made again,
+/// or its broker lost its data): the commands after that fetch.
+fn active_behind_its_changelog(m: &mut ThreadMachine) -> Vec<Command> {
     m.start();
     m.handle(assigned(1, &[0], &[], &[], S), S);
     let cmds = m.handle(
@@ -904,8 +904,7 @@ fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
         S,
     );
     let (f, _) = fetch_of(&cmds).unwrap();
-    // The changelog was recreated: it ends at 20, before the store's 500.
-    let cmds = m.handle(
+    m.handle(
         Event::Fetched {
             fetch: f,
             results: vec![FetchResult {
@@ -916,6 +915,41 @@ fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
             }],
         },
         S,
+    )
+}
+
+fn reseed_of(cmds: &[Command]) -> Option<(RequestId, Vec<usize>)> {
+    cmds.iter().find_map(|c| match c {
+        Command::Reseed {
+            request,
+            changelogs,
+            ..
+        } => Some((*request, changelogs.clone())),
+        _ => None,
+    })
+}
+
+/// The group lost the task's committed positions too (a broker that lost everything): the
+/// input is read again from its start, so the store is rebuilt rather than counted twice.
+#[test]
+fn a_checkpoint_past_the_changelogs_end_with_nothing_committed_gets_the_store_rebuilt() {
+    let mut m = machine();
+    let cmds = active_behind_its_changelog(&mut m);
+    assert!(
+        cmds.contains(&Command::ReadCommitted { task: task(0) }),
+        "the committed positions decide: {cmds:?}"
+    );
+    assert!(
+        !cmds.iter().any(|c| matches!(c, Command::Absorb { .. })),
+        "nothing of the changelog is absorbed"
+    );
+    assert!(fetch_of(&cmds).is_none(), "no fetch while deciding");
+    let cmds = m.handle(
+        Event::CommittedRead {
+            task: task(0),
+            offsets: vec![None],
+        },
+        S,
     );
     assert!(
         cmds.iter()
@@ -923,10 +957,7 @@ fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
         "{cmds:?}"
     );
     assert!(cmds.contains(&Command::Close { task: task(0) }));
-    assert!(
-        !cmds.iter().any(|c| matches!(c, Command::Absorb { .. })),
-        "nothing of the stale store is trusted"
-    );
+    assert!(reseed_of(&cmds).is_none());
     // After the backoff the task opens again (empty) and restores from 0.
     let cmds = m.handle(Event::Tick, S + ms(300));
     assert!(cmds.contains(&Command::Open {
@@ -941,6 +972,250 @@ fn a_checkpoint_past_the_changelogs_end_gets_the_store_rebuilt() {
         S + ms(300),
     );
     assert_eq!(fetch_of(&cmds).unwrap().1[0].offset, 0);
+}
+
+/// The changelog was deleted and made again while the store and the group's positions are
+/// intact: the store, the newer of the two, is written into the changelog, and the task goes
+/// on from there; it never rebuilds from the younger changelog.
+#[test]
+fn a_checkpoint_past_the_changelogs_end_with_positions_committed_reseeds_it() {
+    let mut m = machine();
+    active_behind_its_changelog(&mut m);
+    let cmds = m.handle(
+        Event::CommittedRead {
+            task: task(0),
+            offsets: vec![Some(300)],
+        },
+        S,
+    );
+    assert!(!cmds.iter().any(|c| matches!(c, Command::Discard { .. })));
+    let (request, changelogs) = reseed_of(&cmds).expect("the store is written into it");
+    assert_eq!(changelogs, [0]);
+    assert!(fetch_of(&cmds).is_none(), "no fetch while writing");
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Restoring);
+    // Failed: tried again, whole, after the backoff; not before.
+    let cmds = m.handle(
+        Event::ReseedFailed {
+            task: task(0),
+            request,
+        },
+        S,
+    );
+    assert!(reseed_of(&cmds).is_none());
+    let cmds = m.handle(Event::Tick, S + ms(100));
+    assert!(reseed_of(&cmds).is_none(), "waits out the backoff");
+    let cmds = m.handle(Event::Tick, S + ms(300));
+    let (request, changelogs) = reseed_of(&cmds).expect("tried again");
+    assert_eq!(changelogs, [0]);
+    // A late answer to the first attempt changes nothing.
+    let cmds = m.handle(
+        Event::Reseeded {
+            task: task(0),
+            request: RequestId(request.0 - 1),
+            ends: vec![(0, 999)],
+        },
+        S + ms(300),
+    );
+    assert!(!cmds.contains(&Command::ReadCommitted { task: task(0) }));
+    // Written: the changelog ends at 20 + 480 records, which the store holds.
+    let cmds = m.handle(
+        Event::Reseeded {
+            task: task(0),
+            request,
+            ends: vec![(0, 500)],
+        },
+        S + ms(400),
+    );
+    let t = &m.tasks()[&task(0)];
+    assert_eq!(t.changelogs[0].stored, 500);
+    assert_eq!(t.offset_sum(), 500);
+    assert!(
+        cmds.contains(&Command::ReadCommitted { task: task(0) }),
+        "restored: it starts running: {cmds:?}"
+    );
+    let cmds = m.handle(
+        Event::CommittedRead {
+            task: task(0),
+            offsets: vec![Some(300)],
+        },
+        S + ms(400),
+    );
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Running);
+    let (_, wants) = fetch_of(&cmds).expect("its input");
+    assert_eq!(wants[0].tp, tp("in", 0));
+    assert_eq!(wants[0].offset, 300, "from the committed position");
+}
+
+/// A broker that answers a fetch past the end with OFFSET_OUT_OF_RANGE: the same decision.
+#[test]
+fn an_out_of_range_changelog_is_decided_the_same_way() {
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[0], &[], &[], S), S);
+    m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![500],
+        },
+        S,
+    );
+    let stale = m.handle(
+        Event::ChangelogOutOfRange {
+            task: task(0),
+            changelog: 0,
+            offset: 400,
+        },
+        S,
+    );
+    assert!(stale.is_empty(), "about another position: {stale:?}");
+    let cmds = m.handle(
+        Event::ChangelogOutOfRange {
+            task: task(0),
+            changelog: 0,
+            offset: 500,
+        },
+        S,
+    );
+    assert!(cmds.contains(&Command::ReadCommitted { task: task(0) }));
+}
+
+/// A standby is a copy: its changelog found behind gets it rebuilt, from what the active
+/// writes into it.
+#[test]
+fn a_standby_behind_its_changelog_is_rebuilt() {
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[], &[0], &[], S), S);
+    let cmds = m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![500],
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).unwrap();
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![FetchResult {
+                tp: tp("app-counts-changelog", 0),
+                from: 500,
+                next: 500,
+                high_watermark: Some(20),
+            }],
+        },
+        S,
+    );
+    assert!(
+        cmds.iter().any(|c| matches!(c, Command::Discard { .. })),
+        "{cmds:?}"
+    );
+    assert!(!cmds.contains(&Command::ReadCommitted { task: task(0) }));
+}
+
+/// The changelog made again under a running active: the batch's writes land before the
+/// store's checkpoint. The store is written into the new changelog before any more input.
+#[test]
+fn a_changelog_made_again_under_a_running_task_is_reseeded() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let cmds = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S,
+    );
+    assert!(
+        reseed_of(&cmds).is_none(),
+        "a changelog that grew: {cmds:?}"
+    );
+    let (f, _) = fetch_of(&cmds).expect("the next input");
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![FetchResult {
+                tp: tp("in", 0),
+                from: 10,
+                next: 15,
+                high_watermark: Some(15),
+            }],
+        },
+        S,
+    );
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    // Its writes landed at 0..3 of a new changelog, where the store holds 10.
+    let cmds = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 3)],
+        },
+        S,
+    );
+    let (request, changelogs) = reseed_of(&cmds).expect("written again: {cmds:?}");
+    assert_eq!(changelogs, [0]);
+    assert!(fetch_of(&cmds).is_none(), "no input until written");
+    assert!(processes(&m.handle(Event::Tick, S + ms(100))).is_empty());
+    let cmds = m.handle(
+        Event::Reseeded {
+            task: task(0),
+            request,
+            ends: vec![(0, 9)],
+        },
+        S + ms(200),
+    );
+    assert_eq!(m.tasks()[&task(0)].changelogs[0].stored, 9);
+    let (_, wants) = fetch_of(&cmds).expect("input again");
+    assert_eq!(wants[0].offset, 15, "where it stopped");
+}
+
+/// A table read from its own source topic: that topic is its changelog, and a user's topic
+/// is never written. Found behind (the topic was made again), the store is rebuilt.
+#[test]
+fn a_source_table_behind_its_topic_is_rebuilt_not_written() {
+    let mut m = ThreadMachine::new(
+        machine().cfg.clone(),
+        WireTopology {
+            subtopologies: BTreeMap::from([(
+                0,
+                Subtopology {
+                    source_topics: vec!["table".into()],
+                    changelog_topics: vec!["table".into()],
+                    partitions: 4,
+                },
+            )]),
+        },
+        Duration::ZERO,
+    );
+    m.start();
+    m.handle(assigned(1, &[0], &[], &[], S), S);
+    let cmds = m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![500],
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).unwrap();
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![FetchResult {
+                tp: tp("table", 0),
+                from: 500,
+                next: 500,
+                high_watermark: Some(20),
+            }],
+        },
+        S,
+    );
+    assert!(
+        cmds.iter().any(|c| matches!(c, Command::Discard { .. })),
+        "{cmds:?}"
+    );
+    assert!(reseed_of(&cmds).is_none());
 }
 
 /// A heartbeat sent during a join round carries the old generation; the coordinator may

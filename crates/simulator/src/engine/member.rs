@@ -328,6 +328,16 @@ impl Engine<'_> {
                 self.insts[ii].disk.remove(&task);
             }
             Command::Persist { .. } => {}
+            Command::Reseed { task, request, .. } => {
+                // Simulated changelogs are never deleted, so none ends before its store.
+                debug_assert!(false, "{task}: a re-seed in a simulation without faults");
+                self.send(
+                    ii,
+                    ti,
+                    REQUEST_LATENCY,
+                    Event::ReseedFailed { task, request },
+                );
+            }
             Command::ReadCommitted { task } => {
                 let offsets = vec![self
                     .logs
