@@ -49,6 +49,7 @@ fn faults() {
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
     timed("runtime panic", a_panic_in_the_runtime_stops_one_task);
+    timed("unreadable batch", a_batch_no_reader_can_parse);
     timed("task retry", a_failed_task_is_retried_when_asked);
     timed("output deleted", output_deleted_then_recreated);
     timed("output made again", output_deleted_and_made_again_by_baton);
@@ -486,6 +487,70 @@ fn a_record_no_batch_can_carry() {
         "oversized record: 50 skipped once each under skip; fail stopped task {failed:?} only, \
          {} others running",
         running.len()
+    );
+}
+
+/// An input partition holding a batch no reader can parse, between good events. Brokers
+/// refuse such a batch on produce (they parse every record), so the fail point
+/// `baton-unreadable` makes one record read as a corrupt batch where the decoder hands it
+/// over (the decoder's own handling of damaged bytes is proptest-checked in baton-kafka).
+/// Under the default `fail` only the task reading it stops, once, named with partition and
+/// offset, after counting everything before it; the other tasks count everything. Restarted
+/// with `--on-deserialization-error skip`, the task goes on past it: one event skipped, every
+/// other exact.
+fn a_batch_no_reader_can_parse() {
+    let cluster = Cluster::new("unreadable");
+    let keys: Vec<String> = (0..12).map(|k| format!("k{k}")).collect();
+    let mut produced = cluster.produce_keys(&keys, 20);
+    let bad = partition_for(b"k0", PARTITIONS) as i32;
+    let in_bad = keys
+        .iter()
+        .filter(|k| partition_for(k.as_bytes(), PARTITIONS) as i32 == bad)
+        .count() as i64;
+    // The first event of the second round in the bad partition: k0's 21st.
+    let at = 20 * in_bad;
+    for (k, n) in cluster.produce_keys(&keys, 10) {
+        *produced.entry(k).or_default() += n;
+    }
+    let point = format!("baton-unreadable=return({}-{bad}@{at})", harness::INPUT);
+    let env = [("FAILPOINTS", point.as_str())];
+    let mut a = cluster.spawn_env("a", &env, &[]);
+    let (failed, running) = one_task_stopped(&mut a, "a record batch cannot be read");
+    let log = a.log_text();
+    assert_eq!(failed, BTreeSet::from([bad]), "{log}");
+    assert!(
+        log.contains(&format!("partition={}-{bad} offset={at}", harness::INPUT)),
+        "the error names the partition and the offset {at}\n{log}"
+    );
+    let before: BTreeMap<String, i64> = produced
+        .iter()
+        .map(|(k, n)| {
+            let p = partition_for(k.as_bytes(), PARTITIONS) as i32;
+            (k.clone(), if p == bad { n - 10 } else { *n })
+        })
+        .collect();
+    let counts = cluster.await_counts(&before, Duration::from_secs(30));
+    assert_eq!(
+        counts, before,
+        "everything before it, and every other task's all\n{log}"
+    );
+    a.stop();
+    let mut b = cluster.spawn_full_env("b", "a", &env, &["--on-deserialization-error", "skip"]);
+    let mut want = produced.clone();
+    *want.get_mut("k0").unwrap() -= 1;
+    let counts = cluster.await_counts(&want, Duration::from_secs(60));
+    let log = b.log_text();
+    assert_eq!(counts, want, "every event but the unreadable one\n{log}");
+    assert_eq!(
+        b.count_log("skipped a record batch that cannot be read"),
+        1,
+        "{log}"
+    );
+    b.stop();
+    eprintln!(
+        "unreadable batch: fail stopped task {failed:?} only ({} others running, exact); skip went past it, {} keys exact, k0 one short",
+        running.len(),
+        produced.len()
     );
 }
 

@@ -64,7 +64,7 @@ fn decode(c: &mut Criterion) {
         group.bench_with_input(
             BenchmarkId::new("baton", value_bytes),
             &bytes,
-            |b, bytes| b.iter(|| decode_batches(Some(bytes.clone()), 0).unwrap().0.len()),
+            |b, bytes| b.iter(|| decode_batches(Some(bytes.clone()), 0).records.len()),
         );
         group.bench_with_input(
             BenchmarkId::new("kafka_protocol", value_bytes),

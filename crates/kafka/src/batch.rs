@@ -33,41 +33,105 @@ const COMPRESSION_MASK: i16 = 0x07;
 const LOG_APPEND_TIME: i16 = 1 << 3;
 const CONTROL: i16 = 1 << 5;
 
+/// A record batch that cannot be read (damaged on the broker's disk, or written by a
+/// producer that got its records wrong under a correct CRC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptBatch {
+    pub base_offset: i64,
+    /// The offset after it, when its header can be trusted (its CRC matched): where a reader
+    /// that skips it goes on. `None`: no one can say where the next batch starts.
+    pub end: Option<i64>,
+    pub reason: String,
+}
+
+/// What a fetched record set holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decoded {
+    pub records: Vec<Record>,
+    /// The offset after the last whole batch read: where the next fetch starts.
+    pub next_offset: Option<i64>,
+    /// The first batch that could not be read; the records are those before it.
+    pub corrupt: Option<CorruptBatch>,
+}
+
 /// The records at or after `offset` in a fetched record set, control records left out, and
 /// the offset after its last whole batch: where the next fetch starts. A fetch may end
-/// inside a batch; that part is left for the next fetch.
-pub fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Result<(Vec<Record>, Option<i64>)> {
-    let mut records = Vec::new();
-    let mut next_offset = None;
+/// inside a batch; that part is left for the next fetch. A batch that cannot be read ends the
+/// reading: the records before it are kept, and it is named.
+pub fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Decoded {
+    let mut out = Decoded::default();
     let Some(mut rest) = bytes else {
-        return Ok((records, next_offset));
+        return out;
     };
     while rest.len() >= LOG_OVERHEAD {
         let base = i64::from_be_bytes(rest[0..8].try_into().expect("8 bytes"));
         let len = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
-        let len =
-            usize::try_from(len).map_err(|_| corrupt(base, format!("a batch length of {len}")))?;
+        let Ok(len) = usize::try_from(len) else {
+            out.corrupt = Some(CorruptBatch {
+                base_offset: base,
+                end: None,
+                reason: format!("a batch length of {len}"),
+            });
+            break;
+        };
         if rest.len() - LOG_OVERHEAD < len {
             break;
         }
         let batch = rest.split_to(LOG_OVERHEAD + len);
-        let end = match Batch::parse(base, &batch)? {
-            Some(header) if header.control => header.end(),
-            Some(header) if header.compressed => {
-                through_kafka_protocol(batch, offset, &mut records)?;
-                header.end()
+        let kept = out.records.len();
+        match read_batch(base, &batch, offset, &mut out.records) {
+            Ok(Some(end)) => out.next_offset = Some(out.next_offset.unwrap_or(offset).max(end)),
+            Ok(None) => {}
+            Err(reason) => {
+                out.records.truncate(kept);
+                out.corrupt = Some(CorruptBatch {
+                    base_offset: base,
+                    end: trusted_end(base, &batch),
+                    reason,
+                });
+                break;
             }
-            Some(header) => {
-                header.records(&batch, offset, &mut records)?;
-                header.end()
-            }
-            None => through_kafka_protocol(batch, offset, &mut records)?,
-        };
-        if let Some(end) = end {
-            next_offset = Some(next_offset.unwrap_or(offset).max(end));
         }
     }
-    Ok((records, next_offset))
+    out
+}
+
+/// Appends one batch's records at or after `offset`; the offset after it.
+fn read_batch(
+    base: i64,
+    batch: &Bytes,
+    offset: i64,
+    out: &mut Vec<Record>,
+) -> std::result::Result<Option<i64>, String> {
+    let reason = |e: Error| match e {
+        Error::Codec { message, .. } => message,
+        e => e.to_string(),
+    };
+    match Batch::parse(base, batch).map_err(reason)? {
+        Some(header) if header.control => Ok(header.end()),
+        Some(header) if header.compressed => {
+            through_kafka_protocol(batch.clone(), offset, out).map_err(reason)?;
+            Ok(header.end())
+        }
+        Some(header) => {
+            header.records(batch, offset, out).map_err(reason)?;
+            Ok(header.end())
+        }
+        None => through_kafka_protocol(batch.clone(), offset, out).map_err(reason),
+    }
+}
+
+/// The offset after a v2 batch whose CRC matches, whatever else is wrong with it.
+fn trusted_end(base: i64, batch: &[u8]) -> Option<i64> {
+    if batch.len() < LOG_OVERHEAD + V2_HEADER || batch.get(16) != Some(&2) {
+        return None;
+    }
+    let crc = u32::from_be_bytes(batch[17..21].try_into().ok()?);
+    if crc != crc32c::crc32c(&batch[CRC_START..]) {
+        return None;
+    }
+    let last_delta = i32::from_be_bytes(batch[23..27].try_into().ok()?);
+    base.checked_add(i64::from(last_delta))?.checked_add(1)
 }
 
 /// The header of a v2 batch.

@@ -39,6 +39,8 @@ pub struct Fetched {
     /// The offset after the last whole batch returned, control records included: where the
     /// next fetch starts even when every record returned was a control record.
     pub next_offset: Option<i64>,
+    /// A batch that could not be read, after the records returned.
+    pub corrupt: Option<crate::batch::CorruptBatch>,
 }
 
 fn now_ms() -> i64 {
@@ -111,6 +113,18 @@ impl Client {
             )));
         }
         let batch = encode_batch(records, |i| timestamps[i])?;
+        self.send_batch(leader, topic, partition, batch).await
+    }
+
+    /// Sends a record batch already encoded, as it is: for tools and tests that must put
+    /// exact bytes on a partition (a batch the broker takes that a reader cannot read).
+    pub async fn produce_batch(
+        &self,
+        leader: &str,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+    ) -> Result<i64> {
         self.send_batch(leader, topic, partition, batch).await
     }
 
@@ -211,15 +225,16 @@ impl Client {
                         records: Vec::new(),
                         high_watermark: -1,
                         next_offset: None,
+                        corrupt: None,
                     }),
                     Some(p) => {
                         check(ApiKey::Fetch, p.error_code)?;
-                        let (records, next_offset) =
-                            crate::batch::decode_batches(p.records.clone(), w.offset)?;
+                        let d = crate::batch::decode_batches(p.records.clone(), w.offset);
                         Ok(Fetched {
-                            records,
+                            records: d.records,
                             high_watermark: p.high_watermark,
-                            next_offset,
+                            next_offset: d.next_offset,
+                            corrupt: d.corrupt,
                         })
                     }
                 }

@@ -597,6 +597,7 @@ mod tests {
                 .collect(),
             high_watermark: 100,
             next_offset,
+            corrupt: None,
         }
     }
 

@@ -34,6 +34,7 @@ pub mod store;
 pub mod stream_time;
 pub mod thread;
 pub mod topology;
+pub mod unreadable;
 
 pub use config::RuntimeConfig;
 pub use error::{Result, RuntimeError};

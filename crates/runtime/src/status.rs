@@ -209,7 +209,11 @@ impl Status {
     }
 
     pub fn add_skipped(&self, task: TaskId) {
-        *self.inner().skipped_total.entry(task).or_default() += 1;
+        self.add_skipped_n(task, 1);
+    }
+
+    pub fn add_skipped_n(&self, task: TaskId, n: u64) {
+        *self.inner().skipped_total.entry(task).or_default() += n;
     }
 
     /// Counts `n` record-window pairs that came after their window closed.

@@ -39,6 +39,7 @@ use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{StoreError, TaskStore, Write};
 use crate::stream_time;
 use crate::topology::{Emitted, Output, Stores, StreamRecord};
+use crate::unreadable;
 
 pub use crate::machine::Exit;
 
@@ -293,10 +294,13 @@ impl Driver {
                 _ = self.shutdown.changed(), if !shutting_down => Event::Tick,
                 _ = tokio::time::sleep(TICK) => Event::Tick,
             };
-            commands.extend(m.handle(event, self.now()));
+            // What reading a fetch's answer found (a partition past its end, a batch no one
+            // can read) goes first: handled after the answer, it would come too late to keep
+            // the partition out of the next fetch, which would find the same again.
             while let Some(e) = self.local.pop_front() {
                 commands.extend(m.handle(e, self.now()));
             }
+            commands.extend(m.handle(event, self.now()));
         }
     }
 
@@ -324,7 +328,7 @@ impl Driver {
     ) -> Event {
         let mut out = Vec::new();
         for (want, f) in results {
-            let f = match f {
+            let mut f = match f {
                 Ok(f) => f,
                 Err(Miss::Failed) => continue,
                 Err(Miss::OutOfRange) => {
@@ -332,8 +336,15 @@ impl Driver {
                     continue;
                 }
             };
+            inject_unreadable(&want, &mut f);
             let high_watermark = (f.high_watermark >= 0).then_some(f.high_watermark);
             let next = next_position(&f, want.offset, high_watermark.unwrap_or(i64::MAX));
+            if let Some(batch) = f.corrupt.as_ref().filter(|_| next == want.offset) {
+                // At the reader's position: the records before it were taken by earlier
+                // fetches. Fetched again, it would come back the same, at once, for ever.
+                self.unreadable(&want, batch);
+                continue;
+            }
             out.push(FetchResult {
                 tp: want.tp.clone(),
                 from: want.offset,
@@ -349,6 +360,41 @@ impl Driver {
             fetch,
             results: out,
         }
+    }
+
+    /// The batch at `want`'s offset cannot be read: its task decides ([`unreadable::decide`]).
+    fn unreadable(&mut self, want: &FetchWant, batch: &baton_kafka::batch::CorruptBatch) {
+        let owner = self.tasks.keys().copied().find_map(|t| {
+            if let Some(i) = self
+                .ctx
+                .wire
+                .source_partitions(t)
+                .iter()
+                .position(|tp| *tp == want.tp)
+            {
+                return Some((t, unreadable::Partition::Source(i)));
+            }
+            let changelogs = self.ctx.wire.changelog_partitions(t);
+            changelogs
+                .contains(&want.tp)
+                .then_some((t, unreadable::Partition::Changelog))
+        });
+        let Some((task, partition)) = owner else {
+            return;
+        };
+        let found = unreadable::Found {
+            task,
+            tp: &want.tp,
+            partition,
+            from: want.offset,
+            batch,
+        };
+        let cfg = &self.ctx.cfg;
+        let status = &self.ctx.status;
+        let e = unreadable::decide(found, &cfg.on_deserialization_error, cfg.task_retry, |n| {
+            status.add_skipped_n(task, n)
+        });
+        self.local.push_back(e);
     }
 
     /// A fetch from past a partition's end. For a changelog, the store's checkpoint belongs to
@@ -1836,7 +1882,36 @@ fn batch_panicked(
 }
 
 /// What becomes of a task stopped by a record it cannot process, for its error line.
-fn failed_task_fate(retry: Option<Duration>) -> String {
+/// The fault suite's unreadable batch, armed as `baton-unreadable=return(TOPIC-P@OFFSET)`:
+/// the record at OFFSET of that partition reads as a corrupt one-record batch. Brokers
+/// refuse such batches on produce (Kafka and nisshi both parse every record), so only a
+/// damaged disk makes one; the suite makes it here, where the decoder hands it over. Nothing
+/// without the `failpoints` feature.
+fn inject_unreadable(want: &FetchWant, f: &mut Fetched) {
+    let armed: Option<String> = (|| {
+        fail::fail_point!("baton-unreadable", |arg| arg);
+        None
+    })();
+    let Some((tp, at)) = armed.as_deref().and_then(|a| a.rsplit_once('@')) else {
+        return;
+    };
+    let Ok(at) = at.parse::<i64>() else {
+        return;
+    };
+    let reached = f.records.last().is_some_and(|r| r.offset >= at);
+    if tp != want.tp.to_string() || want.offset > at || !(reached || want.offset == at) {
+        return;
+    }
+    f.records.retain(|r| r.offset < at);
+    f.next_offset = (want.offset < at).then_some(at);
+    f.corrupt = Some(baton_kafka::batch::CorruptBatch {
+        base_offset: at,
+        end: Some(at + 1),
+        reason: "injected by the baton-unreadable fail point".into(),
+    });
+}
+
+pub(crate) fn failed_task_fate(retry: Option<Duration>) -> String {
     match retry {
         None => "it holds its partitions and processes nothing more until it moves or the \
                  instance restarts"

@@ -233,6 +233,17 @@ impl Cluster {
         self.spawn_full(name, name, (300, 6000), args, env)
     }
 
+    /// As [`Cluster::spawn_env`], on the state directory `state`.
+    pub fn spawn_full_env(
+        &self,
+        name: &str,
+        state: &str,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Instance {
+        self.spawn_full(name, state, (300, 6000), args, env)
+    }
+
     /// As [`Cluster::spawn_on`], with `(heartbeat.interval.ms, session.timeout.ms)`.
     pub fn spawn_timed(
         &self,

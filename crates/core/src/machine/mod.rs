@@ -296,6 +296,20 @@ pub enum Event {
         commit: RequestId,
         ok: bool,
     },
+    /// Source `source` of `task` holds a record batch at `from` that cannot be read, and the
+    /// input's error policy skips it: the task goes on at `to`, the offset after it.
+    InputSkipped {
+        task: TaskId,
+        source: usize,
+        from: i64,
+        to: i64,
+    },
+    /// A batch of `task`'s input or changelog cannot be read and cannot be skipped (the
+    /// policy says fail, its end is unknown, or it holds state): the task stops, as for a
+    /// record it cannot process.
+    Unreadable {
+        task: TaskId,
+    },
 }
 
 /// The records of one source partition a batch processes: offsets `from..to`.
@@ -866,15 +880,27 @@ impl ThreadMachine {
             Event::RecordFailed { task, batch } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
                     if t.batch.take_if(|b| b.id == batch).is_some() {
-                        // Its input stays where it was: no fetch, no batch, nothing committed
-                        // past the record, until the task is reassigned, the process restarts,
-                        // or (when configured) its retry is due.
-                        t.phase = Phase::Failed;
-                        t.retry_at = self.cfg.failed_task_retry.map(|first| {
-                            t.failures += 1;
-                            now + failed_task_delay(first, t.failures)
-                        });
+                        self.stop_task(task, now);
                     }
+                }
+            }
+            Event::Unreadable { task } => {
+                let held = self.tasks.get(&task).is_some_and(|t| {
+                    matches!(t.phase, Phase::Running | Phase::Restoring | Phase::Tailing)
+                        && t.batch.is_none()
+                });
+                if held {
+                    self.stop_task(task, now);
+                }
+            }
+            Event::InputSkipped {
+                task,
+                source,
+                from,
+                to,
+            } => {
+                if let Some(s) = self.running_source(task, source, from) {
+                    s.position = Some(to.max(from));
                 }
             }
             Event::CommitDone { commit, ok } => {
@@ -1686,6 +1712,19 @@ impl ThreadMachine {
         }
         // A warm-up that caught up during the round (its join said behind) asks now.
         self.signal_caught_up_warmups(out);
+    }
+
+    /// `task` cannot go on: its input stays where it was (no fetch, no batch, nothing
+    /// committed past it) until it is reassigned, the process restarts, or (when configured)
+    /// its retry is due. An active keeps its partitions (see [`Self::report`]).
+    fn stop_task(&mut self, task: TaskId, now: Duration) {
+        if let Some(t) = self.tasks.get_mut(&task) {
+            t.phase = Phase::Failed;
+            t.retry_at = self.cfg.failed_task_retry.map(|first| {
+                t.failures += 1;
+                now + failed_task_delay(first, t.failures)
+            });
+        }
     }
 
     /// Counts a failure of `task`; the wait before its retry.

@@ -1836,3 +1836,62 @@ fn a_high_watermark_below_the_position_is_a_gone_position() {
         .collect();
     assert_eq!(lists.len(), 1, "{cmds:?}");
 }
+
+/// A batch of the input no one can read, at the task's position: skipped by the input's
+/// policy, the task reads on after it; otherwise it stops, and its input is fetched no more.
+#[test]
+fn an_unreadable_input_batch_is_skipped_or_stops_the_task() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let cmds = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).expect("the next input");
+    let stale = m.handle(
+        Event::InputSkipped {
+            task: task(0),
+            source: 0,
+            from: 7,
+            to: 12,
+        },
+        S,
+    );
+    assert!(stale.is_empty(), "about another position");
+    m.handle(
+        Event::InputSkipped {
+            task: task(0),
+            source: 0,
+            from: 10,
+            to: 12,
+        },
+        S,
+    );
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(12));
+    let cmds = m.handle(Event::FetchFailed { fetch: f }, S);
+    assert!(fetch_of(&cmds).is_none());
+    let (f, wants) = fetch_of(&m.handle(Event::Tick, S + ms(100))).expect("after the backoff");
+    assert_eq!(wants[0].offset, 12, "on after the skipped batch");
+    // Skipped offsets are committed as processed.
+    let cmds = m.handle(Event::Tick, 3 * S);
+    let (_, _, offsets) = commit_of(&cmds).expect("a commit");
+    assert_eq!(offsets, vec![(tp("in", 0), 12)]);
+
+    m.handle(Event::Unreadable { task: task(0) }, 3 * S);
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
+    assert_eq!(
+        m.report().offset_sums[&task(0)],
+        baton_protocol::subscription::RUNNING,
+        "a failed active is not offered to the group"
+    );
+    let cmds = m.handle(Event::FetchFailed { fetch: f }, 3 * S);
+    let later = m.handle(Event::Tick, 5 * S);
+    assert!(
+        fetch_of(&cmds).is_none() && fetch_of(&later).is_none(),
+        "its input is fetched no more"
+    );
+}

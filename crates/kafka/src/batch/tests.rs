@@ -117,7 +117,9 @@ proptest! {
     fn agrees_with_kafka_protocol(base in 0i64..1_000, batches in batches(), skip in 0i64..30) {
         let bytes = encode(base, &batches, Compression::None);
         prop_assert_eq!(batch_count(&bytes), batches.len(), "one batch per spec list");
-        let (records, next) = decode_batches(Some(bytes.clone()), base + skip).unwrap();
+        let d = decode_batches(Some(bytes.clone()), base + skip);
+        prop_assert_eq!(d.corrupt, None);
+        let (records, next) = (d.records, d.next_offset);
         let (want, want_next) = reference(&bytes, base + skip);
         prop_assert_eq!(&records, &want);
         // A control batch has no data records for the reference to end on.
@@ -135,7 +137,9 @@ proptest! {
     fn a_cut_batch_is_left_for_the_next_fetch(batches in batches(), cut in 0usize..10_000) {
         let bytes = encode(0, &batches, Compression::None);
         let cut = cut % (bytes.len() + 1);
-        let (records, next) = decode_batches(Some(bytes.slice(..cut)), 0).unwrap();
+        let d = decode_batches(Some(bytes.slice(..cut)), 0);
+        prop_assert_eq!(d.corrupt, None);
+        let (records, next) = (d.records, d.next_offset);
         let mut whole = 0;
         let mut offset = 0i64;
         let mut rest = bytes.clone();
@@ -207,7 +211,8 @@ fn compressed_batches_go_through_kafka_protocol() {
         i16::from_be_bytes(bytes[21..23].try_into().unwrap()) & COMPRESSION_MASK,
         0
     );
-    let (records, next) = decode_batches(Some(bytes.clone()), 12).unwrap();
+    let d = decode_batches(Some(bytes.clone()), 12);
+    let (records, next) = (d.records, d.next_offset);
     assert_eq!(records.len(), 48);
     assert_eq!(records[0].key.as_deref(), Some(&b"k2"[..]));
     assert_eq!(next, Some(60));
@@ -215,16 +220,59 @@ fn compressed_batches_go_through_kafka_protocol() {
 }
 
 #[test]
-fn a_bad_crc_names_the_batch() {
+fn a_bad_crc_names_the_batch_and_no_end() {
     let specs: Vec<Spec> = vec![(Some(b"k".to_vec()), Some(b"v".to_vec()), vec![], 0)];
     let mut bytes = encode(42, &[(specs, false)], Compression::None).to_vec();
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
-    let e = decode_batches(Some(Bytes::from(bytes)), 0).unwrap_err();
-    assert!(
-        e.to_string().contains("record batch at offset 42: CRC 0x"),
-        "{e}"
+    let d = decode_batches(Some(Bytes::from(bytes)), 0);
+    let c = d.corrupt.expect("named");
+    assert_eq!(
+        (c.base_offset, c.end),
+        (42, None),
+        "its header cannot be trusted"
     );
+    assert!(c.reason.contains("CRC 0x"), "{c:?}");
+    assert!(d.records.is_empty());
+}
+
+/// Records whose bytes do not parse under a CRC that matches (a producer's bug): the batches
+/// before it are read, and its end is known, so a reader may skip it.
+#[test]
+fn a_batch_with_unreadable_records_ends_the_read_after_the_good_ones() {
+    let good: Vec<Spec> = (0..3)
+        .map(|i| {
+            (
+                Some(format!("k{i}").into_bytes()),
+                Some(b"v".to_vec()),
+                vec![],
+                0,
+            )
+        })
+        .collect();
+    let mut bytes = encode(10, &[(good.clone(), false)], Compression::None).to_vec();
+    let first = bytes.len();
+    let mut bad = encode(13, &[(good.clone(), false)], Compression::None).to_vec();
+    // The first record's length varint says 63 bytes: more than the batch holds.
+    bad[LOG_OVERHEAD + V2_HEADER] = 0x7e;
+    let crc = crc32c::crc32c(&bad[CRC_START..]);
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    bytes.extend_from_slice(&bad);
+    bytes.extend_from_slice(&encode(16, &[(good, false)], Compression::None));
+    let d = decode_batches(Some(Bytes::from(bytes.clone())), 10);
+    assert_eq!(d.records.len(), 3, "the batch before it");
+    assert_eq!(
+        d.next_offset,
+        Some(13),
+        "the next read starts at the bad batch"
+    );
+    let c = d.corrupt.expect("named");
+    assert_eq!((c.base_offset, c.end), (13, Some(16)));
+    // Read from it: nothing, and the same batch named.
+    let d = decode_batches(Some(Bytes::from(bytes[first..].to_vec())), 13);
+    assert!(d.records.is_empty());
+    assert_eq!(d.next_offset, None);
+    assert_eq!(d.corrupt.map(|c| c.end), Some(Some(16)));
 }
 
 #[test]
@@ -234,11 +282,11 @@ fn a_count_beyond_the_bytes_is_refused_before_allocating() {
     bytes[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
     let crc = crc32c::crc32c(&bytes[CRC_START..]);
     bytes[17..21].copy_from_slice(&crc.to_be_bytes());
-    let e = decode_batches(Some(Bytes::from(bytes)), 0).unwrap_err();
+    let c = decode_batches(Some(Bytes::from(bytes)), 0).corrupt.unwrap();
     assert!(
-        e.to_string()
+        c.reason
             .contains("2147483647 records declared, room for at most 1"),
-        "{e}"
+        "{c:?}"
     );
 }
 
@@ -247,7 +295,7 @@ fn keys_and_values_share_the_fetched_buffer() {
     let specs: Vec<Spec> = vec![(Some(b"key".to_vec()), Some(b"value".to_vec()), vec![], 0)];
     let bytes = encode(0, &[(specs, false)], Compression::None);
     let range = bytes.as_ptr() as usize..bytes.as_ptr() as usize + bytes.len();
-    let (records, _) = decode_batches(Some(bytes.clone()), 0).unwrap();
+    let records = decode_batches(Some(bytes.clone()), 0).records;
     let key = records[0].key.as_ref().unwrap();
     assert!(range.contains(&(key.as_ptr() as usize)));
     assert_eq!(records[0].value.as_deref(), Some(&b"value"[..]));
@@ -262,7 +310,7 @@ fn log_append_time_batches_take_the_brokers_timestamp() {
     bytes[35..43].copy_from_slice(&99i64.to_be_bytes());
     let crc = crc32c::crc32c(&bytes[CRC_START..]);
     bytes[17..21].copy_from_slice(&crc.to_be_bytes());
-    let (records, _) = decode_batches(Some(Bytes::from(bytes)), 0).unwrap();
+    let records = decode_batches(Some(Bytes::from(bytes)), 0).records;
     assert_eq!(records[0].timestamp, 99);
     assert_eq!(records[0].value, None);
 }
