@@ -156,6 +156,29 @@ fn table(v: &GroupView) -> String {
         let _ = writeln!(s, "  offset sums: {}", list(&reported));
     }
     s.push_str(&pending(v));
+    s.push_str(&failed(v));
+    s
+}
+
+/// Tasks stopped on their instances: they hold their partitions until retried (after
+/// `--task-retry-ms`), moved, or their instance restarts.
+fn failed(v: &GroupView) -> String {
+    if v.failed.is_empty() {
+        return "\nfailed tasks: none\n".into();
+    }
+    let rows: Vec<Vec<String>> = v
+        .failed
+        .iter()
+        .map(|f| vec![f.task.to_string(), f.role.clone(), f.instance.clone()])
+        .collect();
+    let mut s = format!(
+        "\nfailed tasks: {} (each instance's log names the record and why)\n",
+        rows.len()
+    );
+    s.push_str(&crate::columns::render(
+        &["TASK", "ROLE", "INSTANCE"],
+        &rows,
+    ));
     s
 }
 

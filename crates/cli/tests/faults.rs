@@ -45,6 +45,10 @@ fn faults() {
         changelog_deleted_while_stopped,
     );
     timed("input recreated", input_recreated_under_a_running_instance);
+    timed(
+        "input recreated and grown",
+        input_recreated_past_the_old_position,
+    );
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
@@ -61,6 +65,7 @@ fn faults() {
     timed("invalid member", a_member_with_invalid_metadata);
     timed("broker restart", broker_restart_with_persistent_storage);
     timed("repeated kill -9", repeated_kills_of_one_instance);
+    timed("repeated kill -9 static", repeated_kills_static);
     timed("drain, one down", drain_while_another_instance_is_down);
     timed("racing drains", racing_drains);
     timed("drain at start", a_drain_sent_at_once_after_start);
@@ -391,6 +396,40 @@ fn input_recreated_under_a_running_instance() {
     a.stop();
 }
 
+/// The input topic deleted and made again while the instance is frozen (SIGSTOP, within its
+/// 30 s session), and filled past the old positions before it looks again: by offsets alone
+/// nothing shows (the old positions are inside the new topic, whose first records would be
+/// skipped). Fetches by topic id tell: each task reads the new topic from its start
+/// (auto.offset.reset=earliest), once, and every event is counted.
+fn input_recreated_past_the_old_position() {
+    let cluster = Cluster::new("recreated-grown");
+    let mut a = cluster.spawn_timed("a", "a", (1000, 30_000), &[]);
+    let mut produced = cluster.produce_backlog("k", 30, 20);
+    assert_exact(&cluster, &produced, "input recreated and grown, before");
+    a.pause();
+    cluster
+        .rt
+        .block_on(cluster.client.delete_topics(&[harness::INPUT.to_owned()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.create_topics();
+    // 40 per key: every partition of the new topic ends well past the old positions.
+    let after = cluster.produce_backlog("k", 30, 40);
+    a.resume();
+    for (k, n) in after {
+        *produced.entry(k).or_default() += n;
+    }
+    assert_exact(&cluster, &produced, "input recreated and grown, after");
+    let log = a.log_text();
+    let resets = log.matches("its id changed): position").count();
+    assert_eq!(
+        resets,
+        harness::PARTITIONS as usize,
+        "one reset per partition, said once each\n{log}"
+    );
+    a.stop();
+}
+
 /// An instance frozen (SIGSTOP) past the session timeout, then resumed: it must not write a
 /// stale result after its tasks moved. A key's count never goes backwards in the output.
 fn paused_past_the_session_timeout() {
@@ -534,6 +573,12 @@ fn a_batch_no_reader_can_parse() {
         counts, before,
         "everything before it, and every other task's all\n{log}"
     );
+    let shown = failed_in_inspect(&cluster);
+    assert_eq!(
+        shown,
+        [(format!("0_{bad}"), "a".to_owned())],
+        "inspect shows it"
+    );
     a.stop();
     let mut b = cluster.spawn_full_env("b", "a", &env, &["--on-deserialization-error", "skip"]);
     let mut want = produced.clone();
@@ -552,6 +597,36 @@ fn a_batch_no_reader_can_parse() {
         running.len(),
         produced.len()
     );
+}
+
+/// The failed tasks `baton inspect --json` shows, as (task, instance), once it shows any
+/// (instances publish them every 500 ms).
+fn failed_in_inspect(cluster: &Cluster) -> Vec<(String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = cluster.baton(&["inspect", "--group", &cluster.app, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let failed: Vec<(String, String)> = view["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let task = f["task"]
+                    .as_str()
+                    .map_or(f["task"].to_string(), str::to_owned);
+                (task, f["instance"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        if !failed.is_empty() || Instant::now() > deadline {
+            return failed;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 /// The changelog takes batches of at most 60 bytes: no store value fits. The task that wrote
@@ -888,19 +963,35 @@ fn warnings_by_kind(log: &str) -> BTreeMap<String, usize> {
 /// One instance is killed (SIGKILL) and restarted a second later, five times, 10 s apart.
 /// Duplicates only from the kills: at most a commit interval's worth each.
 fn repeated_kills_of_one_instance() {
-    let cluster = Cluster::new("kills");
-    let mut a = cluster.spawn("a", &[]);
-    let mut b = cluster.spawn("b", &[]);
+    repeated_kills("kills", &[]);
+}
+
+/// The same with static membership (`--static-membership`, Kafka's `group.instance.id`): the
+/// restarted instance takes its own tasks back without a rebalance, within the session.
+fn repeated_kills_static() {
+    repeated_kills("kills-static", &["--static-membership"]);
+}
+
+/// Five `kill -9`s of one of two instances, each restarted a second later, 300 events/s: no
+/// event lost, at most a commit interval of input counted twice per kill. Prints the
+/// duplicates and each partition's longest output gap.
+fn repeated_kills(app: &str, args: &[&str]) {
+    let cluster = Cluster::new(app);
+    let mut a = cluster.spawn("a", args);
+    let mut b = cluster.spawn("b", args);
     let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
-    cluster.await_all_processing(now_ms(), "kills: a and b");
+    cluster.await_all_processing(now_ms(), &format!("{app}: a and b"));
+    let from = now_ms();
     for _ in 0..5 {
         std::thread::sleep(Duration::from_secs(10));
         b.kill9();
         std::thread::sleep(Duration::from_secs(1));
-        b = cluster.spawn_on("b", "b", &[]);
+        b = cluster.spawn_on("b", "b", args);
     }
-    cluster.await_all_processing(now_ms(), "kills: after the last restart");
-    let duplicates = cluster.check_counts(&mut producer, "kills");
+    cluster.await_all_processing(now_ms(), &format!("{app}: after the last restart"));
+    let gaps = cluster.longest_gaps(from, now_ms());
+    let duplicates = cluster.check_counts(&mut producer, app);
+    eprintln!("{app}: {duplicates} counted twice; longest output gap per partition (s): {gaps:?}");
     assert!(
         duplicates <= 5 * 300,
         "{duplicates} counted twice over 5 kills"

@@ -186,6 +186,18 @@ impl Client {
         Ok(resp)
     }
 
+    /// The ids of `topics` (Metadata v10+); a topic that is missing, or that the broker gives
+    /// no id, is left out.
+    pub async fn topic_ids(&self, topics: &[String]) -> Result<BTreeMap<String, uuid::Uuid>> {
+        let resp = self.metadata(Some(topics)).await?;
+        Ok(resp
+            .topics
+            .iter()
+            .filter(|t| t.error_code == 0 && !t.topic_id.is_nil())
+            .filter_map(|t| Some((t.name.as_ref()?.to_string(), t.topic_id)))
+            .collect())
+    }
+
     /// The racks of every replica of `topics`' partitions (brokers without a rack add none).
     pub async fn replica_racks(&self, topics: &[String]) -> Result<ReplicaRacks> {
         let resp = self.metadata(Some(topics)).await?;

@@ -63,6 +63,15 @@ impl Error {
             || matches!(self, Error::Protocol(m) if m.ends_with("is not in the metadata"))
     }
 
+    /// A fetch by topic id found no topic of that id: it was deleted (and perhaps made again
+    /// under the same name, with another id).
+    pub fn is_unknown_topic_id(&self) -> bool {
+        matches!(
+            self.broker_error(),
+            Some(ResponseError::UnknownTopicId | ResponseError::InconsistentTopicId)
+        )
+    }
+
     /// A fetch from an offset the partition does not have (past its end, or before its start).
     pub fn is_offset_out_of_range(&self) -> bool {
         self.broker_error() == Some(ResponseError::OffsetOutOfRange)

@@ -143,6 +143,40 @@ pub struct GroupView {
     /// Seconds until the warm-ups under way have all caught up, when every one of them has a
     /// finite estimate (more moves may wait for warm-up slots).
     pub balanced_in_s: Option<f64>,
+    /// Tasks stopped by what they cannot process, as their instances (members now) report
+    /// them; they hold their partitions until retried, moved or restarted.
+    pub failed: Vec<FailedTask>,
+}
+
+/// A task that stopped on its instance (a record or batch it cannot process, a panic).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedTask {
+    pub task: TaskId,
+    pub role: String,
+    pub instance: String,
+}
+
+/// The key prefix of failed-task records in the control topic (`failed:<instance>`).
+pub const FAILED_KEY_PREFIX: &str = "failed:";
+
+/// One line per failed task: `task role`. An instance with none left writes an empty value.
+pub fn encode_failed(tasks: &[(TaskId, String)]) -> Vec<u8> {
+    let mut out = String::new();
+    for (task, role) in tasks {
+        out.push_str(&format!("{task} {role}\n"));
+    }
+    out.into_bytes()
+}
+
+/// The tasks of a failed-task record; `None` for a value that is not one.
+fn parse_failed(v: &[u8]) -> Option<Vec<(TaskId, String)>> {
+    let text = std::str::from_utf8(v).ok()?;
+    text.lines()
+        .map(|line| {
+            let (task, role) = line.split_once(' ')?;
+            Some((task.parse().ok()?, role.to_owned()))
+        })
+        .collect()
 }
 
 /// Describes `group`. `changelogs` maps a subtopology to its changelog topics, for lags;
@@ -155,9 +189,13 @@ pub async fn inspect(
     reports: Option<&str>,
 ) -> Result<GroupView> {
     let g = client.describe_group(group).await?;
-    let (reported, progress) = match reports {
+    let ControlRecords {
+        reports: reported,
+        progress,
+        failed,
+    } = match reports {
         Some(topic) => read_reports(client, topic).await?,
-        None => Default::default(),
+        None => ControlRecords::default(),
     };
     let mut members = Vec::new();
     let mut wanted: Vec<TopicPartition> = Vec::new();
@@ -288,9 +326,25 @@ pub async fn inspect(
                 .map(|etas| etas.into_iter().fold(0.0, f64::max))
         })
         .flatten();
+    let present: Vec<&str> = members
+        .iter()
+        .filter_map(|m| m.instance.as_deref())
+        .collect();
+    let failed = failed
+        .into_iter()
+        .filter(|(instance, _)| present.contains(&instance.as_str()))
+        .flat_map(|(instance, tasks)| {
+            tasks.into_iter().map(move |(task, role)| FailedTask {
+                task,
+                role,
+                instance: instance.clone(),
+            })
+        })
+        .collect();
     Ok(GroupView {
         pending,
         balanced_in_s,
+        failed,
         group: group.to_owned(),
         state: g.group_state.to_string(),
         protocol_type: or_reported(g.protocol_type.to_string(), crate::member::PROTOCOL_TYPE),
@@ -396,10 +450,13 @@ pub fn instance_of(id: &str) -> Option<&str> {
 
 /// The latest report of each member among the last records of `topic`.
 /// Member reports by member id, and the latest progress of each instance.
-type ControlRecords = (
-    BTreeMap<String, Report>,
-    BTreeMap<String, Vec<CopyProgress>>,
-);
+/// What members publish to the control topic, the latest of each per member or instance.
+#[derive(Default)]
+struct ControlRecords {
+    reports: BTreeMap<String, Report>,
+    progress: BTreeMap<String, Vec<CopyProgress>>,
+    failed: BTreeMap<String, Vec<(TaskId, String)>>,
+}
 
 /// Each warm-up under way, with its destination's latest progress for it.
 fn pending_moves(
@@ -484,7 +541,7 @@ pub async fn read_tail(
 /// that has not joined yet can know of where the group's tasks are (its host maps). `None`
 /// when no member reported one.
 pub async fn latest_assignment(client: &Client, topic: &str) -> Result<Option<(i32, Vec<u8>)>> {
-    let (reports, _) = read_reports(client, topic).await?;
+    let reports = read_reports(client, topic).await?.reports;
     Ok(reports
         .into_values()
         .filter(|r| !r.assignment.is_empty())
@@ -493,8 +550,7 @@ pub async fn latest_assignment(client: &Client, topic: &str) -> Result<Option<(i
 }
 
 async fn read_reports(client: &Client, topic: &str) -> Result<ControlRecords> {
-    let mut out = BTreeMap::new();
-    let mut progress = BTreeMap::new();
+    let mut out = ControlRecords::default();
     for r in &read_tail(client, topic, REPORTS_READ).await? {
         let (Some(k), Some(v)) = (&r.key, &r.value) else {
             continue;
@@ -504,15 +560,19 @@ async fn read_reports(client: &Client, topic: &str) -> Result<ControlRecords> {
         };
         if let Some(instance) = key.strip_prefix(PROGRESS_KEY_PREFIX) {
             if let Some(copies) = parse_progress(v) {
-                progress.insert(instance.to_owned(), copies);
+                out.progress.insert(instance.to_owned(), copies);
+            }
+        } else if let Some(instance) = key.strip_prefix(FAILED_KEY_PREFIX) {
+            if let Some(tasks) = parse_failed(v) {
+                out.failed.insert(instance.to_owned(), tasks);
             }
         } else if let Some(member) = key.strip_prefix(REPORT_KEY_PREFIX) {
             if let Some(report) = parse_report(v) {
-                out.insert(member.to_owned(), report);
+                out.reports.insert(member.to_owned(), report);
             }
         }
     }
-    Ok((out, progress))
+    Ok(out)
 }
 
 type Decoded = (

@@ -14,9 +14,12 @@ use kafka_protocol::records::{
 use crate::client::Client;
 use crate::error::{check, Error, Result};
 
-/// Produce v13 and Fetch v13 address topics by id; this client uses names.
+/// Produce v13 addresses topics by id; this client's produces use names.
 const PRODUCE_MAX_VERSION: i16 = 12;
-const FETCH_MAX_VERSION: i16 = 12;
+/// The newest Fetch naming topics; v13 addresses them by id (KIP-516), used when every
+/// partition of a fetch comes with its topic's id.
+const FETCH_BY_NAME_MAX_VERSION: i16 = 12;
+const FETCH_BY_ID_VERSION: i16 = 13;
 
 /// A record to produce: key and value, either may be null.
 pub type KeyValue = (Option<Bytes>, Option<Bytes>);
@@ -167,6 +170,7 @@ impl Client {
     ) -> Result<Fetched> {
         let want = FetchWant {
             topic: topic.to_owned(),
+            topic_id: None,
             partition,
             offset,
             max_bytes,
@@ -186,19 +190,31 @@ impl Client {
         wants: &[FetchWant],
         max_wait_ms: i32,
     ) -> Result<Vec<Result<Fetched>>> {
+        // By id, a topic deleted and made again under the same name is an error
+        // (UNKNOWN_TOPIC_ID), not a partition read from where the old one stood.
+        let by_id = !wants.is_empty()
+            && wants.iter().all(|w| w.topic_id.is_some())
+            && self.version::<FetchRequest>(leader).await? >= FETCH_BY_ID_VERSION;
+        let same = |t: &FetchTopic, w: &FetchWant| match by_id {
+            true => Some(t.topic_id) == w.topic_id,
+            false => t.topic.0.as_str() == w.topic,
+        };
         let mut by_topic: Vec<FetchTopic> = Vec::new();
         for w in wants {
             let part = FetchPartition::default()
                 .with_partition(w.partition)
                 .with_fetch_offset(w.offset)
                 .with_partition_max_bytes(w.max_bytes);
-            match by_topic.iter_mut().find(|t| t.topic.0.as_str() == w.topic) {
+            match by_topic.iter_mut().find(|t| same(t, w)) {
                 Some(t) => t.partitions.push(part),
-                None => by_topic.push(
-                    FetchTopic::default()
-                        .with_topic(TopicName(StrBytes::from_string(w.topic.clone())))
-                        .with_partitions(vec![part]),
-                ),
+                None => {
+                    let topic = match (by_id, w.topic_id) {
+                        (true, Some(id)) => FetchTopic::default().with_topic_id(id),
+                        _ => FetchTopic::default()
+                            .with_topic(TopicName(StrBytes::from_string(w.topic.clone()))),
+                    };
+                    by_topic.push(topic.with_partitions(vec![part]))
+                }
             }
         }
         let total: i64 = wants.iter().map(|w| w.max_bytes.max(0) as i64).sum();
@@ -209,7 +225,11 @@ impl Client {
             .with_max_bytes(total.min(i32::MAX as i64) as i32)
             .with_session_epoch(-1)
             .with_topics(by_topic);
-        let resp = self.send_capped_to(leader, &req, FETCH_MAX_VERSION).await?;
+        let cap = match by_id {
+            true => FETCH_BY_ID_VERSION,
+            false => FETCH_BY_NAME_MAX_VERSION,
+        };
+        let resp = self.send_capped_to(leader, &req, cap).await?;
         check(ApiKey::Fetch, resp.error_code)?;
         Ok(wants
             .iter()
@@ -217,7 +237,10 @@ impl Client {
                 let found = resp
                     .responses
                     .iter()
-                    .filter(|t| t.topic.0.as_str() == w.topic)
+                    .filter(|t| match by_id {
+                        true => Some(t.topic_id) == w.topic_id,
+                        false => t.topic.0.as_str() == w.topic,
+                    })
                     .flat_map(|t| &t.partitions)
                     .find(|p| p.partition_index == w.partition);
                 match found {
@@ -286,6 +309,10 @@ fn encode_batch(records: &[KeyValue], ts: impl Fn(usize) -> i64) -> Result<Bytes
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchWant {
     pub topic: String,
+    /// The topic's id as first seen ([`Client::topic_ids`]): the fetch then reads that topic
+    /// only, and fails with UNKNOWN_TOPIC_ID once it was deleted, even if one of the same
+    /// name was made since. `None`: by name.
+    pub topic_id: Option<uuid::Uuid>,
     pub partition: i32,
     pub offset: i64,
     pub max_bytes: i32,

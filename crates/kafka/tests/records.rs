@@ -139,3 +139,66 @@ async fn an_oversized_batch_is_refused_and_fitted_batches_pass() {
         start += n;
     }
 }
+
+/// A topic deleted and made again under the same name has another id. A fetch by the old id
+/// fails (UNKNOWN_TOPIC_ID from Kafka) instead of reading the new topic from the old
+/// position; by the new id it reads the new topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_by_id_tells_a_topic_made_again_from_the_old_one() {
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    let topic = NewTopic {
+        name: "t".into(),
+        partitions: 1,
+        compacted: false,
+    };
+    client
+        .create_topics(std::slice::from_ref(&topic))
+        .await
+        .unwrap();
+    let old = client.topic_ids(&["t".into()]).await.unwrap()["t"];
+    let records: Vec<(Option<Bytes>, Option<Bytes>)> = (0..10)
+        .map(|i| (None, Some(Bytes::from(format!("old{i}")))))
+        .collect();
+    let leader = client.leader("t", 0).await.unwrap();
+    client.produce(&leader, "t", 0, &records).await.unwrap();
+    let want = |id, offset| baton_kafka::records::FetchWant {
+        topic: "t".into(),
+        topic_id: Some(id),
+        partition: 0,
+        offset,
+        max_bytes: 1 << 20,
+    };
+    let read = client
+        .fetch_many(&leader, &[want(old, 0)], 100)
+        .await
+        .unwrap();
+    assert_eq!(read[0].as_ref().unwrap().records.len(), 10, "by id");
+
+    client.delete_topics(&["t".into()]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    client
+        .create_topics(std::slice::from_ref(&topic))
+        .await
+        .unwrap();
+    let new = client.topic_ids(&["t".into()]).await.unwrap()["t"];
+    assert_ne!(new, old, "a new id");
+    let leader = client.leader("t", 0).await.unwrap();
+    let more: Vec<(Option<Bytes>, Option<Bytes>)> = (0..20)
+        .map(|i| (None, Some(Bytes::from(format!("new{i}")))))
+        .collect();
+    client.produce(&leader, "t", 0, &more).await.unwrap();
+    let read = client.fetch_many(&leader, &[want(old, 5)], 100).await;
+    let e = match read {
+        Ok(mut r) => r.pop().unwrap().unwrap_err(),
+        Err(e) => e,
+    };
+    // Kafka answers UNKNOWN_TOPIC_ID; nisshi 0.8.1 UNKNOWN_TOPIC_OR_PARTITION.
+    assert!(e.is_unknown_topic_id() || e.is_unknown_topic(), "{e}");
+    let read = client
+        .fetch_many(&leader, &[want(new, 5)], 100)
+        .await
+        .unwrap();
+    let f = read[0].as_ref().unwrap();
+    assert_eq!(f.records[0].value.as_deref(), Some(&b"new5"[..]));
+}

@@ -48,6 +48,9 @@ pub struct Context {
     /// then takes no lock when nothing is failing, which is nearly always.
     any_failing: AtomicBool,
     born: std::time::Instant,
+    /// The ids of the source and changelog topics as this process first saw them
+    /// ([`Context::learn_topic_ids`]): fetches by id tell a topic made again from the old one.
+    topic_ids: Mutex<BTreeMap<String, uuid::Uuid>>,
 }
 
 impl Context {
@@ -79,7 +82,32 @@ impl Context {
             repeats: Mutex::new(Repeats::default()),
             any_failing: AtomicBool::new(false),
             born: std::time::Instant::now(),
+            topic_ids: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Asks the broker for the ids of the topics this application reads (its sources and
+    /// changelogs). A broker that gives none, or does not answer, leaves fetches by name.
+    pub async fn learn_topic_ids(&self) {
+        let topics: std::collections::BTreeSet<String> = self
+            .wire
+            .subtopologies
+            .values()
+            .flat_map(|s| s.source_topics.iter().chain(&s.changelog_topics).cloned())
+            .collect();
+        let topics: Vec<String> = topics.into_iter().collect();
+        match self.client.topic_ids(&topics).await {
+            Ok(ids) => *self.topic_ids.lock().unwrap_or_else(|e| e.into_inner()) = ids,
+            Err(e) => tracing::warn!(error = %e, "reading topic ids; fetching by topic name"),
+        }
+    }
+
+    /// The topic ids learnt at startup.
+    pub fn topic_ids(&self) -> BTreeMap<String, uuid::Uuid> {
+        self.topic_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// `subject` (what failed, and where) failed with `error`: logged when it starts, then at

@@ -80,16 +80,18 @@ pub async fn send(client: &Client, app_id: &str, instance: &str, request: Reques
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
 /// Publishes this instance's catch-up progress to the control topic while it has any (and
-/// once more when it has none left), for `baton inspect`: record key
-/// `progress:<instance>`, value [`baton_kafka::inspect::encode_progress`].
+/// once more when it has none left), and its failed tasks whenever they change, for `baton
+/// inspect`: record keys `progress:<instance>` ([`baton_kafka::inspect::encode_progress`])
+/// and `failed:<instance>` ([`baton_kafka::inspect::encode_failed`]).
 pub async fn publish_progress(ctx: Arc<Context>) {
     let topic = control_topic(ctx.group());
-    let key = format!(
-        "{}{}",
-        baton_kafka::inspect::PROGRESS_KEY_PREFIX,
-        ctx.cfg.instance_id
-    );
+    let instance = &ctx.cfg.instance_id;
+    let progress_key = format!("{}{instance}", baton_kafka::inspect::PROGRESS_KEY_PREFIX);
+    let failed_key = format!("{}{instance}", baton_kafka::inspect::FAILED_KEY_PREFIX);
     let mut had = false;
+    // What the topic holds for this instance; `None` until written once (an instance that
+    // restarts says "none failed" once, over what its previous life left).
+    let mut failed_told: Option<Vec<(baton_assignor::TaskId, String)>> = None;
     loop {
         tokio::time::sleep(PROGRESS_EVERY).await;
         let progress: Vec<baton_kafka::inspect::CopyProgress> = ctx
@@ -105,28 +107,45 @@ pub async fn publish_progress(ctx: Arc<Context>) {
                 },
             )
             .collect();
-        if progress.is_empty() && !had {
-            continue;
+        if !progress.is_empty() || had {
+            had = !progress.is_empty();
+            let value = baton_kafka::inspect::encode_progress(&progress);
+            publish(&ctx, &topic, &progress_key, value, "catch-up progress").await;
         }
-        had = !progress.is_empty();
-        let value = baton_kafka::inspect::encode_progress(&progress);
-        let sent = async {
-            let leader = ctx.leader(&topic, 0).await?;
-            ctx.client
-                .produce(
-                    &leader,
-                    &topic,
-                    0,
-                    &[(
-                        Some(bytes::Bytes::from(key.clone())),
-                        Some(bytes::Bytes::from(value)),
-                    )],
-                )
-                .await
-        };
-        if let Err(e) = sent.await {
-            ctx.forget_leader(&topic, 0);
-            tracing::debug!(error = %e, "publishing catch-up progress");
+        let failed: Vec<_> = ctx
+            .status
+            .failed()
+            .into_iter()
+            .map(|(task, role)| (task, role.as_str().to_owned()))
+            .collect();
+        if failed_told.as_ref() != Some(&failed) {
+            let value = baton_kafka::inspect::encode_failed(&failed);
+            if publish(&ctx, &topic, &failed_key, value, "failed tasks").await {
+                failed_told = Some(failed);
+            }
+        }
+    }
+}
+
+/// Writes one record to the control topic; false when it did not land (logged at debug: the
+/// next round writes again).
+async fn publish(ctx: &Context, topic: &str, key: &str, value: Vec<u8>, what: &str) -> bool {
+    let sent = async {
+        let leader = ctx.leader(topic, 0).await?;
+        let record = (
+            Some(bytes::Bytes::from(key.to_owned())),
+            Some(bytes::Bytes::from(value)),
+        );
+        ctx.client
+            .produce(&leader, topic, 0, std::slice::from_ref(&record))
+            .await
+    };
+    match sent.await {
+        Ok(_) => true,
+        Err(e) => {
+            ctx.forget_leader(topic, 0);
+            tracing::debug!(error = %e, "publishing {what}");
+            false
         }
     }
 }

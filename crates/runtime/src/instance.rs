@@ -74,6 +74,7 @@ pub async fn run_with_queries(
         sink_partitions,
         process_id,
     ));
+    ctx.learn_topic_ids().await;
     cleanup::scan(&ctx);
     queries.bind(ctx.clone());
     tracing::info!(instance = %ctx.cfg.instance_id, process = %process_id, threads, assignor = %ctx.cfg.assignor, "starting");

@@ -263,6 +263,16 @@ impl Status {
             .collect()
     }
 
+    /// The tasks held here that stopped (phase `failed`), with their roles.
+    pub fn failed(&self) -> Vec<(TaskId, Role)> {
+        self.inner()
+            .held
+            .iter()
+            .filter(|(_, s)| s.phase == Phase::Failed)
+            .map(|(t, s)| (*t, s.role))
+            .collect()
+    }
+
     /// The Prometheus text exposition of this instance.
     pub fn render(&self, instance: &str) -> String {
         let i = self.inner();

@@ -88,6 +88,83 @@ enum Miss {
     /// The offset is past the partition's end: for a changelog, the store is from another
     /// life of the topic (deleted and recreated; the broker lost its data).
     OutOfRange,
+    /// The topic the fetch asked for by id is gone, and one of the same name has this id.
+    MadeAgain(uuid::Uuid),
+}
+
+/// One fetch request to `leader`, by topic id where every want's topic has one in `ids`.
+async fn fetch_from(
+    ctx: &Context,
+    io: &Client,
+    leader: &str,
+    wants: Vec<FetchWant>,
+    ids: &BTreeMap<String, uuid::Uuid>,
+) -> Vec<(FetchWant, std::result::Result<Fetched, Miss>)> {
+    let wire: Vec<WireWant> = wants
+        .iter()
+        .map(|w| WireWant {
+            topic: w.tp.topic.clone(),
+            topic_id: ids.get(&w.tp.topic).copied(),
+            partition: w.tp.partition,
+            offset: w.offset,
+            max_bytes: w.max_bytes,
+        })
+        .collect();
+    let mut out = Vec::with_capacity(wants.len());
+    match io.fetch_many(leader, &wire, FETCH_WAIT_MS).await {
+        Ok(results) => {
+            ctx.recovered(|| format!("fetch from broker {leader}"));
+            for ((want, w), result) in wants.into_iter().zip(&wire).zip(results) {
+                match result {
+                    Ok(f) => {
+                        ctx.recovered(|| format!("fetch from {}", want.tp));
+                        out.push((want, Ok(f)))
+                    }
+                    Err(e) if e.is_offset_out_of_range() => {
+                        out.push((want, Err(Miss::OutOfRange)));
+                    }
+                    Err(e) => {
+                        ctx.forget_leader(&want.tp.topic, want.tp.partition);
+                        ctx.failing(&format!("fetch from {}", want.tp), &e);
+                        let miss = gone_or_made_again(ctx, w, &e).await;
+                        out.push((want, Err(miss)));
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            ctx.failing(&format!("fetch from broker {leader}"), &e);
+            for (want, w) in wants.into_iter().zip(&wire) {
+                ctx.forget_leader(&want.tp.topic, want.tp.partition);
+                let miss = gone_or_made_again(ctx, w, &e).await;
+                out.push((want, Err(miss)));
+            }
+        }
+    }
+    out
+}
+
+/// After a fetch by id found no such topic: whether one of the same name exists with another
+/// id (made again), or the topic is simply gone for now.
+async fn gone_or_made_again(ctx: &Context, want: &WireWant, e: &baton_kafka::Error) -> Miss {
+    let Some(used) = want.topic_id else {
+        return Miss::Failed;
+    };
+    // Kafka answers UNKNOWN_TOPIC_ID; nisshi 0.8.1 UNKNOWN_TOPIC_OR_PARTITION.
+    if !(e.is_unknown_topic_id() || e.is_unknown_topic()) {
+        return Miss::Failed;
+    }
+    match ctx
+        .client
+        .topic_ids(std::slice::from_ref(&want.topic))
+        .await
+    {
+        Ok(ids) => match ids.get(&want.topic) {
+            Some(&now) if now != used => Miss::MadeAgain(now),
+            _ => Miss::Failed,
+        },
+        Err(_) => Miss::Failed,
+    }
 }
 
 pub struct StreamThread {
@@ -199,6 +276,7 @@ impl StreamThread {
             stream_times: BTreeMap::new(),
             buffers: BTreeMap::new(),
             rebuild: BTreeMap::new(),
+            topic_ids: self.ctx.topic_ids(),
             store_failures: StoreFailures::default(),
             skip_log: SkipLog::default(),
             fetch: None,
@@ -228,6 +306,9 @@ struct Driver {
     buffers: BTreeMap<TopicPartition, Fetched>,
     /// Tasks whose stores cannot be trusted (and why): set aside at the next open.
     rebuild: BTreeMap<TaskId, String>,
+    /// The id of each topic this thread reads, for the positions its tasks hold in it: a
+    /// fetch by id fails once the topic was deleted, even if one of the same name was made.
+    topic_ids: BTreeMap<String, uuid::Uuid>,
     store_failures: StoreFailures,
     /// Records skipped after the application failed on them, for rate-limited logging.
     skip_log: SkipLog,
@@ -333,6 +414,10 @@ impl Driver {
                 Err(Miss::Failed) => continue,
                 Err(Miss::OutOfRange) => {
                     self.out_of_range(&want);
+                    continue;
+                }
+                Err(Miss::MadeAgain(id)) => {
+                    self.made_again(&want.tp.topic, id);
                     continue;
                 }
             };
@@ -592,26 +677,8 @@ impl Driver {
                 source,
                 from,
                 to,
-            } => {
-                let tp = self.ctx.wire.source_partitions(task).get(source).cloned();
-                let tp = tp.map_or_else(|| format!("source {source}"), |tp| tp.to_string());
-                let reset = self.ctx.cfg.auto_offset_reset.name();
-                match to {
-                    Some(to) => tracing::warn!(
-                        task = %task,
-                        partition = %tp,
-                        position = from,
-                        now_from = to,
-                        "the input partition has no offset {from} (the topic was deleted and made again, or its records were deleted): reading it from offset {to} (auto.offset.reset={reset})"
-                    ),
-                    None => tracing::error!(
-                        task = %task,
-                        partition = %tp,
-                        position = from,
-                        "the input partition has no offset {from} (the topic was deleted and made again, or its records were deleted); stopping this task (auto.offset.reset=none): it holds its partitions and processes nothing until it moves or the instance restarts"
-                    ),
-                }
-            }
+                made_again,
+            } => self.log_source_reset(task, source, from, to, made_again),
             Command::ReadCommitted { task } => {
                 let wanted = self.ctx.wire.source_partitions(task);
                 let e = match self.io.committed(self.ctx.group(), &wanted).await {
@@ -822,6 +889,7 @@ impl Driver {
             .filter(|w| !self.catchup_busy(&w.tp, w.max_bytes.max(0) as usize))
             .collect();
         let held_back = wants.len() < before;
+        let ids = self.topic_ids.clone();
         let handle = tokio::spawn(async move {
             if wants.is_empty() && held_back {
                 // Nothing else to read: wait a little rather than spin until the load ends.
@@ -839,47 +907,82 @@ impl Driver {
                 }
             }
             for (leader, wants) in by_leader {
-                let wire: Vec<WireWant> = wants
-                    .iter()
-                    .map(|w| WireWant {
-                        topic: w.tp.topic.clone(),
-                        partition: w.tp.partition,
-                        offset: w.offset,
-                        max_bytes: w.max_bytes,
-                    })
-                    .collect();
-                match io.fetch_many(&leader, &wire, FETCH_WAIT_MS).await {
-                    Ok(results) => {
-                        ctx.recovered(|| format!("fetch from broker {leader}"));
-                        for (want, result) in wants.into_iter().zip(results) {
-                            match result {
-                                Ok(f) => {
-                                    ctx.recovered(|| format!("fetch from {}", want.tp));
-                                    out.push((want, Ok(f)))
-                                }
-                                Err(e) if e.is_offset_out_of_range() => {
-                                    out.push((want, Err(Miss::OutOfRange)));
-                                }
-                                Err(e) => {
-                                    ctx.forget_leader(&want.tp.topic, want.tp.partition);
-                                    ctx.failing(&format!("fetch from {}", want.tp), &e);
-                                    out.push((want, Err(Miss::Failed)));
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        ctx.failing(&format!("fetch from broker {leader}"), &e);
-                        for w in wants {
-                            ctx.forget_leader(&w.tp.topic, w.tp.partition);
-                            out.push((w, Err(Miss::Failed)));
-                        }
-                    }
-                }
+                out.extend(fetch_from(&ctx, &io, &leader, wants, &ids).await);
             }
             (fetch, out)
         });
         self.fetch = Some((fetch, handle));
+    }
+
+    /// Says, once, where a task's position in a source went ([`Command::SourceReset`]).
+    fn log_source_reset(
+        &self,
+        task: TaskId,
+        source: usize,
+        from: i64,
+        to: Option<i64>,
+        made_again: bool,
+    ) {
+        let tp = self.ctx.wire.source_partitions(task).get(source).cloned();
+        let tp = tp.map_or_else(|| format!("source {source}"), |tp| tp.to_string());
+        let reset = self.ctx.cfg.auto_offset_reset.name();
+        let why = match made_again {
+            true => format!(
+                "the input topic was deleted and made again (its id changed): position {from} \
+                 was in the old one"
+            ),
+            false => format!(
+                "the input partition has no offset {from} (the topic was deleted and made \
+                 again, or its records were deleted)"
+            ),
+        };
+        match to {
+            Some(to) => tracing::warn!(
+                task = %task,
+                partition = %tp,
+                position = from,
+                now_from = to,
+                "{why}: reading it from offset {to} (auto.offset.reset={reset})"
+            ),
+            None => tracing::error!(
+                task = %task,
+                partition = %tp,
+                position = from,
+                "{why}; stopping this task (auto.offset.reset=none): it holds its partitions and processes nothing until it moves or the instance restarts"
+            ),
+        }
+    }
+
+    /// A topic this thread reads was deleted and made again (`id`, its new id): every task
+    /// here that reads it is told, and later fetches read the new topic.
+    fn made_again(&mut self, topic: &str, id: uuid::Uuid) {
+        let old = self.topic_ids.insert(topic.to_owned(), id);
+        if old == Some(id) {
+            return;
+        }
+        tracing::warn!(
+            thread = %self.name,
+            topic,
+            old_id = %old.map_or("-".into(), |o| o.to_string()),
+            new_id = %id,
+            "a topic this thread reads was deleted and made again (its id changed)"
+        );
+        for &task in self.tasks.keys() {
+            let sources = self.ctx.wire.source_partitions(task);
+            for (source, tp) in sources.iter().enumerate() {
+                if tp.topic == topic {
+                    self.local
+                        .push_back(Event::SourceRecreated { task, source });
+                }
+            }
+            let changelogs = self.ctx.wire.changelog_partitions(task);
+            for (changelog, tp) in changelogs.iter().enumerate() {
+                if tp.topic == topic && !sources.contains(tp) {
+                    self.local
+                        .push_back(Event::ChangelogRecreated { task, changelog });
+                }
+            }
+        }
     }
 
     /// Whether the store behind changelog partition `tp` cannot take another chunk yet.

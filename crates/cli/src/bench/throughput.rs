@@ -241,6 +241,7 @@ async fn read_all(client: &Client, topic: &str) -> Result<Duration, Failure> {
             .filter(|(p, _)| !done.contains_key(p))
             .map(|(&partition, &offset)| FetchWant {
                 topic: topic.to_owned(),
+                topic_id: None,
                 partition,
                 offset,
                 max_bytes: 1 << 20,

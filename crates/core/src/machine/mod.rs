@@ -296,6 +296,18 @@ pub enum Event {
         commit: RequestId,
         ok: bool,
     },
+    /// The topic of source `source` of `task` was deleted and made again (its id changed):
+    /// the task's position in it belongs to the old topic.
+    SourceRecreated {
+        task: TaskId,
+        source: usize,
+    },
+    /// The topic of changelog `changelog` of `task` was deleted and made again: the store's
+    /// checkpoint belongs to the old topic (see [`Reseed`]).
+    ChangelogRecreated {
+        task: TaskId,
+        changelog: usize,
+    },
     /// Source `source` of `task` holds a record batch at `from` that cannot be read, and the
     /// input's error policy skips it: the task goes on at `to`, the offset after it.
     InputSkipped {
@@ -446,6 +458,8 @@ pub enum Command {
         source: usize,
         from: i64,
         to: Option<i64>,
+        /// Why: the topic was made again (its id changed), rather than the position missing.
+        made_again: bool,
     },
     Commit {
         commit: RequestId,
@@ -807,8 +821,10 @@ impl ThreadMachine {
                 let reset = self.cfg.auto_offset_reset;
                 if let Some(s) = self.running_source(task, source, offset) {
                     s.resetting = false;
-                    // Within the partition after all: the topic grew since the fetch.
-                    if !(earliest..=latest).contains(&offset) {
+                    let made_again = std::mem::take(&mut s.made_again);
+                    // Within the partition after all: the topic grew since the fetch. Unless
+                    // it is another topic of the same name, where the position means nothing.
+                    if made_again || !(earliest..=latest).contains(&offset) {
                         let to = reset.position(earliest, latest);
                         match to {
                             Some(to) => s.position = Some(to),
@@ -823,6 +839,7 @@ impl ThreadMachine {
                             source,
                             from: offset,
                             to,
+                            made_again,
                         });
                     }
                 }
@@ -891,6 +908,27 @@ impl ThreadMachine {
                 });
                 if held {
                     self.stop_task(task, now);
+                }
+            }
+            Event::SourceRecreated { task, source } => {
+                if let Some(s) = self
+                    .tasks
+                    .get_mut(&task)
+                    .and_then(|t| t.sources.get_mut(source))
+                {
+                    s.made_again = true;
+                }
+            }
+            Event::ChangelogRecreated { task, changelog } => {
+                let restoring = self.tasks.get(&task).is_some_and(|t| {
+                    matches!(t.phase, Phase::Restoring | Phase::Tailing)
+                        && !t.reading_committed
+                        && t.reseed.is_none()
+                        && changelog < t.changelogs.len()
+                });
+                if restoring {
+                    let why = "its changelog was deleted and made again".to_owned();
+                    self.changelog_behind(task, changelog, why, now, &mut out);
                 }
             }
             Event::InputSkipped {
@@ -1049,6 +1087,7 @@ impl ThreadMachine {
         if self.may_write(now) {
             self.reseeds_due(now, out);
         }
+        self.resets_due(out);
         for task in ends {
             let request = self.id();
             let changelogs = self.tasks[&task]
@@ -1331,6 +1370,27 @@ impl ThreadMachine {
                 .to_owned();
             out.push(Command::Discard { task, why });
             self.reopen(task, now, out);
+        }
+    }
+
+    /// Running sources whose topic was made again: their positions are placed anew, after the
+    /// new topic's start and end are listed.
+    fn resets_due(&mut self, out: &mut Vec<Command>) {
+        for t in self.tasks.values_mut() {
+            // After a batch in flight: its end is the position to replace.
+            if !t.is_running_active() || t.batch.is_some() {
+                continue;
+            }
+            for (source, s) in t.sources.iter_mut().enumerate() {
+                if let (true, false, Some(offset)) = (s.made_again, s.resetting, s.position) {
+                    s.resetting = true;
+                    out.push(Command::ListSourceOffsets {
+                        task: t.id,
+                        source,
+                        offset,
+                    });
+                }
+            }
         }
     }
 

@@ -44,6 +44,9 @@ pub struct SourceCursor {
     /// The position was not in the partition, and its start and end are being listed
     /// ([`super::Command::ListSourceOffsets`]): no fetch until they are.
     pub resetting: bool,
+    /// The topic was deleted and made again: the position, once known, belongs to the old
+    /// one and is placed anew by `auto.offset.reset` in the new one.
+    pub made_again: bool,
 }
 
 /// A changelog found shorter than its store's checkpoint (deleted and made again, or its
@@ -144,6 +147,7 @@ impl TaskState {
                     position: None,
                     committed: None,
                     resetting: false,
+                    made_again: false,
                 })
                 .collect(),
             batch: None,

@@ -1895,3 +1895,63 @@ fn an_unreadable_input_batch_is_skipped_or_stops_the_task() {
         "its input is fetched no more"
     );
 }
+
+/// The input topic was made again (its id changed) with more records than the old position:
+/// the position, though inside the new topic, belongs to the old one, and is placed anew by
+/// `auto.offset.reset` once the new topic's start and end are listed.
+#[test]
+fn a_source_made_again_is_read_from_its_start_whatever_its_size() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    // Told while the batch runs: the reset waits for it.
+    let told = m.handle(
+        Event::SourceRecreated {
+            task: task(0),
+            source: 0,
+        },
+        S,
+    );
+    assert!(!told
+        .iter()
+        .any(|c| matches!(c, Command::ListSourceOffsets { .. })));
+    let cmds = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 10)],
+        },
+        S,
+    );
+    assert!(
+        cmds.contains(&Command::ListSourceOffsets {
+            task: task(0),
+            source: 0,
+            offset: 10
+        }),
+        "{cmds:?}"
+    );
+    assert!(
+        fetch_of(&cmds).is_none_or(|(_, w)| w.is_empty()),
+        "no input from the old position"
+    );
+    // The new topic holds offsets 0..50: 10 is inside it, and still not this task's place.
+    let cmds = m.handle(
+        Event::SourceOffsetsListed {
+            task: task(0),
+            source: 0,
+            offset: 10,
+            earliest: 0,
+            latest: 50,
+        },
+        S,
+    );
+    assert!(cmds.contains(&Command::SourceReset {
+        task: task(0),
+        source: 0,
+        from: 10,
+        to: Some(0),
+        made_again: true,
+    }));
+    assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
+    assert!(!m.tasks()[&task(0)].sources[0].made_again, "once");
+}
