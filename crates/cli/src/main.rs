@@ -9,6 +9,7 @@ mod drain;
 mod inspect;
 mod produce;
 mod query;
+mod retry;
 mod run;
 mod simulate;
 mod table;
@@ -46,6 +47,8 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Mark an instance as leaving: its tasks move off, then it exits.
     Drain(drain::DrainArgs),
+    /// Open an instance's failed tasks again, once what stopped them is dealt with.
+    Retry(retry::RetryArgs),
     /// Read one key of a store through any instance's query server.
     Query(query::QueryArgs),
     /// Show a real scale-out and drain on a local broker, live, against the pre-KIP baseline.
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(*args),
         Command::Produce(args) => produce::run(args),
         Command::Drain(args) => drain::run(args),
+        Command::Retry(args) => retry::run(args),
         Command::Query(args) => query::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),

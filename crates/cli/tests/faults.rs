@@ -678,10 +678,23 @@ fn a_panic_in_the_runtime_stops_one_task() {
         counted.is_empty(),
         "the failed task processed nothing: {counted:?}"
     );
+    // Asked for (the fail point fired its once): the task opens again and counts its keys.
+    let out = cluster.baton(&["retry", "--group", &cluster.app, "--instance", "a"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all: BTreeMap<String, i64> = theirs.clone().into_iter().chain(others.clone()).collect();
+    let counts = cluster.await_counts(&all, Duration::from_secs(60));
+    let log = a.log_text();
+    assert_eq!(counts, all, "every key exact after `baton retry`\n{log}");
+    assert_eq!(a.count_log("retry requested"), 1, "{log}");
+    assert!(a.holds("active", "failed").is_empty(), "{log}");
     a.stop();
     eprintln!(
         "runtime panic: task of partition {failed_p} stopped once; {} keys of the other tasks \
-         exact, {} keys of the failed one untouched",
+         exact, {} keys of the failed one untouched until `baton retry`, then exact",
         others.len(),
         theirs.len()
     );

@@ -2,7 +2,7 @@
 //! and the drain flag.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use baton_kafka::Client;
@@ -35,6 +35,8 @@ pub struct Context {
     /// Where every task's copies are, from the latest assignment.
     routing: Mutex<Routing>,
     leaving: AtomicBool,
+    /// `baton retry` requests seen so far: each thread retries its failed tasks once per.
+    retries: AtomicU64,
     leaders: Mutex<BTreeMap<TopicPartition, String>>,
     /// The largest record batch the broker is believed to take, learnt from its refusals.
     batch_limit: AtomicUsize,
@@ -75,6 +77,7 @@ impl Context {
             queries: QueryMetrics::default(),
             routing: Mutex::new(Routing::default()),
             leaving: AtomicBool::new(false),
+            retries: AtomicU64::new(0),
             leaders: Mutex::new(BTreeMap::new()),
             batch_limit: AtomicUsize::new(baton_kafka::records::DEFAULT_BATCH_LIMIT),
             stop: watch::channel(false).0,
@@ -84,6 +87,16 @@ impl Context {
             born: std::time::Instant::now(),
             topic_ids: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// An operator asked this instance to open its failed tasks again (`baton retry`).
+    pub fn request_retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many retries were asked for so far.
+    pub fn retry_requests(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     /// Asks the broker for the ids of the topics this application reads (its sources and

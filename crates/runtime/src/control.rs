@@ -1,7 +1,8 @@
 //! Drain requests travel through a control topic on the broker, `<application id>-baton-control`:
 //! `baton drain` appends `(instance id, "drain")` (or `"cancel"` to take one back), and each
 //! instance follows the topic from where it stood at startup, so an old request never drains a
-//! restarted instance.
+//! restarted instance. `baton retry` appends `(instance id, "retry")`: the instance opens its
+//! failed tasks again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +16,15 @@ use crate::error::{kafka, Result};
 
 pub const DRAIN: &[u8] = b"drain";
 pub const CANCEL: &[u8] = b"cancel";
+pub const RETRY: &[u8] = b"retry";
 
 /// What an operator asks of an instance through the control topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
     Drain,
     Cancel,
+    /// Open the instance's failed tasks again (not a drain request: never the "latest").
+    Retry,
 }
 
 impl Request {
@@ -28,6 +32,7 @@ impl Request {
         match self {
             Request::Drain => DRAIN,
             Request::Cancel => CANCEL,
+            Request::Retry => RETRY,
         }
     }
 }
@@ -260,6 +265,10 @@ pub async fn watch(ctx: Arc<Context>, from: i64) {
                         Some(CANCEL) if ctx.is_leaving() => {
                             tracing::info!(instance = %ctx.cfg.instance_id, "drain cancelled: staying in the group");
                             ctx.clear_leaving();
+                        }
+                        Some(RETRY) => {
+                            tracing::info!(instance = %ctx.cfg.instance_id, "retry requested: failed tasks are opened again");
+                            ctx.request_retry();
                         }
                         _ => {}
                     }

@@ -330,6 +330,8 @@ impl Driver {
         let mut commands: VecDeque<Command> = m.start().into();
         let mut shutting_down = false;
         let mut drain_told = false;
+        // Retries asked for before this thread started are about an earlier life.
+        let mut retries_told = self.ctx.retry_requests();
         loop {
             self.start_fetches(&mut commands);
             while let Some(c) = commands.pop_front() {
@@ -350,6 +352,11 @@ impl Driver {
             if !shutting_down && *self.shutdown.borrow() {
                 shutting_down = true;
                 commands.extend(m.handle(Event::Shutdown, self.now()));
+            }
+            let retries = self.ctx.retry_requests();
+            if retries != retries_told {
+                retries_told = retries;
+                commands.extend(m.handle(Event::RetryFailed, self.now()));
             }
             if drain_told != self.ctx.is_leaving() {
                 drain_told = !drain_told;
@@ -2016,8 +2023,8 @@ fn inject_unreadable(want: &FetchWant, f: &mut Fetched) {
 
 pub(crate) fn failed_task_fate(retry: Option<Duration>) -> String {
     match retry {
-        None => "it holds its partitions and processes nothing more until it moves or the \
-                 instance restarts"
+        None => "it holds its partitions and processes nothing more until it moves, the \
+                 instance restarts, or `baton retry` asks"
             .into(),
         Some(d) => format!(
             "it holds its partitions and is tried again after {} ms (--task-retry-ms, doubling \

@@ -296,6 +296,8 @@ pub enum Event {
         commit: RequestId,
         ok: bool,
     },
+    /// An operator asked for the failed tasks to be tried again (`baton retry`).
+    RetryFailed,
     /// The topic of source `source` of `task` was deleted and made again (its id changed):
     /// the task's position in it belongs to the old topic.
     SourceRecreated {
@@ -908,6 +910,22 @@ impl ThreadMachine {
                 });
                 if held {
                     self.stop_task(task, now);
+                }
+            }
+            Event::RetryFailed => {
+                let failed: Vec<TaskId> = self
+                    .tasks
+                    .values()
+                    .filter(|t| t.phase == Phase::Failed)
+                    .map(|t| t.id)
+                    .collect();
+                for task in failed {
+                    if let Some(t) = self.tasks.get_mut(&task) {
+                        // Asked for: at the first backoff step, not after the failures so far.
+                        t.failures = 0;
+                    }
+                    // Closed and opened again: restored, then its input from where it stopped.
+                    self.reopen(task, now, &mut out);
                 }
             }
             Event::SourceRecreated { task, source } => {

@@ -1955,3 +1955,36 @@ fn a_source_made_again_is_read_from_its_start_whatever_its_size() {
     assert_eq!(m.tasks()[&task(0)].sources[0].position, Some(0));
     assert!(!m.tasks()[&task(0)].sources[0].made_again, "once");
 }
+
+/// `baton retry`: a failed task is closed and opened again at the first backoff step, and
+/// goes on from where it stopped; running tasks are left alone.
+#[test]
+fn a_retry_asked_for_reopens_failed_tasks_only() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::RecordFailed {
+            task: task(0),
+            batch,
+        },
+        S,
+    );
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Failed);
+    let cmds = m.handle(Event::RetryFailed, 2 * S);
+    assert!(cmds.contains(&Command::Close { task: task(0) }), "{cmds:?}");
+    let cmds = m.handle(Event::Tick, 2 * S + ms(250));
+    assert!(cmds.contains(&Command::Open {
+        task: task(0),
+        role: Role::Active
+    }));
+    assert_eq!(
+        m.tasks()[&task(0)].sources[0].position,
+        Some(0),
+        "where it stopped"
+    );
+    let again = m.handle(Event::RetryFailed, 3 * S);
+    assert!(
+        !again.contains(&Command::Close { task: task(0) }),
+        "not failed now"
+    );
+}
