@@ -49,6 +49,10 @@ fn faults() {
         "input recreated and grown",
         input_recreated_past_the_old_position,
     );
+    timed(
+        "input recreated while stopped",
+        input_recreated_while_stopped,
+    );
     timed("paused", paused_past_the_session_timeout);
     timed("disk full", disk_full_then_freed);
     timed("oversized record", a_record_no_batch_can_carry);
@@ -427,6 +431,31 @@ fn input_recreated_past_the_old_position() {
         harness::PARTITIONS as usize,
         "one reset per partition, said once each\n{log}"
     );
+    a.stop();
+}
+
+/// The input topic deleted, made again and filled past the old positions while the only
+/// instance was stopped. The broker drops a deleted topic's committed offsets with it (Kafka
+/// and nisshi both), so the restarted instance finds none and reads the new topic from its
+/// start, not from the old positions: every event counted.
+fn input_recreated_while_stopped() {
+    let cluster = Cluster::new("recreated-stopped");
+    let mut a = cluster.spawn("a", &[]);
+    let mut produced = cluster.produce_backlog("k", 30, 20);
+    assert_exact(&cluster, &produced, "input recreated while stopped, before");
+    // Positions committed: a graceful stop commits them.
+    a.stop();
+    cluster
+        .rt
+        .block_on(cluster.client.delete_topics(&[harness::INPUT.to_owned()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.create_topics();
+    for (k, n) in cluster.produce_backlog("k", 30, 40) {
+        *produced.entry(k).or_default() += n;
+    }
+    let mut a = cluster.spawn_on("a2", "a", &[]);
+    assert_exact(&cluster, &produced, "input recreated while stopped, after");
     a.stop();
 }
 
