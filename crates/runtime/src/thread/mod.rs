@@ -1,11 +1,15 @@
 //! A stream thread: the async driver of one [`ThreadMachine`]. It performs the machine's
 //! commands (fetch, process, absorb, open, close, commit, join, leave) and turns their outcomes
-//! into events. Decisions live in the machine; this file only does I/O.
+//! into events. Decisions live in the machine; this module only does I/O: reading in `fetch.rs`,
+//! topics that went away in `topics.rs`, the rest here.
 //!
 //! Heartbeats and join rounds run on the thread's membership task ([`crate::membership`]), so
 //! they never wait behind data work, and tasks go on being processed during a rebalance. A
 //! fetch runs on a task of its own while the store applies the previous one. Store work
 //! (bulk loads, fsync) runs with `block_in_place`, off the executor's other tasks.
+
+mod fetch;
+mod topics;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -90,81 +94,6 @@ enum Miss {
     OutOfRange,
     /// The topic the fetch asked for by id is gone, and one of the same name has this id.
     MadeAgain(uuid::Uuid),
-}
-
-/// One fetch request to `leader`, by topic id where every want's topic has one in `ids`.
-async fn fetch_from(
-    ctx: &Context,
-    io: &Client,
-    leader: &str,
-    wants: Vec<FetchWant>,
-    ids: &BTreeMap<String, uuid::Uuid>,
-) -> Vec<(FetchWant, std::result::Result<Fetched, Miss>)> {
-    let wire: Vec<WireWant> = wants
-        .iter()
-        .map(|w| WireWant {
-            topic: w.tp.topic.clone(),
-            topic_id: ids.get(&w.tp.topic).copied(),
-            partition: w.tp.partition,
-            offset: w.offset,
-            max_bytes: w.max_bytes,
-        })
-        .collect();
-    let mut out = Vec::with_capacity(wants.len());
-    match io.fetch_many(leader, &wire, FETCH_WAIT_MS).await {
-        Ok(results) => {
-            ctx.recovered(|| format!("fetch from broker {leader}"));
-            for ((want, w), result) in wants.into_iter().zip(&wire).zip(results) {
-                match result {
-                    Ok(f) => {
-                        ctx.recovered(|| format!("fetch from {}", want.tp));
-                        out.push((want, Ok(f)))
-                    }
-                    Err(e) if e.is_offset_out_of_range() => {
-                        out.push((want, Err(Miss::OutOfRange)));
-                    }
-                    Err(e) => {
-                        ctx.forget_leader(&want.tp.topic, want.tp.partition);
-                        ctx.failing(&format!("fetch from {}", want.tp), &e);
-                        let miss = gone_or_made_again(ctx, w, &e).await;
-                        out.push((want, Err(miss)));
-                    }
-                }
-            }
-        }
-        Err(e) => {
-            ctx.failing(&format!("fetch from broker {leader}"), &e);
-            for (want, w) in wants.into_iter().zip(&wire) {
-                ctx.forget_leader(&want.tp.topic, want.tp.partition);
-                let miss = gone_or_made_again(ctx, w, &e).await;
-                out.push((want, Err(miss)));
-            }
-        }
-    }
-    out
-}
-
-/// After a fetch by id found no such topic: whether one of the same name exists with another
-/// id (made again), or the topic is simply gone for now.
-async fn gone_or_made_again(ctx: &Context, want: &WireWant, e: &baton_kafka::Error) -> Miss {
-    let Some(used) = want.topic_id else {
-        return Miss::Failed;
-    };
-    // Kafka answers UNKNOWN_TOPIC_ID; nisshi 0.8.1 UNKNOWN_TOPIC_OR_PARTITION.
-    if !(e.is_unknown_topic_id() || e.is_unknown_topic()) {
-        return Miss::Failed;
-    }
-    match ctx
-        .client
-        .topic_ids(std::slice::from_ref(&want.topic))
-        .await
-    {
-        Ok(ids) => match ids.get(&want.topic) {
-            Some(&now) if now != used => Miss::MadeAgain(now),
-            _ => Miss::Failed,
-        },
-        Err(_) => Miss::Failed,
-    }
 }
 
 pub struct StreamThread {
@@ -389,151 +318,6 @@ impl Driver {
                 commands.extend(m.handle(e, self.now()));
             }
             commands.extend(m.handle(event, self.now()));
-        }
-    }
-
-    /// Sends the fetches among `commands` first: a fetch depends on nothing queued before it,
-    /// and in flight it overlaps the store work that follows.
-    fn start_fetches(&mut self, commands: &mut VecDeque<Command>) {
-        if !commands.iter().any(|c| matches!(c, Command::Fetch { .. })) {
-            return;
-        }
-        let mut rest = VecDeque::with_capacity(commands.len());
-        for c in commands.drain(..) {
-            match c {
-                Command::Fetch { fetch, wants } => self.start_fetch(fetch, wants),
-                other => rest.push_back(other),
-            }
-        }
-        *commands = rest;
-    }
-
-    /// Keeps what came back and tells the machine where each partition stands.
-    fn fetched(
-        &mut self,
-        fetch: RequestId,
-        results: Vec<(FetchWant, std::result::Result<Fetched, Miss>)>,
-    ) -> Event {
-        let mut out = Vec::new();
-        for (want, f) in results {
-            let mut f = match f {
-                Ok(f) => f,
-                Err(Miss::Failed) => continue,
-                Err(Miss::OutOfRange) => {
-                    self.out_of_range(&want);
-                    continue;
-                }
-                Err(Miss::MadeAgain(id)) => {
-                    self.made_again(&want.tp.topic, id);
-                    continue;
-                }
-            };
-            inject_unreadable(&want, &mut f);
-            let high_watermark = (f.high_watermark >= 0).then_some(f.high_watermark);
-            let next = next_position(&f, want.offset, high_watermark.unwrap_or(i64::MAX));
-            if let Some(batch) = f.corrupt.as_ref().filter(|_| next == want.offset) {
-                // At the reader's position: the records before it were taken by earlier
-                // fetches. Fetched again, it would come back the same, at once, for ever.
-                self.unreadable(&want, batch);
-                continue;
-            }
-            out.push(FetchResult {
-                tp: want.tp.clone(),
-                from: want.offset,
-                next,
-                high_watermark,
-            });
-            self.buffers.insert(want.tp, f);
-        }
-        if out.is_empty() {
-            return Event::FetchFailed { fetch };
-        }
-        Event::Fetched {
-            fetch,
-            results: out,
-        }
-    }
-
-    /// The batch at `want`'s offset cannot be read: its task decides ([`unreadable::decide`]).
-    fn unreadable(&mut self, want: &FetchWant, batch: &baton_kafka::batch::CorruptBatch) {
-        let owner = self.tasks.keys().copied().find_map(|t| {
-            if let Some(i) = self
-                .ctx
-                .wire
-                .source_partitions(t)
-                .iter()
-                .position(|tp| *tp == want.tp)
-            {
-                return Some((t, unreadable::Partition::Source(i)));
-            }
-            let changelogs = self.ctx.wire.changelog_partitions(t);
-            changelogs
-                .contains(&want.tp)
-                .then_some((t, unreadable::Partition::Changelog))
-        });
-        let Some((task, partition)) = owner else {
-            return;
-        };
-        let found = unreadable::Found {
-            task,
-            tp: &want.tp,
-            partition,
-            from: want.offset,
-            batch,
-        };
-        let cfg = &self.ctx.cfg;
-        let status = &self.ctx.status;
-        let e = unreadable::decide(found, &cfg.on_deserialization_error, cfg.task_retry, |n| {
-            status.add_skipped_n(task, n)
-        });
-        self.local.push_back(e);
-    }
-
-    /// A fetch from past a partition's end. For a changelog, the store's checkpoint belongs to
-    /// another life of the topic: the store is rebuilt (Kafka Streams wipes it too). Trusting
-    /// it would count everything twice.
-    fn out_of_range(&mut self, want: &FetchWant) {
-        let owner = self.tasks.keys().copied().find_map(|t| {
-            let changelogs = self.ctx.wire.changelog_partitions(t);
-            Some((t, changelogs.iter().position(|tp| *tp == want.tp)?))
-        });
-        match owner {
-            Some((task, changelog)) => {
-                tracing::warn!(
-                    task = %task,
-                    changelog = %want.tp,
-                    checkpoint = want.offset,
-                    "the store's checkpoint is past its changelog's end"
-                );
-                self.local.push_back(Event::ChangelogOutOfRange {
-                    task,
-                    changelog,
-                    offset: want.offset,
-                });
-            }
-            None => {
-                let source = self.tasks.keys().copied().find_map(|t| {
-                    let i = self
-                        .ctx
-                        .wire
-                        .source_partitions(t)
-                        .iter()
-                        .position(|tp| *tp == want.tp)?;
-                    Some((t, i))
-                });
-                match source {
-                    Some((task, source)) => self.local.push_back(Event::SourceOutOfRange {
-                        task,
-                        source,
-                        offset: want.offset,
-                    }),
-                    None => tracing::warn!(
-                        partition = %want.tp,
-                        offset = want.offset,
-                        "fetching past the partition's end; retrying"
-                    ),
-                }
-            }
         }
     }
 
@@ -883,44 +667,6 @@ impl Driver {
         tracing::info!(thread = %self.name, task = %task, "task released");
     }
 
-    /// Sends the fetch on a task of its own; the loop picks its answer up.
-    fn start_fetch(&mut self, fetch: RequestId, wants: Vec<FetchWant>) {
-        let ctx = self.ctx.clone();
-        let io = self.io.clone();
-        // A changelog whose store is still taking in a bulk load is left out: waiting for the
-        // load would stall every active of this thread (seen live as a 2.6 s gap on an active
-        // while a warm-up of the same thread restored). The machine fetches it again next time.
-        let before = wants.len();
-        let wants: Vec<FetchWant> = wants
-            .into_iter()
-            .filter(|w| !self.catchup_busy(&w.tp, w.max_bytes.max(0) as usize))
-            .collect();
-        let held_back = wants.len() < before;
-        let ids = self.topic_ids.clone();
-        let handle = tokio::spawn(async move {
-            if wants.is_empty() && held_back {
-                // Nothing else to read: wait a little rather than spin until the load ends.
-                tokio::time::sleep(BUSY_WAIT).await;
-            }
-            let mut by_leader: BTreeMap<String, Vec<FetchWant>> = BTreeMap::new();
-            let mut out = Vec::new();
-            for want in wants {
-                match ctx.leader(&want.tp.topic, want.tp.partition).await {
-                    Ok(l) => by_leader.entry(l).or_default().push(want),
-                    Err(e) => {
-                        ctx.failing(&format!("fetch from {}", want.tp), &e);
-                        out.push((want, Err(Miss::Failed)));
-                    }
-                }
-            }
-            for (leader, wants) in by_leader {
-                out.extend(fetch_from(&ctx, &io, &leader, wants, &ids).await);
-            }
-            (fetch, out)
-        });
-        self.fetch = Some((fetch, handle));
-    }
-
     /// Says, once, where a task's position in a source went ([`Command::SourceReset`]).
     fn log_source_reset(
         &self,
@@ -958,50 +704,6 @@ impl Driver {
                 "{why}; stopping this task (auto.offset.reset=none): it holds its partitions and processes nothing until it moves or the instance restarts"
             ),
         }
-    }
-
-    /// A topic this thread reads was deleted and made again (`id`, its new id): every task
-    /// here that reads it is told, and later fetches read the new topic.
-    fn made_again(&mut self, topic: &str, id: uuid::Uuid) {
-        let old = self.topic_ids.insert(topic.to_owned(), id);
-        if old == Some(id) {
-            return;
-        }
-        tracing::warn!(
-            thread = %self.name,
-            topic,
-            old_id = %old.map_or("-".into(), |o| o.to_string()),
-            new_id = %id,
-            "a topic this thread reads was deleted and made again (its id changed)"
-        );
-        for &task in self.tasks.keys() {
-            let sources = self.ctx.wire.source_partitions(task);
-            for (source, tp) in sources.iter().enumerate() {
-                if tp.topic == topic {
-                    self.local
-                        .push_back(Event::SourceRecreated { task, source });
-                }
-            }
-            let changelogs = self.ctx.wire.changelog_partitions(task);
-            for (changelog, tp) in changelogs.iter().enumerate() {
-                if tp.topic == topic && !sources.contains(tp) {
-                    self.local
-                        .push_back(Event::ChangelogRecreated { task, changelog });
-                }
-            }
-        }
-    }
-
-    /// Whether the store behind changelog partition `tp` cannot take another chunk yet.
-    fn catchup_busy(&self, tp: &TopicPartition, chunk: usize) -> bool {
-        self.tasks.iter().any(|(task, t)| {
-            self.ctx
-                .wire
-                .changelog_partitions(*task)
-                .iter()
-                .zip(&t.stores)
-                .any(|(c, s)| c == tp && s.catchup.busy(chunk))
-        })
     }
 
     /// A panic in the runtime's own code while it opened or restored one task's stores: that
@@ -1528,124 +1230,6 @@ impl Driver {
         Ok(applied)
     }
 
-    /// Writes the stores of `changelogs` into them again ([`crate::reseed`]), then makes their
-    /// new ends the stores' checkpoints.
-    async fn reseed(
-        &mut self,
-        m: &ThreadMachine,
-        task: TaskId,
-        request: RequestId,
-        changelogs: &[usize],
-    ) -> Event {
-        let failed = Event::ReseedFailed { task, request };
-        let tps = self.ctx.wire.changelog_partitions(task);
-        let mut ends = Vec::with_capacity(changelogs.len());
-        for &idx in changelogs {
-            let (Some(tp), Some(s)) = (
-                tps.get(idx),
-                self.tasks.get(&task).and_then(|t| t.stores.get(idx)),
-            ) else {
-                return failed;
-            };
-            let (store, layout, checkpoint) =
-                (s.store.clone(), s.catchup.layout(), s.catchup.position());
-            tracing::warn!(
-                task = %task,
-                changelog = %tp,
-                checkpoint,
-                "the changelog ends before its store's checkpoint (deleted and made again?) \
-                 while the store is intact: writing the store's contents into it again"
-            );
-            let Some((end, written)) = self.reseed_one(m, task, tp, &store, layout).await else {
-                return failed;
-            };
-            if let Err(e) = blocking(|| store.set_checkpoint(end)) {
-                self.store_failures.failed(
-                    task,
-                    "recording a re-seeded changelog's end",
-                    &e.to_string(),
-                    &self.ctx.cfg.state_dir,
-                );
-                return failed;
-            }
-            if let Some(s) = self
-                .tasks
-                .get_mut(&task)
-                .and_then(|t| t.stores.get_mut(idx))
-            {
-                s.catchup = Catchup::new(end, layout);
-            }
-            tracing::warn!(task = %task, changelog = %tp, records = written, end, "the changelog holds the store's contents again");
-            ends.push((idx, end));
-        }
-        Event::Reseeded {
-            task,
-            request,
-            ends,
-        }
-    }
-
-    /// Produces `store`'s contents to `tp`; its end after them and the records written.
-    async fn reseed_one(
-        &mut self,
-        m: &ThreadMachine,
-        task: TaskId,
-        tp: &TopicPartition,
-        store: &TaskStore,
-        layout: Layout,
-    ) -> Option<(i64, u64)> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let mut at = reseed::Cursor::Start;
-        let mut end = None;
-        let mut written = 0u64;
-        while at != reseed::Cursor::Done {
-            let read = blocking(|| reseed::page(store, layout, &at, RESEED_PAGE_BYTES, now_ms));
-            let page = match read {
-                Ok(p) => p,
-                Err(e) => {
-                    let state_dir = &self.ctx.cfg.state_dir;
-                    let what = "reading a store to write it into its changelog";
-                    self.store_failures
-                        .failed(task, what, &e.to_string(), state_dir);
-                    return None;
-                }
-            };
-            at = page.next;
-            if page.records.is_empty() {
-                continue;
-            }
-            if !m.may_write(self.now()) {
-                return None;
-            }
-            match self
-                .produce(tp, &page.records, Some(&page.timestamps))
-                .await
-            {
-                Ok(next) => end = Some(next),
-                Err(Produced::Failed) => return None,
-                Err(Produced::Oversized { index }) => {
-                    let bytes = baton_kafka::records::record_bytes(&page.records[index]);
-                    tracing::error!(task = %task, changelog = %tp, record_bytes = bytes, "a store value is larger than any record batch the changelog takes (made again with a lower max.message.bytes?): raise it; the task tries again");
-                    return None;
-                }
-            }
-            written += page.records.len() as u64;
-        }
-        match end {
-            Some(end) => Some((end, written)),
-            // An empty store: the changelog's end as it is.
-            None => match self.io.end_offsets(std::slice::from_ref(tp)).await {
-                Ok(ends) => ends.get(tp).map(|&e| (e, 0)),
-                Err(e) => {
-                    self.ctx.failing(&format!("listing the end of {tp}"), &e);
-                    None
-                }
-            },
-        }
-    }
-
     /// The stream time a task's window stores show: the newest timestamp they hold, which is
     /// the newest record that reached its windows ([`stream_time::UNKNOWN`] for a task with
     /// none, or when a store cannot be read: no record is dropped as late then).
@@ -1693,80 +1277,6 @@ impl Driver {
             }
         }
         true
-    }
-
-    /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
-    /// exist, again with the partitions it had at start. Changelogs and inputs are never made
-    /// here; without the flag the task waits for an operator to make the topic.
-    /// One of this application's changelogs is gone (deleted under it): made again as
-    /// `prepare` makes it, always, since it is the application's own. The task that writes
-    /// to it next finds it younger than its store and writes the store into it (a re-seed).
-    async fn make_changelog_again(&self, topic: &str) {
-        let topology = &self.ctx.topology;
-        let Some((sub, s)) = self.ctx.wire.subtopologies.iter().find(|(_, s)| {
-            s.changelog_topics.iter().any(|t| t == topic)
-                && !s.source_topics.iter().any(|t| t == topic)
-        }) else {
-            return;
-        };
-        let retention = topology
-            .stores_of(*sub)
-            .into_iter()
-            .find(|store| topology.changelog_topic(store) == topic)
-            .and_then(|store| topology.changelog_retention_ms(store));
-        let new = baton_kafka::client::NewTopic {
-            name: topic.to_owned(),
-            partitions: s.partitions as i32,
-            compacted: retention.is_none(),
-        };
-        let made = match retention {
-            None => {
-                self.ctx
-                    .client
-                    .create_topics(std::slice::from_ref(&new))
-                    .await
-            }
-            Some(ms) => {
-                let ms = ms.to_string();
-                let configs = [("cleanup.policy", "compact,delete"), ("retention.ms", &ms)];
-                let one = std::slice::from_ref(&new);
-                self.ctx.client.create_topics_with(one, &configs).await
-            }
-        };
-        match made {
-            Ok(()) => tracing::warn!(
-                topic,
-                partitions = s.partitions,
-                "the changelog topic was gone; made it again: each task writes its store into it before going on"
-            ),
-            Err(e) => self
-                .ctx
-                .failing(&format!("making changelog topic {topic} again"), &e),
-        }
-    }
-
-    async fn make_output_again(&self, topic: &str) {
-        let Some(&partitions) = self.ctx.sink_partitions.get(topic) else {
-            return;
-        };
-        if !self.ctx.cfg.create_missing_outputs {
-            return;
-        }
-        let new = baton_kafka::client::NewTopic {
-            name: topic.to_owned(),
-            partitions: partitions as i32,
-            compacted: false,
-        };
-        match self.ctx.client.create_topics(&[new]).await {
-            Ok(()) => tracing::warn!(
-                topic,
-                partitions,
-                "the output topic was gone; made it again (--create-missing-outputs)"
-            ),
-            Err(e) => self
-                .ctx
-                .failing(&format!("making output topic {topic} again"), &e),
-        }
     }
 
     /// Produces `records` to a partition in batches the broker takes; the offset after the
@@ -1989,36 +1499,6 @@ fn batch_panicked(
     let fate = failed_task_fate(retry);
     tracing::error!(task = %task, error = %why, "a panic in the runtime while {doing} a batch of this task; stopping this task only: {fate}");
     Event::RecordFailed { task, batch }
-}
-
-/// What becomes of a task stopped by a record it cannot process, for its error line.
-/// The fault suite's unreadable batch, armed as `baton-unreadable=return(TOPIC-P@OFFSET)`:
-/// the record at OFFSET of that partition reads as a corrupt one-record batch. Brokers
-/// refuse such batches on produce (Kafka and nisshi both parse every record), so only a
-/// damaged disk makes one; the suite makes it here, where the decoder hands it over. Nothing
-/// without the `failpoints` feature.
-fn inject_unreadable(want: &FetchWant, f: &mut Fetched) {
-    let armed: Option<String> = (|| {
-        fail::fail_point!("baton-unreadable", |arg| arg);
-        None
-    })();
-    let Some((tp, at)) = armed.as_deref().and_then(|a| a.rsplit_once('@')) else {
-        return;
-    };
-    let Ok(at) = at.parse::<i64>() else {
-        return;
-    };
-    let reached = f.records.last().is_some_and(|r| r.offset >= at);
-    if tp != want.tp.to_string() || want.offset > at || !(reached || want.offset == at) {
-        return;
-    }
-    f.records.retain(|r| r.offset < at);
-    f.next_offset = (want.offset < at).then_some(at);
-    f.corrupt = Some(baton_kafka::batch::CorruptBatch {
-        base_offset: at,
-        end: Some(at + 1),
-        reason: "injected by the baton-unreadable fail point".into(),
-    });
 }
 
 pub(crate) fn failed_task_fate(retry: Option<Duration>) -> String {

@@ -1,0 +1,198 @@
+//! Topics the thread writes that went away: a changelog written again from its store (a
+//! re-seed, [`crate::reseed`]), and changelog and output topics made again.
+
+use super::*;
+
+impl Driver {
+    /// Writes the stores of `changelogs` into them again ([`crate::reseed`]), then makes their
+    /// new ends the stores' checkpoints.
+    pub(super) async fn reseed(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        request: RequestId,
+        changelogs: &[usize],
+    ) -> Event {
+        let failed = Event::ReseedFailed { task, request };
+        let tps = self.ctx.wire.changelog_partitions(task);
+        let mut ends = Vec::with_capacity(changelogs.len());
+        for &idx in changelogs {
+            let (Some(tp), Some(s)) = (
+                tps.get(idx),
+                self.tasks.get(&task).and_then(|t| t.stores.get(idx)),
+            ) else {
+                return failed;
+            };
+            let (store, layout, checkpoint) =
+                (s.store.clone(), s.catchup.layout(), s.catchup.position());
+            tracing::warn!(
+                task = %task,
+                changelog = %tp,
+                checkpoint,
+                "the changelog ends before its store's checkpoint (deleted and made again?) \
+                 while the store is intact: writing the store's contents into it again"
+            );
+            let Some((end, written)) = self.reseed_one(m, task, tp, &store, layout).await else {
+                return failed;
+            };
+            if let Err(e) = blocking(|| store.set_checkpoint(end)) {
+                self.store_failures.failed(
+                    task,
+                    "recording a re-seeded changelog's end",
+                    &e.to_string(),
+                    &self.ctx.cfg.state_dir,
+                );
+                return failed;
+            }
+            if let Some(s) = self
+                .tasks
+                .get_mut(&task)
+                .and_then(|t| t.stores.get_mut(idx))
+            {
+                s.catchup = Catchup::new(end, layout);
+            }
+            tracing::warn!(task = %task, changelog = %tp, records = written, end, "the changelog holds the store's contents again");
+            ends.push((idx, end));
+        }
+        Event::Reseeded {
+            task,
+            request,
+            ends,
+        }
+    }
+
+    /// Produces `store`'s contents to `tp`; its end after them and the records written.
+    pub(super) async fn reseed_one(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        tp: &TopicPartition,
+        store: &TaskStore,
+        layout: Layout,
+    ) -> Option<(i64, u64)> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut at = reseed::Cursor::Start;
+        let mut end = None;
+        let mut written = 0u64;
+        while at != reseed::Cursor::Done {
+            let read = blocking(|| reseed::page(store, layout, &at, RESEED_PAGE_BYTES, now_ms));
+            let page = match read {
+                Ok(p) => p,
+                Err(e) => {
+                    let state_dir = &self.ctx.cfg.state_dir;
+                    let what = "reading a store to write it into its changelog";
+                    self.store_failures
+                        .failed(task, what, &e.to_string(), state_dir);
+                    return None;
+                }
+            };
+            at = page.next;
+            if page.records.is_empty() {
+                continue;
+            }
+            if !m.may_write(self.now()) {
+                return None;
+            }
+            match self
+                .produce(tp, &page.records, Some(&page.timestamps))
+                .await
+            {
+                Ok(next) => end = Some(next),
+                Err(Produced::Failed) => return None,
+                Err(Produced::Oversized { index }) => {
+                    let bytes = baton_kafka::records::record_bytes(&page.records[index]);
+                    tracing::error!(task = %task, changelog = %tp, record_bytes = bytes, "a store value is larger than any record batch the changelog takes (made again with a lower max.message.bytes?): raise it; the task tries again");
+                    return None;
+                }
+            }
+            written += page.records.len() as u64;
+        }
+        match end {
+            Some(end) => Some((end, written)),
+            // An empty store: the changelog's end as it is.
+            None => match self.io.end_offsets(std::slice::from_ref(tp)).await {
+                Ok(ends) => ends.get(tp).map(|&e| (e, 0)),
+                Err(e) => {
+                    self.ctx.failing(&format!("listing the end of {tp}"), &e);
+                    None
+                }
+            },
+        }
+    }
+
+    /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
+    /// exist, again with the partitions it had at start. Changelogs and inputs are never made
+    /// here; without the flag the task waits for an operator to make the topic.
+    /// One of this application's changelogs is gone (deleted under it): made again as
+    /// `prepare` makes it, always, since it is the application's own. The task that writes
+    /// to it next finds it younger than its store and writes the store into it (a re-seed).
+    pub(super) async fn make_changelog_again(&self, topic: &str) {
+        let topology = &self.ctx.topology;
+        let Some((sub, s)) = self.ctx.wire.subtopologies.iter().find(|(_, s)| {
+            s.changelog_topics.iter().any(|t| t == topic)
+                && !s.source_topics.iter().any(|t| t == topic)
+        }) else {
+            return;
+        };
+        let retention = topology
+            .stores_of(*sub)
+            .into_iter()
+            .find(|store| topology.changelog_topic(store) == topic)
+            .and_then(|store| topology.changelog_retention_ms(store));
+        let new = baton_kafka::client::NewTopic {
+            name: topic.to_owned(),
+            partitions: s.partitions as i32,
+            compacted: retention.is_none(),
+        };
+        let made = match retention {
+            None => {
+                self.ctx
+                    .client
+                    .create_topics(std::slice::from_ref(&new))
+                    .await
+            }
+            Some(ms) => {
+                let ms = ms.to_string();
+                let configs = [("cleanup.policy", "compact,delete"), ("retention.ms", &ms)];
+                let one = std::slice::from_ref(&new);
+                self.ctx.client.create_topics_with(one, &configs).await
+            }
+        };
+        match made {
+            Ok(()) => tracing::warn!(
+                topic,
+                partitions = s.partitions,
+                "the changelog topic was gone; made it again: each task writes its store into it before going on"
+            ),
+            Err(e) => self
+                .ctx
+                .failing(&format!("making changelog topic {topic} again"), &e),
+        }
+    }
+
+    pub(super) async fn make_output_again(&self, topic: &str) {
+        let Some(&partitions) = self.ctx.sink_partitions.get(topic) else {
+            return;
+        };
+        if !self.ctx.cfg.create_missing_outputs {
+            return;
+        }
+        let new = baton_kafka::client::NewTopic {
+            name: topic.to_owned(),
+            partitions: partitions as i32,
+            compacted: false,
+        };
+        match self.ctx.client.create_topics(&[new]).await {
+            Ok(()) => tracing::warn!(
+                topic,
+                partitions,
+                "the output topic was gone; made it again (--create-missing-outputs)"
+            ),
+            Err(e) => self
+                .ctx
+                .failing(&format!("making output topic {topic} again"), &e),
+        }
+    }
+}
