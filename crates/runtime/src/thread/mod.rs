@@ -437,32 +437,7 @@ impl Driver {
                 task,
                 source,
                 offset,
-            } => {
-                // No such source: nothing to list, and the thread goes on (`None`).
-                let tp = self.ctx.wire.source_partitions(task).get(source).cloned()?;
-                let tps = [tp.clone()];
-                let listed = match self.io.start_offsets(&tps).await {
-                    Ok(start) => self.io.end_offsets(&tps).await.map(|end| (start, end)),
-                    Err(e) => Err(e),
-                };
-                let event = match listed {
-                    Ok((start, end)) => match (start.get(&tp), end.get(&tp)) {
-                        (Some(&earliest), Some(&latest)) => Event::SourceOffsetsListed {
-                            task,
-                            source,
-                            offset,
-                            earliest,
-                            latest,
-                        },
-                        _ => Event::SourceOffsetsListFailed { task, source },
-                    },
-                    Err(e) => {
-                        tracing::debug!(task = %task, partition = %tp, error = %e, "listing a source partition's offsets");
-                        Event::SourceOffsetsListFailed { task, source }
-                    }
-                };
-                self.local.push_back(event);
-            }
+            } => self.list_source_offsets(task, source, offset).await,
             Command::SourceReset {
                 task,
                 source,
@@ -470,103 +445,145 @@ impl Driver {
                 to,
                 made_again,
             } => self.log_source_reset(task, source, from, to, made_again),
-            Command::ReadCommitted { task } => {
-                let wanted = self.ctx.wire.source_partitions(task);
-                let e = match self.io.committed(self.ctx.group(), &wanted).await {
-                    Ok(c) => {
-                        self.ctx
-                            .recovered(|| format!("reading committed offsets of {task}"));
-                        // Processing starts again from these offsets, at the time committed
-                        // with them; a broker that keeps no offset metadata leaves the time
-                        // to be found in the task's window stores before its first batch.
-                        let committed_time = c
-                            .values()
-                            .map(|c| stream_time::decode(c.metadata.as_deref()))
-                            .max()
-                            .unwrap_or(stream_time::UNKNOWN);
-                        // Restored, the stores hold every committed input (changelogs are
-                        // written before offsets are committed).
-                        for (tp, committed) in &c {
-                            self.ctx.copies.processed(task, tp, committed.offset);
-                        }
-                        if committed_time == stream_time::UNKNOWN {
-                            self.stream_times.remove(&task);
-                        } else {
-                            self.stream_times.insert(task, committed_time);
-                        }
-                        Event::CommittedRead {
-                            task,
-                            // The broker says "none" as -1.
-                            offsets: wanted
-                                .iter()
-                                .map(|w| c.get(w).map(|c| c.offset).filter(|&o| o >= 0))
-                                .collect(),
-                        }
-                    }
-                    Err(e) => {
-                        self.ctx
-                            .failing(&format!("reading committed offsets of {task}"), &e);
-                        Event::CommittedReadFailed { task }
-                    }
-                };
-                self.local.push_back(e);
-            }
+            Command::ReadCommitted { task } => self.read_committed(task).await,
             Command::Commit {
                 commit,
                 generation,
                 member_id,
                 offsets,
-            } => {
-                // The stores' batches reach the OS first, so a crashed process restores only
-                // the tail; correctness does not depend on it (the changelog has them).
-                blocking(|| {
-                    for t in self.tasks.values() {
-                        for s in &t.stores {
-                            if let Err(e) = s.store.persist(false) {
-                                tracing::warn!(store = %s.name, error = %e, "flushing a store");
-                            }
-                        }
-                    }
-                });
-                let time_of: BTreeMap<TopicPartition, i64> = self
-                    .stream_times
-                    .iter()
-                    .flat_map(|(&task, &time)| {
-                        self.ctx
-                            .wire
-                            .source_partitions(task)
-                            .into_iter()
-                            .map(move |tp| (tp, time))
-                    })
-                    .collect();
-                let offsets: Vec<Committed> = offsets
-                    .into_iter()
-                    .map(|(tp, offset)| Committed {
-                        metadata: time_of.get(&tp).map(|&t| stream_time::encode(t)),
-                        partition: tp,
-                        offset,
-                    })
-                    .collect();
-                let ok = match self
-                    .io
-                    .commit(self.ctx.group(), generation, &member_id, &offsets)
-                    .await
-                {
-                    Ok(()) => {
-                        self.ctx
-                            .recovered(|| format!("commit of input offsets ({})", self.name));
-                        true
-                    }
-                    Err(e) => {
-                        self.ctx
-                            .failing(&format!("commit of input offsets ({})", self.name), &e);
-                        false
-                    }
-                };
-                self.local.push_back(Event::CommitDone { commit, ok });
-            }
+            } => self.commit(commit, generation, &member_id, offsets).await,
         }
         None
+    }
+
+    /// Lists the start and end of a source partition whose position is not in it.
+    async fn list_source_offsets(&mut self, task: TaskId, source: usize, offset: i64) {
+        // No such source: nothing to list, and the thread goes on.
+        let Some(tp) = self.ctx.wire.source_partitions(task).get(source).cloned() else {
+            return;
+        };
+        let tps = [tp.clone()];
+        let listed = match self.io.start_offsets(&tps).await {
+            Ok(start) => self.io.end_offsets(&tps).await.map(|end| (start, end)),
+            Err(e) => Err(e),
+        };
+        let event = match listed {
+            Ok((start, end)) => match (start.get(&tp), end.get(&tp)) {
+                (Some(&earliest), Some(&latest)) => Event::SourceOffsetsListed {
+                    task,
+                    source,
+                    offset,
+                    earliest,
+                    latest,
+                },
+                _ => Event::SourceOffsetsListFailed { task, source },
+            },
+            Err(e) => {
+                tracing::debug!(task = %task, partition = %tp, error = %e, "listing a source partition's offsets");
+                Event::SourceOffsetsListFailed { task, source }
+            }
+        };
+        self.local.push_back(event);
+    }
+
+    /// Reads a task's committed offsets (and the stream time committed with them).
+    async fn read_committed(&mut self, task: TaskId) {
+        let wanted = self.ctx.wire.source_partitions(task);
+        let e = match self.io.committed(self.ctx.group(), &wanted).await {
+            Ok(c) => {
+                self.ctx
+                    .recovered(|| format!("reading committed offsets of {task}"));
+                // Processing starts again from these offsets, at the time committed
+                // with them; a broker that keeps no offset metadata leaves the time
+                // to be found in the task's window stores before its first batch.
+                let committed_time = c
+                    .values()
+                    .map(|c| stream_time::decode(c.metadata.as_deref()))
+                    .max()
+                    .unwrap_or(stream_time::UNKNOWN);
+                // Restored, the stores hold every committed input (changelogs are
+                // written before offsets are committed).
+                for (tp, committed) in &c {
+                    self.ctx.copies.processed(task, tp, committed.offset);
+                }
+                if committed_time == stream_time::UNKNOWN {
+                    self.stream_times.remove(&task);
+                } else {
+                    self.stream_times.insert(task, committed_time);
+                }
+                Event::CommittedRead {
+                    task,
+                    // The broker says "none" as -1.
+                    offsets: wanted
+                        .iter()
+                        .map(|w| c.get(w).map(|c| c.offset).filter(|&o| o >= 0))
+                        .collect(),
+                }
+            }
+            Err(e) => {
+                self.ctx
+                    .failing(&format!("reading committed offsets of {task}"), &e);
+                Event::CommittedReadFailed { task }
+            }
+        };
+        self.local.push_back(e);
+    }
+
+    /// Commits input offsets, with each task's stream time as their metadata.
+    async fn commit(
+        &mut self,
+        commit: RequestId,
+        generation: i32,
+        member_id: &str,
+        offsets: Vec<(TopicPartition, i64)>,
+    ) {
+        // The stores' batches reach the OS first, so a crashed process restores only
+        // the tail; correctness does not depend on it (the changelog has them).
+        blocking(|| {
+            for t in self.tasks.values() {
+                for s in &t.stores {
+                    if let Err(e) = s.store.persist(false) {
+                        tracing::warn!(store = %s.name, error = %e, "flushing a store");
+                    }
+                }
+            }
+        });
+        let time_of: BTreeMap<TopicPartition, i64> = self
+            .stream_times
+            .iter()
+            .flat_map(|(&task, &time)| {
+                self.ctx
+                    .wire
+                    .source_partitions(task)
+                    .into_iter()
+                    .map(move |tp| (tp, time))
+            })
+            .collect();
+        let offsets: Vec<Committed> = offsets
+            .into_iter()
+            .map(|(tp, offset)| Committed {
+                metadata: time_of.get(&tp).map(|&t| stream_time::encode(t)),
+                partition: tp,
+                offset,
+            })
+            .collect();
+        let ok = match self
+            .io
+            .commit(self.ctx.group(), generation, member_id, &offsets)
+            .await
+        {
+            Ok(()) => {
+                self.ctx
+                    .recovered(|| format!("commit of input offsets ({})", self.name));
+                true
+            }
+            Err(e) => {
+                self.ctx
+                    .failing(&format!("commit of input offsets ({})", self.name), &e);
+                false
+            }
+        };
+        self.local.push_back(Event::CommitDone { commit, ok });
     }
 
     fn open(&mut self, task: TaskId, role: Role) -> Event {
