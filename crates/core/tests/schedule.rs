@@ -22,6 +22,7 @@ use baton_assignor::{AssignmentConfig, AssignorKind, TaskId};
 use baton_core::machine::{
     Assigned, Command, Event, Exit, FetchResult, Heartbeat, MachineConfig, ThreadMachine,
 };
+use baton_core::status::{Phase, Role};
 use baton_protocol::bridge::{Subtopology, Topology};
 use baton_protocol::leader::{self, JoinedMember, LeaderInput, MemberReport};
 use baton_protocol::{TaskOffsetSum, TopicPartition};
@@ -166,6 +167,9 @@ struct Member {
     next_heartbeat: Duration,
     unique: i8,
     exited: bool,
+    /// The life of each changelog partition this member's fetches know (the topic id a
+    /// thread learnt): a fetch of a later life tells it the topic was made again.
+    seen_lives: Vec<u32>,
 }
 
 struct Round {
@@ -184,6 +188,14 @@ struct CMember {
 struct Log {
     input: Vec<Vec<u32>>,
     changelog: Vec<Vec<(u32, u64)>>,
+    /// How often each changelog partition was deleted and made again (its topic id).
+    lives: Vec<u32>,
+    /// Partitions whose changelog was made again at least once: a store found behind it may
+    /// rightly be rebuilt.
+    remade: std::collections::BTreeSet<usize>,
+    /// Partitions whose changelog lost its contents (made again) and holds no re-seed since:
+    /// a commit there cannot be checked against it.
+    emptied: std::collections::BTreeSet<usize>,
     sink: Vec<(u32, u64)>,
     committed: BTreeMap<i32, i64>,
 }
@@ -205,6 +217,21 @@ struct World {
     topology: Topology,
     /// `BATON_TRACE=1`: print every event and command.
     trace: bool,
+    /// The faults a run draws from.
+    faults: Faults,
+}
+
+/// Which faults a run draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Faults {
+    /// Kills, pauses, drains, new members; changelogs are never deleted.
+    Membership,
+    /// Changelogs deleted and made again under a steady group (late and repeated answers,
+    /// failed requests and rebalances still come): each must be written again from the store
+    /// that holds its task's state, so nothing is lost or counted twice. Not mixed with the
+    /// membership faults: a changelog deleted while the only copy of its state is on a member
+    /// that is down or moving is lost, as docs/RUNTIME.md says.
+    Changelogs,
 }
 
 fn task_tp(topic: &str, task: TaskId) -> TopicPartition {
@@ -215,6 +242,12 @@ fn task_tp(topic: &str, task: TaskId) -> TopicPartition {
 }
 
 impl World {
+    fn with_faults(seed: u64, faults: Faults) -> World {
+        let mut w = World::new(seed);
+        w.faults = faults;
+        w
+    }
+
     fn new(seed: u64) -> World {
         let mut w = World {
             rng: Rng(seed),
@@ -225,6 +258,7 @@ impl World {
             log: Log {
                 input: vec![Vec::new(); PARTITIONS as usize],
                 changelog: vec![Vec::new(); PARTITIONS as usize],
+                lives: vec![0; PARTITIONS as usize],
                 ..Log::default()
             },
             generation: 0,
@@ -234,6 +268,7 @@ impl World {
             crashed: false,
             topology: topology(),
             trace: std::env::var("BATON_TRACE").is_ok(),
+            faults: Faults::Membership,
         };
         let n = 1 + w.rng.below(3) as usize;
         for _ in 0..n {
@@ -288,6 +323,7 @@ impl World {
             in_group: false,
             next_heartbeat: Duration::ZERO,
             unique: 0,
+            seen_lives: self.log.lives.clone(),
             exited: false,
         });
         let i = self.members.len() - 1;
@@ -317,6 +353,7 @@ impl World {
         m.rejoin_after = None;
         m.in_group = false;
         m.exited = false;
+        m.seen_lives = self.log.lives.clone();
         for d in m.disk.values_mut() {
             d.open = false;
         }
@@ -459,14 +496,19 @@ impl World {
                 });
             }
             Command::Discard { task, why } => {
-                // The model's changelogs never shrink: a discard here is a false alarm.
-                return Err(format!("member {i} discarded {task}'s good store: {why}"));
+                // Only a changelog made again may leave a store behind it.
+                if !self.log.remade.contains(&(task.partition as usize)) {
+                    return Err(format!("member {i} discarded {task}'s good store: {why}"));
+                }
+                let d = self.members[i].disk.entry(task).or_default();
+                d.live = Store::default();
+                d.durable = Store::default();
             }
-            Command::Reseed { task, .. } => {
-                return Err(format!(
-                    "member {i} re-seeded {task}'s changelog, which never shrinks here"
-                ));
-            }
+            Command::Reseed {
+                task,
+                request,
+                changelogs,
+            } => self.reseed(i, task, request, &changelogs)?,
             Command::Close { task } => {
                 if let Some(d) = self.members[i].disk.get_mut(&task) {
                     d.open = false;
@@ -487,6 +529,14 @@ impl World {
                 if !fail {
                     for w in &wants {
                         let p = w.tp.partition as usize;
+                        if w.tp.topic != "in" && self.members[i].seen_lives[p] < self.log.lives[p] {
+                            // Fetched by the old id: the topic is gone; the name has a new one.
+                            self.members[i].seen_lives[p] = self.log.lives[p];
+                            let task = TaskId::new(0, p as u32);
+                            let event = Event::ChangelogRecreated { task, changelog: 0 };
+                            self.send(i, d, Op::Deliver(event));
+                            continue;
+                        }
                         let chunk: Chunk = if w.tp.topic == "in" {
                             self.log.input[p]
                                 .iter()
@@ -533,7 +583,10 @@ impl World {
             } => {
                 let tp = task_tp("cl", task);
                 let chunk = self.members[i].buffers.remove(&tp).unwrap_or_default();
-                let store_fails = self.rng.chance(2);
+                // Not beside deleted changelogs: a batch whose store write failed lives only in
+                // its changelog until the store catches up, and deleting that changelog then
+                // loses it (a double fault).
+                let store_fails = self.faults == Faults::Membership && self.rng.chance(2);
                 let m = &mut self.members[i];
                 let d = m.disk.entry(task).or_default();
                 if !d.open {
@@ -610,7 +663,10 @@ impl World {
                 // Written but reported failed: if the task moves before a retry succeeds, its
                 // new owner restores the write and replays the input (at-least-once).
                 self.crashed |= lose_ack;
-                let store_fails = self.rng.chance(2);
+                // Not beside deleted changelogs: a batch whose store write failed lives only in
+                // its changelog until the store catches up, and deleting that changelog then
+                // loses it (a double fault).
+                let store_fails = self.faults == Faults::Membership && self.rng.chance(2);
                 let dl = self.delay();
                 self.members[i].blocked = true;
                 self.send(
@@ -676,6 +732,75 @@ impl World {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Task `p` runs as an active on a live member, and no copy of it restores or warms up.
+    fn runs_settled(&self, p: usize) -> bool {
+        let task = TaskId::new(0, p as u32);
+        let states: Vec<&baton_core::machine::TaskState> = self
+            .members
+            .iter()
+            .filter_map(|m| m.machine.as_ref()?.tasks().get(&task))
+            .collect();
+        states
+            .iter()
+            .any(|t| t.role == Role::Active && t.phase == Phase::Running)
+            && states
+                .iter()
+                .all(|t| t.phase != Phase::Restoring && t.role != Role::Warmup)
+    }
+
+    /// The driver's re-seed: the store's whole contents written into the changelog, then its
+    /// end taken as the checkpoint, durably. Sometimes it fails half way.
+    fn reseed(
+        &mut self,
+        i: usize,
+        task: TaskId,
+        request: baton_core::machine::RequestId,
+        changelogs: &[usize],
+    ) -> Result<(), String> {
+        if changelogs != [0] {
+            return Err(format!(
+                "member {i} re-seeded {task}'s changelogs {changelogs:?}"
+            ));
+        }
+        let may_write = self.members[i]
+            .machine
+            .as_ref()
+            .is_some_and(|m| m.may_write(self.now));
+        let fail = !may_write || self.rng.chance(10);
+        let p = task.partition as usize;
+        let m = &mut self.members[i];
+        let d = m.disk.entry(task).or_default();
+        if !d.open {
+            return Err(format!("member {i} re-seeded {task} without its store"));
+        }
+        // What the new changelog holds came after it was made again: newer than the store.
+        for &(k, c) in &self.log.changelog[p] {
+            d.live.counts.insert(k, c);
+        }
+        let contents: Vec<(u32, u64)> = d.live.counts.iter().map(|(&k, &c)| (k, c)).collect();
+        let event = if fail {
+            if may_write {
+                // Half of it landed before the failure.
+                let half = contents.len() / 2;
+                self.log.changelog[p].extend(contents[..half].iter().copied());
+            }
+            Event::ReseedFailed { task, request }
+        } else {
+            self.log.changelog[p].extend(contents.iter().copied());
+            let end = self.log.changelog[p].len() as i64;
+            self.log.emptied.remove(&p);
+            d.live.checkpoint = end;
+            d.durable = d.live.clone();
+            Event::Reseeded {
+                task,
+                request,
+                ends: vec![(0, end)],
+            }
+        };
+        m.local.push_back(event);
         Ok(())
     }
 
@@ -775,7 +900,9 @@ impl World {
                 if self.trace {
                     println!("{now:>8?} produce {task} {changelog:?} fail {fail} lose_ack {lose_ack} store_fails {store_fails}");
                 }
+                let mut first = 0;
                 if !fail {
+                    first = self.log.changelog[p].len() as i64;
                     self.log.changelog[p].extend(changelog.iter().copied());
                     next = self.log.changelog[p].len() as i64;
                     self.log.sink.extend(outputs.iter().copied());
@@ -798,7 +925,7 @@ impl World {
                     let event = Event::BatchDone {
                         task,
                         batch,
-                        changelogs: vec![(0, next)],
+                        changelogs: vec![(0, first, next)],
                     };
                     (event, Some((task, changelog, next)))
                 };
@@ -820,7 +947,9 @@ impl World {
                     if let Some((task, writes, next)) = store {
                         let d = m.disk.entry(task).or_default();
                         d.live.counts.extend(writes);
-                        d.live.checkpoint = next;
+                        // Never lowered (the driver's rule): a changelog made again takes the
+                        // batch before the checkpoint, and the machine re-seeds it.
+                        d.live.checkpoint = d.live.checkpoint.max(next);
                     }
                     m.local.push_back(event);
                 }
@@ -919,6 +1048,9 @@ impl World {
     /// The changelog holds every input record below a committed position.
     fn check_commit(&self, partition: i32, at: i64) -> Result<(), String> {
         let p = partition as usize;
+        if self.log.emptied.contains(&p) {
+            return Ok(());
+        }
         let mut want: BTreeMap<u32, u64> = BTreeMap::new();
         for &k in self.log.input[p].iter().take(at.max(0) as usize) {
             *want.entry(k).or_default() += 1;
@@ -1137,6 +1269,7 @@ impl World {
         let live: Vec<usize> = (0..self.members.len())
             .filter(|&i| self.members[i].machine.is_some())
             .collect();
+        let membership = self.faults == Faults::Membership;
         match self.rng.below(100) {
             0..=49 => {
                 let dt = ms(1 + self.rng.below(300));
@@ -1146,11 +1279,11 @@ impl World {
                 let n = 1 + self.rng.below(6);
                 self.produce(n);
             }
-            70..=72 if live.len() > 1 => {
+            70..=72 if membership && live.len() > 1 => {
                 let i = live[self.rng.below(live.len() as u64) as usize];
                 self.kill(i);
             }
-            73..=75 => {
+            73..=75 if membership => {
                 let dead: Vec<usize> = (0..self.members.len())
                     .filter(|&i| self.members[i].machine.is_none())
                     .collect();
@@ -1158,13 +1291,13 @@ impl World {
                     self.start(i);
                 }
             }
-            76..=77 if self.members.len() < 4 => self.add_member(),
-            78..=79 if live.len() > 1 => {
+            76..=77 if membership && self.members.len() < 4 => self.add_member(),
+            78..=79 if membership && live.len() > 1 => {
                 let i = live[self.rng.below(live.len() as u64) as usize];
                 self.members[i].inbox.push_back(Event::DrainRequested);
                 self.run_member(i)?;
             }
-            80..=81 if !live.is_empty() => {
+            80..=81 if membership && !live.is_empty() => {
                 let i = live[self.rng.below(live.len() as u64) as usize];
                 let long = self.rng.chance(50);
                 let pause = if long {
@@ -1176,6 +1309,21 @@ impl World {
                     self.crashed = true;
                 }
                 self.members[i].paused_until = Some(self.now + pause);
+            }
+            86..=87 if !membership => {
+                // The changelog deleted and made again under the group, while its task runs
+                // (the case docs/RUNTIME.md covers: no copy restoring from it then).
+                let p = self.rng.below(PARTITIONS as u64) as usize;
+                if !self.runs_settled(p) {
+                    return Ok(());
+                }
+                self.log.changelog[p].clear();
+                self.log.lives[p] += 1;
+                self.log.remade.insert(p);
+                self.log.emptied.insert(p);
+                if self.trace {
+                    println!("{:>8?} changelog {p} MADE AGAIN", self.now);
+                }
             }
             82..=85 => {
                 // A late or repeated answer: some event delivered a second time.
@@ -1259,8 +1407,8 @@ impl World {
     }
 }
 
-fn run_seed(seed: u64) -> Result<(), String> {
-    let mut w = World::new(seed);
+fn run_seed_with(seed: u64, faults: Faults) -> Result<(), String> {
+    let mut w = World::with_faults(seed, faults);
     for _ in 0..STEPS {
         w.step()?;
     }
@@ -1268,8 +1416,12 @@ fn run_seed(seed: u64) -> Result<(), String> {
 }
 
 fn check(seeds: std::ops::Range<u64>) {
+    check_with(seeds, Faults::Membership)
+}
+
+fn check_with(seeds: std::ops::Range<u64>, faults: Faults) {
     let failures: Vec<(u64, String)> = seeds
-        .filter_map(|s| run_seed(s).err().map(|e| (s, e)))
+        .filter_map(|s| run_seed_with(s, faults).err().map(|e| (s, e)))
         .take(5)
         .collect();
     for (seed, e) in &failures {
@@ -1302,7 +1454,31 @@ fn one_seed() {
         .ok()
         .and_then(|s| s.parse().ok())
         .expect("BATON_SEED=<seed>");
-    if let Err(e) = run_seed(seed) {
+    // BATON_FAULTS=changelogs replays a seed of the changelog run.
+    let faults = match std::env::var("BATON_FAULTS").as_deref() {
+        Ok("changelogs") => Faults::Changelogs,
+        _ => Faults::Membership,
+    };
+    if let Err(e) = run_seed_with(seed, faults) {
         panic!("seed {seed}: {e}");
     }
+}
+
+/// Changelogs deleted and made again under a steady group ([`Faults::Changelogs`]): every
+/// count exact, every commit backed by the changelog once it holds the state again.
+///
+/// Not yet run by default: it found three losses, two fixed (a re-seed now takes in what the
+/// new changelog holds first; a batch's first offset, not its last, tells a changelog made
+/// again), and still finds some in about 1% of seeds when a deletion meets a lost
+/// acknowledgement or a move (`BATON_SEEDS=500 cargo test -p baton-core --test schedule
+/// changelogs -- --ignored`; replay one with `BATON_FAULTS=changelogs BATON_SEED=N ...
+/// one_seed`).
+#[test]
+#[ignore = "finds losses when a changelog is deleted beside lost acknowledgements or moves (issue 53)"]
+fn changelogs_made_again_lose_nothing() {
+    let n: u64 = std::env::var("BATON_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(2_000, |n: u64| n / 5);
+    check_with(0..n, Faults::Changelogs);
 }

@@ -277,8 +277,8 @@ pub enum Event {
     BatchDone {
         task: TaskId,
         batch: RequestId,
-        /// (changelog index, next offset after the batch's writes).
-        changelogs: Vec<(usize, i64)>,
+        /// (changelog index, the first offset the batch's writes took, the offset after them).
+        changelogs: Vec<(usize, i64, i64)>,
     },
     BatchFailed {
         task: TaskId,
@@ -1537,7 +1537,7 @@ impl ThreadMachine {
         }
     }
 
-    fn batch_done(&mut self, task: TaskId, batch: RequestId, changelogs: Vec<(usize, i64)>) {
+    fn batch_done(&mut self, task: TaskId, batch: RequestId, changelogs: Vec<(usize, i64, i64)>) {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
@@ -1558,11 +1558,12 @@ impl ThreadMachine {
             self.commit_early = true;
         }
         let mut behind = Vec::new();
-        for (i, next) in changelogs {
+        for (i, first, next) in changelogs {
             if let Some(c) = t.changelogs.get_mut(i) {
-                if next <= c.stored {
-                    // The batch's writes landed before the store's checkpoint: the changelog
-                    // was made again under the running task, holding only what came since.
+                if first < c.stored {
+                    // The batch's writes landed before the store's checkpoint (the one writer
+                    // of a changelog writes at its end): it was made again under the running
+                    // task, holding only what came since, however much the batch wrote.
                     behind.push(i);
                 }
                 c.stored = c.stored.max(next);

@@ -218,10 +218,12 @@ impl TaskState {
         self.changelogs.iter().map(|c| c.stored).sum()
     }
 
-    /// Positions processed past the last commit. A task reopened after its store failed
-    /// carries its positions while it restores: they count too.
+    /// Positions processed past the last commit, once its changelogs hold their state. A task
+    /// reopened after its store failed carries its positions while it restores: they count too.
     pub fn uncommitted(&self) -> Vec<(TopicPartition, i64)> {
-        if self.role != Role::Active {
+        // A changelog being written again from the store lacks the state of these positions
+        // until it is done: committed now, a task moved meanwhile would restore without it.
+        if self.role != Role::Active || self.reseed.is_some() {
             return Vec::new();
         }
         self.sources

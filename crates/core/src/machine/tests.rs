@@ -339,7 +339,7 @@ fn processing_goes_on_during_a_ten_second_join_round() {
                 Event::BatchDone {
                     task: t,
                     batch,
-                    changelogs: vec![(0, inputs[0].to)],
+                    changelogs: vec![(0, inputs[0].from, inputs[0].to)],
                 },
                 now,
             );
@@ -541,7 +541,7 @@ fn late_and_repeated_answers_change_nothing() {
     let done = Event::BatchDone {
         task: task(0),
         batch,
-        changelogs: vec![(0, 10)],
+        changelogs: vec![(0, 0, 10)],
     };
     m.handle(done.clone(), S);
     m.handle(done, S);
@@ -720,7 +720,7 @@ fn commits_every_interval_and_on_shutdown_then_leaves() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 5)],
+            changelogs: vec![(0, 0, 5)],
         },
         ms(20),
     );
@@ -763,7 +763,7 @@ fn processed_to_ten() -> ThreadMachine {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 10)],
+            changelogs: vec![(0, 0, 10)],
         },
         S,
     );
@@ -1123,7 +1123,7 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 10)],
+            changelogs: vec![(0, 0, 10)],
         },
         S,
     );
@@ -1150,7 +1150,7 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 3)],
+            changelogs: vec![(0, 0, 3)],
         },
         S,
     );
@@ -1158,13 +1158,15 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
     assert_eq!(changelogs, [0]);
     assert!(fetch_of(&cmds).is_none(), "no input until written");
     assert!(processes(&m.handle(Event::Tick, S + ms(100))).is_empty());
+    // Its positions are not committed while the changelog lacks their state.
+    assert!(commit_of(&m.handle(Event::Tick, 5 * S)).is_none());
     let cmds = m.handle(
         Event::Reseeded {
             task: task(0),
             request,
             ends: vec![(0, 9)],
         },
-        S + ms(200),
+        5 * S,
     );
     assert_eq!(m.tasks()[&task(0)].changelogs[0].stored, 9);
     let (_, wants) = fetch_of(&cmds).expect("input again");
@@ -1655,7 +1657,7 @@ fn a_task_commits_once_it_has_caught_up_after_taking_over_or_a_backlog() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 10)],
+            changelogs: vec![(0, 0, 10)],
         },
         S * 2,
     );
@@ -1685,7 +1687,7 @@ fn a_task_commits_once_it_has_caught_up_after_taking_over_or_a_backlog() {
             Event::BatchDone {
                 task: task(0),
                 batch,
-                changelogs: vec![(0, next)],
+                changelogs: vec![(0, from, next)],
             },
             at,
         );
@@ -1791,7 +1793,7 @@ fn wall_clock_punctuations_run_as_batches_without_input() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 3)],
+            changelogs: vec![(0, 0, 3)],
         },
         ms(1300),
     );
@@ -1812,7 +1814,7 @@ fn a_high_watermark_below_the_position_is_a_gone_position() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 10)],
+            changelogs: vec![(0, 0, 10)],
         },
         S,
     );
@@ -1847,7 +1849,7 @@ fn an_unreadable_input_batch_is_skipped_or_stops_the_task() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 10)],
+            changelogs: vec![(0, 0, 10)],
         },
         S,
     );
@@ -1918,7 +1920,7 @@ fn a_source_made_again_is_read_from_its_start_whatever_its_size() {
         Event::BatchDone {
             task: task(0),
             batch,
-            changelogs: vec![(0, 10)],
+            changelogs: vec![(0, 0, 10)],
         },
         S,
     );

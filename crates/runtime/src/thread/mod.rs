@@ -1068,6 +1068,8 @@ impl Driver {
         };
         let mut next_by_changelog = Vec::new();
         for (idx, writes, next) in applied {
+            // One changelog record per key written, the last at `next - 1`.
+            let first = next - writes.len() as i64;
             let s = &mut t.stores[idx];
             // A changelog made again under the task takes the batch before the store's
             // checkpoint: the checkpoint stays, so a crash before the store is written into
@@ -1085,7 +1087,7 @@ impl Driver {
                 return failed(true);
             }
             s.catchup.advance_to(checkpoint);
-            next_by_changelog.push((idx, next));
+            next_by_changelog.push((idx, first, next));
         }
         for input in inputs {
             if let Some(tp) = sources.get(input.source) {

@@ -2,6 +2,7 @@
 //! re-seed, [`crate::reseed`]), and changelog and output topics made again.
 
 use super::*;
+use crate::layout::from_changelog;
 
 impl Driver {
     /// Writes the stores of `changelogs` into them again ([`crate::reseed`]), then makes their
@@ -32,9 +33,15 @@ impl Driver {
                 "the changelog ends before its store's checkpoint (deleted and made again?) \
                  while the store is intact: writing the store's contents into it again"
             );
+            let Some(newer) = self.absorb_new_life(task, tp, &store, layout).await else {
+                return failed;
+            };
             let Some((end, written)) = self.reseed_one(m, task, tp, &store, layout).await else {
                 return failed;
             };
+            if newer > 0 {
+                tracing::info!(task = %task, changelog = %tp, records = newer, "took in what the new changelog held first: newer than the store");
+            }
             if let Err(e) = blocking(|| store.set_checkpoint(end)) {
                 self.store_failures.failed(
                     task,
@@ -59,6 +66,74 @@ impl Driver {
             request,
             ends,
         }
+    }
+
+    /// Applies what the changelog made again holds already onto the store, before the store is
+    /// written into it: every record there came after it was made again (this task's batches
+    /// whose store write failed, or was lost in a crash, after the changelog took them), so it
+    /// is newer than the store's value for its key. The records taken in; `None`: try again.
+    async fn absorb_new_life(
+        &mut self,
+        task: TaskId,
+        tp: &TopicPartition,
+        store: &TaskStore,
+        layout: Layout,
+    ) -> Option<u64> {
+        let end = match self.io.end_offsets(std::slice::from_ref(tp)).await {
+            Ok(ends) => match ends.get(tp) {
+                Some(&end) => end,
+                None => {
+                    tracing::debug!(changelog = %tp, "no end listed yet; trying again later");
+                    return None;
+                }
+            },
+            Err(e) => {
+                self.ctx.failing(&format!("listing the end of {tp}"), &e);
+                return None;
+            }
+        };
+        let (mut at, mut taken) = (0, 0u64);
+        while at < end {
+            let read = async {
+                let leader = self.ctx.leader(&tp.topic, tp.partition).await?;
+                let bytes = RESEED_PAGE_BYTES as i32;
+                self.io
+                    .fetch(&leader, &tp.topic, tp.partition, at, bytes, FETCH_WAIT_MS)
+                    .await
+            };
+            let f = match read.await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.ctx
+                        .failing(&format!("reading {tp} before writing it again"), &e);
+                    return None;
+                }
+            };
+            let next = next_position(&f, at, end);
+            if next <= at {
+                tracing::debug!(changelog = %tp, at, end, "reading a changelog made again: no progress; trying again later");
+                return None;
+            }
+            let writes: Vec<Write> = f
+                .records
+                .iter()
+                .filter(|r| r.offset < end)
+                .filter_map(|r| {
+                    let value = from_changelog(layout, r.timestamp, r.value.clone());
+                    Some((r.key.as_ref()?.to_vec(), value.map(|v| v.to_vec())))
+                })
+                .collect();
+            if let Err(e) = blocking(|| store.apply(&writes, None)) {
+                let state_dir = &self.ctx.cfg.state_dir;
+                let what = "taking in a changelog made again before writing it again";
+                self.store_failures
+                    .failed(task, what, &e.to_string(), state_dir);
+                return None;
+            }
+            taken += writes.len() as u64;
+            at = next;
+        }
+        Some(taken)
     }
 
     /// Produces `store`'s contents to `tp`; its end after them and the records written.

@@ -381,7 +381,7 @@ impl Engine<'_> {
                 let end = log.append(n);
                 let changelogs = if log.stateful {
                     self.insts[ii].disk.insert(task, end);
-                    vec![(0, end)]
+                    vec![(0, end - n, end)]
                 } else {
                     Vec::new()
                 };
