@@ -286,14 +286,7 @@ fn changelog_deleted_under_running_instances() {
     cluster.await_counts(&produced, Duration::from_secs(60));
     let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
     cluster.await_all_processing(now_ms(), "changelog deleted: a and b");
-    cluster
-        .rt
-        .block_on(
-            cluster
-                .client
-                .delete_topics(std::slice::from_ref(&changelog)),
-        )
-        .unwrap();
+    cluster.delete_topic(&changelog);
     std::thread::sleep(Duration::from_secs(10));
     cluster.await_all_processing(now_ms(), "changelog deleted: after");
     a.stop();
@@ -306,9 +299,7 @@ fn changelog_deleted_under_running_instances() {
         .matches("the changelog holds the store's contents again")
         .count();
     let mut c = cluster.spawn("c", &[]);
-    for (k, n) in cluster.produce_backlog("old", 30, 1) {
-        *produced.entry(k).or_default() += n;
-    }
+    add(&mut produced, cluster.produce_backlog("old", 30, 1));
     produced.extend(producer.stop());
     let duplicates = cluster.check_against(&produced, "changelog deleted");
     assert_eq!(duplicates, 0, "no process crashed\n{}", c.log_text());
@@ -335,14 +326,7 @@ fn changelog_deleted_while_stopped() {
     cluster.await_all_processing(now_ms(), "changelog deleted while stopped: a");
     std::thread::sleep(Duration::from_secs(5));
     a.stop();
-    cluster
-        .rt
-        .block_on(
-            cluster
-                .client
-                .delete_topics(std::slice::from_ref(&changelog)),
-        )
-        .unwrap();
+    cluster.delete_topic(&changelog);
     std::thread::sleep(Duration::from_secs(2));
     let mut a = cluster.spawn_on("a2", "a", &[]);
     cluster.await_all_processing(now_ms(), "changelog deleted while stopped: restarted");
@@ -367,6 +351,22 @@ fn changelog_deleted_while_stopped() {
     eprintln!("changelog deleted while stopped: {reseeded} re-seeds, a fresh instance exact");
 }
 
+/// Deletes the input topic, makes it again (same partitions) and writes `per_key` events to
+/// each of the 30 keys `k0`.. into it; the events written.
+fn make_input_again(cluster: &Cluster, per_key: u64) -> BTreeMap<String, i64> {
+    cluster.delete_topic(harness::INPUT);
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.create_topics();
+    cluster.produce_backlog("k", 30, per_key)
+}
+
+/// Adds `more` events per key to `produced`.
+fn add(produced: &mut BTreeMap<String, i64>, more: BTreeMap<String, i64>) {
+    for (k, n) in more {
+        *produced.entry(k).or_default() += n;
+    }
+}
+
 /// The input topic deleted and made again (same partitions) under a running instance: the
 /// tasks' positions are past the new topic's end. Each task notices once, reads the new
 /// topic from its start (auto.offset.reset=earliest), and counts every new event once on
@@ -376,17 +376,8 @@ fn input_recreated_under_a_running_instance() {
     let mut a = cluster.spawn("a", &[]);
     let mut produced = cluster.produce_backlog("k", 30, 100);
     assert_exact(&cluster, &produced, "input recreated, before");
-    cluster
-        .rt
-        .block_on(cluster.client.delete_topics(&[harness::INPUT.to_owned()]))
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-    cluster.create_topics();
     // 40 per key: every partition of the new topic ends well before the old positions.
-    let after = cluster.produce_backlog("k", 30, 40);
-    for (k, n) in after {
-        *produced.entry(k).or_default() += n;
-    }
+    add(&mut produced, make_input_again(&cluster, 40));
     assert_exact(&cluster, &produced, "input recreated, after");
     let log = a.log_text();
     let resets = log
@@ -411,18 +402,9 @@ fn input_recreated_past_the_old_position() {
     let mut produced = cluster.produce_backlog("k", 30, 20);
     assert_exact(&cluster, &produced, "input recreated and grown, before");
     a.pause();
-    cluster
-        .rt
-        .block_on(cluster.client.delete_topics(&[harness::INPUT.to_owned()]))
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-    cluster.create_topics();
     // 40 per key: every partition of the new topic ends well past the old positions.
-    let after = cluster.produce_backlog("k", 30, 40);
+    add(&mut produced, make_input_again(&cluster, 40));
     a.resume();
-    for (k, n) in after {
-        *produced.entry(k).or_default() += n;
-    }
     assert_exact(&cluster, &produced, "input recreated and grown, after");
     let log = a.log_text();
     let resets = log.matches("its id changed): position").count();
@@ -445,15 +427,7 @@ fn input_recreated_while_stopped() {
     assert_exact(&cluster, &produced, "input recreated while stopped, before");
     // Positions committed: a graceful stop commits them.
     a.stop();
-    cluster
-        .rt
-        .block_on(cluster.client.delete_topics(&[harness::INPUT.to_owned()]))
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-    cluster.create_topics();
-    for (k, n) in cluster.produce_backlog("k", 30, 40) {
-        *produced.entry(k).or_default() += n;
-    }
+    add(&mut produced, make_input_again(&cluster, 40));
     let mut a = cluster.spawn_on("a2", "a", &[]);
     assert_exact(&cluster, &produced, "input recreated while stopped, after");
     a.stop();
@@ -577,9 +551,7 @@ fn a_batch_no_reader_can_parse() {
         .count() as i64;
     // The first event of the second round in the bad partition: k0's 21st.
     let at = 20 * in_bad;
-    for (k, n) in cluster.produce_keys(&keys, 10) {
-        *produced.entry(k).or_default() += n;
-    }
+    add(&mut produced, cluster.produce_keys(&keys, 10));
     let point = format!("baton-unreadable=return({}-{bad}@{at})", harness::INPUT);
     let env = [("FAILPOINTS", point.as_str())];
     let mut a = cluster.spawn_env("a", &env, &[]);
@@ -633,13 +605,7 @@ fn a_batch_no_reader_can_parse() {
 fn failed_in_inspect(cluster: &Cluster) -> Vec<(String, String)> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = cluster.baton(&["inspect", "--group", &cluster.app, "--json"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let view = cluster.inspect_json();
         let failed: Vec<(String, String)> = view["failed"]
             .as_array()
             .unwrap()
@@ -759,10 +725,7 @@ fn output_deleted_then_recreated() {
     let mut b = cluster.spawn("b", &[]);
     let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
     cluster.await_all_processing(now_ms(), "output deleted: a and b");
-    cluster
-        .rt
-        .block_on(cluster.client.delete_topics(&[harness::OUTPUT.to_owned()]))
-        .unwrap();
+    cluster.delete_topic(harness::OUTPUT);
     std::thread::sleep(Duration::from_secs(5));
     b.stop();
     std::thread::sleep(Duration::from_secs(10));
@@ -786,10 +749,7 @@ fn output_deleted_and_made_again_by_baton() {
     let mut a = cluster.spawn("a", &["--create-missing-outputs"]);
     let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
     cluster.await_all_processing(now_ms(), "output made again: a");
-    cluster
-        .rt
-        .block_on(cluster.client.delete_topics(&[harness::OUTPUT.to_owned()]))
-        .unwrap();
+    cluster.delete_topic(harness::OUTPUT);
     std::thread::sleep(Duration::from_secs(3));
     cluster.await_all_processing(now_ms(), "output made again: after");
     let duplicates = cluster.check_counts(&mut producer, "output made again");
@@ -1149,15 +1109,7 @@ fn drain_while_another_instance_is_down() {
     let mut producer = Producer::start(&cluster.broker.addr, "k", 300, 60);
     cluster.await_all_processing(now_ms(), "drain, one down: a, b and c");
     // `baton inspect` shows every member's tasks, even on a broker that hides member metadata.
-    let inspect = || {
-        let out = cluster.baton(&["inspect", "--group", &cluster.app, "--json"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-    };
+    let inspect = || cluster.inspect_json();
     let shows_all = |view: &serde_json::Value| {
         let members = view["members"].as_array().cloned().unwrap_or_default();
         let actives: usize = members

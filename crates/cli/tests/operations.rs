@@ -118,13 +118,7 @@ fn drain_by_percent_wait_status_and_cancel() {
     // `baton inspect` shows the move under way, with the warm-up's lag and its catch-up.
     let deadline = Instant::now() + Duration::from_secs(10);
     let move_of_busy = loop {
-        let out = cluster.baton(&["inspect", "--group", &cluster.app, "--json"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let view = cluster.inspect_json();
         let found = view["pending"].as_array().and_then(|p| {
             p.iter()
                 .find(|m| m["from"] == busy.as_str() && m["lag"].is_u64())

@@ -51,6 +51,15 @@ fn the_readmes_two_commands_are_the_demo_and_what_ci_runs() {
         last, commands[1],
         ".ci/run ends with the README's test command"
     );
+    // A reader is told to run no other test command than the one CI runs.
+    let others: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.contains("cargo test") || l.contains("cargo nextest"))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "test commands CI does not run: {others:?}"
+    );
     let script = read("scripts/test.sh");
     assert!(
         script.contains("bash scripts/install-broker.sh")

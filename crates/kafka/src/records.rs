@@ -119,18 +119,6 @@ impl Client {
         self.send_batch(leader, topic, partition, batch).await
     }
 
-    /// Sends a record batch already encoded, as it is: for tools and tests that must put
-    /// exact bytes on a partition (a batch the broker takes that a reader cannot read).
-    pub async fn produce_batch(
-        &self,
-        leader: &str,
-        topic: &str,
-        partition: i32,
-        batch: Bytes,
-    ) -> Result<i64> {
-        self.send_batch(leader, topic, partition, batch).await
-    }
-
     async fn send_batch(
         &self,
         leader: &str,

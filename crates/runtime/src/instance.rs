@@ -303,25 +303,38 @@ async fn prepare(
             .map_err(kafka("creating changelog and sink topics"))?;
     }
     for t in timed {
-        let retention = windowed[&t.name].to_string();
-        let topic = NewTopic {
-            compacted: false,
-            ..t
-        };
-        client
-            .create_topics_with(
-                std::slice::from_ref(&topic),
-                &[
-                    ("cleanup.policy", "compact,delete"),
-                    ("retention.ms", &retention),
-                ],
-            )
+        let retention = windowed[&t.name];
+        create_changelog(client, &t.name, t.partitions, Some(retention))
             .await
             .map_err(kafka("creating window stores' changelog topics"))?;
     }
     control::ensure_control_topic(client, topology.app_id()).await?;
     let control_from = control::start_position(client, topology.app_id()).await;
     Ok((wire, sink_partitions, control_from))
+}
+
+/// Creates a changelog topic as Kafka Streams makes one: compacted, or for a window store
+/// (`retention_ms`) compacted and time-limited.
+pub(crate) async fn create_changelog(
+    client: &Client,
+    name: &str,
+    partitions: i32,
+    retention_ms: Option<i64>,
+) -> baton_kafka::Result<()> {
+    let topic = NewTopic {
+        name: name.to_owned(),
+        partitions,
+        compacted: retention_ms.is_none(),
+    };
+    let one = std::slice::from_ref(&topic);
+    match retention_ms {
+        None => client.create_topics(one).await,
+        Some(ms) => {
+            let ms = ms.to_string();
+            let configs = [("cleanup.policy", "compact,delete"), ("retention.ms", &ms)];
+            client.create_topics_with(one, &configs).await
+        }
+    }
 }
 
 /// A changelog made earlier with another partition count (the input was re-created with

@@ -329,12 +329,6 @@ impl TaskStore {
         Ok(out)
     }
 
-    /// Records `next` as the next changelog offset to apply, durably, whatever it was: the
-    /// changelog was written again from the store and ends there now.
-    pub fn set_checkpoint(&self, next: i64) -> Result<()> {
-        self.apply(&[], Some(next))
-    }
-
     /// The newest timestamp among the values of a store laid out
     /// [`Layout::Timestamped`](crate::layout::Layout) (a full scan, done once when a window
     /// task starts on an owner that learnt no stream time with its offsets). `None` when empty.

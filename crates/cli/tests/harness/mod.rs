@@ -151,6 +151,13 @@ impl Cluster {
             .unwrap();
     }
 
+    /// Deletes `topic` on the broker.
+    pub fn delete_topic(&self, topic: &str) {
+        self.rt
+            .block_on(self.client.delete_topics(&[topic.to_owned()]))
+            .unwrap_or_else(|e| panic!("deleting {topic}: {e}"));
+    }
+
     /// Produces `per_key` events to each key (`prefix0`, `prefix1`, ...) in large batches;
     /// returns the events per key.
     pub fn produce_backlog(&self, prefix: &str, keys: u64, per_key: u64) -> BTreeMap<String, i64> {
@@ -308,6 +315,17 @@ impl Cluster {
             .args(["--bootstrap", &self.broker.addr])
             .output()
             .unwrap()
+    }
+
+    /// `baton inspect --json` of this cluster's group.
+    pub fn inspect_json(&self) -> serde_json::Value {
+        let out = self.baton(&["inspect", "--group", &self.app, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
     }
 
     /// `baton drain` for an instance.

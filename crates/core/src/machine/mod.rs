@@ -738,13 +738,7 @@ impl ThreadMachine {
                 changelog,
                 offset,
             } => {
-                let current = self.tasks.get(&task).is_some_and(|t| {
-                    matches!(t.phase, Phase::Restoring | Phase::Tailing)
-                        && !t.reading_committed
-                        && t.reseed.is_none()
-                        && t.changelogs.get(changelog).map(|c| c.fetch_position) == Some(offset)
-                });
-                if current {
+                if self.reading_changelog(task, changelog) == Some(offset) {
                     let why = format!("its checkpoint {offset} is past its changelog's end");
                     self.changelog_behind(task, changelog, why, now, &mut out);
                 }
@@ -938,13 +932,7 @@ impl ThreadMachine {
                 }
             }
             Event::ChangelogRecreated { task, changelog } => {
-                let restoring = self.tasks.get(&task).is_some_and(|t| {
-                    matches!(t.phase, Phase::Restoring | Phase::Tailing)
-                        && !t.reading_committed
-                        && t.reseed.is_none()
-                        && changelog < t.changelogs.len()
-                });
-                if restoring {
+                if self.reading_changelog(task, changelog).is_some() {
                     let why = "its changelog was deleted and made again".to_owned();
                     self.changelog_behind(task, changelog, why, now, &mut out);
                 }
@@ -1331,6 +1319,16 @@ impl ThreadMachine {
                 inputs,
             });
         }
+    }
+
+    /// Where `task` reads changelog `changelog` from, while it reads it (restoring or tailing,
+    /// not deciding a re-seed): a changelog found behind is decided only then.
+    fn reading_changelog(&self, task: TaskId, changelog: usize) -> Option<i64> {
+        let t = self.tasks.get(&task)?;
+        let reading = matches!(t.phase, Phase::Restoring | Phase::Tailing)
+            && !t.reading_committed
+            && t.reseed.is_none();
+        reading.then(|| t.changelogs.get(changelog).map(|c| c.fetch_position))?
     }
 
     /// Changelog `changelog` of `task` ends before its store's checkpoint (`why`). A copy that

@@ -894,8 +894,14 @@ fn a_task_given_back_after_a_refused_commit_resumes_where_it_was() {
 /// An active opened at checkpoint 500 whose changelog turns out to end at 20 (made again,
 /// or its broker lost its data): the commands after that fetch.
 fn active_behind_its_changelog(m: &mut ThreadMachine) -> Vec<Command> {
+    opened_behind(m, assigned(1, &[0], &[], &[], S), "app-counts-changelog")
+}
+
+/// Task 0, given by `assignment`, opened at checkpoint 500, and its changelog `changelog`
+/// found to end at 20: the commands after that fetch.
+fn opened_behind(m: &mut ThreadMachine, assignment: Event, changelog: &str) -> Vec<Command> {
     m.start();
-    m.handle(assigned(1, &[0], &[], &[], S), S);
+    m.handle(assignment, S);
     let cmds = m.handle(
         Event::Opened {
             task: task(0),
@@ -908,7 +914,7 @@ fn active_behind_its_changelog(m: &mut ThreadMachine) -> Vec<Command> {
         Event::Fetched {
             fetch: f,
             results: vec![FetchResult {
-                tp: tp("app-counts-changelog", 0),
+                tp: tp(changelog, 0),
                 from: 500,
                 next: 500,
                 high_watermark: Some(20),
@@ -1084,27 +1090,10 @@ fn an_out_of_range_changelog_is_decided_the_same_way() {
 #[test]
 fn a_standby_behind_its_changelog_is_rebuilt() {
     let mut m = machine();
-    m.start();
-    m.handle(assigned(1, &[], &[0], &[], S), S);
-    let cmds = m.handle(
-        Event::Opened {
-            task: task(0),
-            checkpoints: vec![500],
-        },
-        S,
-    );
-    let (f, _) = fetch_of(&cmds).unwrap();
-    let cmds = m.handle(
-        Event::Fetched {
-            fetch: f,
-            results: vec![FetchResult {
-                tp: tp("app-counts-changelog", 0),
-                from: 500,
-                next: 500,
-                high_watermark: Some(20),
-            }],
-        },
-        S,
+    let cmds = opened_behind(
+        &mut m,
+        assigned(1, &[], &[0], &[], S),
+        "app-counts-changelog",
     );
     assert!(
         cmds.iter().any(|c| matches!(c, Command::Discard { .. })),
@@ -1191,28 +1180,7 @@ fn a_source_table_behind_its_topic_is_rebuilt_not_written() {
         },
         Duration::ZERO,
     );
-    m.start();
-    m.handle(assigned(1, &[0], &[], &[], S), S);
-    let cmds = m.handle(
-        Event::Opened {
-            task: task(0),
-            checkpoints: vec![500],
-        },
-        S,
-    );
-    let (f, _) = fetch_of(&cmds).unwrap();
-    let cmds = m.handle(
-        Event::Fetched {
-            fetch: f,
-            results: vec![FetchResult {
-                tp: tp("table", 0),
-                from: 500,
-                next: 500,
-                high_watermark: Some(20),
-            }],
-        },
-        S,
-    );
+    let cmds = opened_behind(&mut m, assigned(1, &[0], &[], &[], S), "table");
     assert!(
         cmds.iter().any(|c| matches!(c, Command::Discard { .. })),
         "{cmds:?}"

@@ -256,6 +256,8 @@ pub(super) async fn fetch_from(
         })
         .collect();
     let mut out = Vec::with_capacity(wants.len());
+    // Each topic's id now, asked once per request however many of its partitions failed.
+    let mut ids_now = BTreeMap::new();
     match io.fetch_many(leader, &wire, FETCH_WAIT_MS).await {
         Ok(results) => {
             ctx.recovered(|| format!("fetch from broker {leader}"));
@@ -271,7 +273,7 @@ pub(super) async fn fetch_from(
                     Err(e) => {
                         ctx.forget_leader(&want.tp.topic, want.tp.partition);
                         ctx.failing(&format!("fetch from {}", want.tp), &e);
-                        let miss = gone_or_made_again(ctx, w, &e).await;
+                        let miss = gone_or_made_again(ctx, w, &e, &mut ids_now).await;
                         out.push((want, Err(miss)));
                     }
                 }
@@ -281,7 +283,7 @@ pub(super) async fn fetch_from(
             ctx.failing(&format!("fetch from broker {leader}"), &e);
             for (want, w) in wants.into_iter().zip(&wire) {
                 ctx.forget_leader(&want.tp.topic, want.tp.partition);
-                let miss = gone_or_made_again(ctx, w, &e).await;
+                let miss = gone_or_made_again(ctx, w, &e, &mut ids_now).await;
                 out.push((want, Err(miss)));
             }
         }
@@ -290,11 +292,12 @@ pub(super) async fn fetch_from(
 }
 
 /// After a fetch by id found no such topic: whether one of the same name exists with another
-/// id (made again), or the topic is simply gone for now.
+/// id (made again), or the topic is simply gone for now. `ids_now` keeps the answers.
 pub(super) async fn gone_or_made_again(
     ctx: &Context,
     want: &WireWant,
     e: &baton_kafka::Error,
+    ids_now: &mut BTreeMap<String, Option<uuid::Uuid>>,
 ) -> Miss {
     let Some(used) = want.topic_id else {
         return Miss::Failed;
@@ -303,16 +306,17 @@ pub(super) async fn gone_or_made_again(
     if !(e.is_unknown_topic_id() || e.is_unknown_topic()) {
         return Miss::Failed;
     }
-    match ctx
-        .client
-        .topic_ids(std::slice::from_ref(&want.topic))
-        .await
-    {
-        Ok(ids) => match ids.get(&want.topic) {
-            Some(&now) if now != used => Miss::MadeAgain(now),
-            _ => Miss::Failed,
-        },
-        Err(_) => Miss::Failed,
+    if !ids_now.contains_key(&want.topic) {
+        let asked = ctx
+            .client
+            .topic_ids(std::slice::from_ref(&want.topic))
+            .await;
+        let now = asked.ok().and_then(|ids| ids.get(&want.topic).copied());
+        ids_now.insert(want.topic.clone(), now);
+    }
+    match ids_now[&want.topic] {
+        Some(now) if now != used => Miss::MadeAgain(now),
+        _ => Miss::Failed,
     }
 }
 

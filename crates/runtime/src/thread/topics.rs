@@ -42,7 +42,8 @@ impl Driver {
             if newer > 0 {
                 tracing::info!(task = %task, changelog = %tp, records = newer, "took in what the new changelog held first: newer than the store");
             }
-            if let Err(e) = blocking(|| store.set_checkpoint(end)) {
+            // No writes, only the checkpoint, durably: the changelog ends there now.
+            if let Err(e) = blocking(|| store.apply(&[], Some(end))) {
                 self.store_failures.failed(
                     task,
                     "recording a re-seeded changelog's end",
@@ -216,25 +217,9 @@ impl Driver {
             .into_iter()
             .find(|store| topology.changelog_topic(store) == topic)
             .and_then(|store| topology.changelog_retention_ms(store));
-        let new = baton_kafka::client::NewTopic {
-            name: topic.to_owned(),
-            partitions: s.partitions as i32,
-            compacted: retention.is_none(),
-        };
-        let made = match retention {
-            None => {
-                self.ctx
-                    .client
-                    .create_topics(std::slice::from_ref(&new))
-                    .await
-            }
-            Some(ms) => {
-                let ms = ms.to_string();
-                let configs = [("cleanup.policy", "compact,delete"), ("retention.ms", &ms)];
-                let one = std::slice::from_ref(&new);
-                self.ctx.client.create_topics_with(one, &configs).await
-            }
-        };
+        let partitions = s.partitions as i32;
+        let made =
+            crate::instance::create_changelog(&self.ctx.client, topic, partitions, retention).await;
         match made {
             Ok(()) => tracing::warn!(
                 topic,
