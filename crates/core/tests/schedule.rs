@@ -75,6 +75,9 @@ fn topology() -> Topology {
 struct Store {
     counts: BTreeMap<u32, u64>,
     checkpoint: i64,
+    /// The life of the changelog the checkpoint counts in (the topic id the runtime's store
+    /// records); `None` for a new store, marked when it opens.
+    life: Option<u32>,
 }
 
 /// A task's state on a member's disk: what a crash keeps (`durable`) and what it loses.
@@ -490,10 +493,31 @@ impl World {
                 }
                 d.open = true;
                 let at = d.live.checkpoint;
+                // As the runtime's driver: a new store is marked with the life its thread
+                // knows; a store of another life is settled with the broker's.
+                let p = task.partition as usize;
+                let known = self.members[i].seen_lives[p];
+                let d = self.members[i].disk.entry(task).or_default();
+                let older = match d.live.life {
+                    None => {
+                        d.live.life = Some(known);
+                        d.durable.life = Some(known);
+                        false
+                    }
+                    Some(life) => life != known,
+                };
+                let life = d.live.life;
                 self.members[i].local.push_back(Event::Opened {
                     task,
                     checkpoints: vec![at],
                 });
+                if older {
+                    self.members[i].seen_lives[p] = self.log.lives[p];
+                    if life != Some(self.log.lives[p]) {
+                        let event = Event::ChangelogRecreated { task, changelog: 0 };
+                        self.members[i].local.push_back(event);
+                    }
+                }
             }
             Command::Discard { task, why } => {
                 // Only a changelog made again may leave a store behind it.
@@ -771,7 +795,10 @@ impl World {
             .is_some_and(|m| m.may_write(self.now));
         let fail = !may_write || self.rng.chance(10);
         let p = task.partition as usize;
+        // Asked of the broker before the writes, as the runtime's driver does.
+        let life = self.log.lives[p];
         let m = &mut self.members[i];
+        m.seen_lives[p] = life;
         let d = m.disk.entry(task).or_default();
         if !d.open {
             return Err(format!("member {i} re-seeded {task} without its store"));
@@ -793,6 +820,7 @@ impl World {
             let end = self.log.changelog[p].len() as i64;
             self.log.emptied.remove(&p);
             d.live.checkpoint = end;
+            d.live.life = Some(life);
             d.durable = d.live.clone();
             Event::Reseeded {
                 task,

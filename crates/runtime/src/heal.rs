@@ -19,6 +19,8 @@ pub struct OpenedStore {
     pub name: String,
     pub store: TaskStore,
     pub checkpoint: i64,
+    /// The changelog topic the checkpoint counts in, where the store recorded one.
+    pub changelog_id: Option<uuid::Uuid>,
 }
 
 pub enum OpenError {
@@ -161,10 +163,12 @@ pub fn open_stores(
 fn open_one(state_dir: &StateDir, task: TaskId, name: &str) -> Result<OpenedStore, StoreError> {
     let store = TaskStore::open(state_dir.root(), task, name)?;
     let checkpoint = store.checkpoint()?.unwrap_or(0);
+    let changelog_id = store.changelog_id()?;
     Ok(OpenedStore {
         name: name.to_owned(),
         store,
         checkpoint,
+        changelog_id,
     })
 }
 

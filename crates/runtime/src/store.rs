@@ -20,6 +20,11 @@ use sha2::{Digest, Sha256};
 /// The next changelog offset to apply.
 const NEXT_OFFSET: &str = "next_changelog_offset";
 
+/// The id (16 bytes) of the changelog topic the checkpoint counts in: a changelog deleted and
+/// made again under the same name starts its offsets again, so a checkpoint is only an offset
+/// of the topic it was taken in.
+const CHANGELOG_ID: &str = "changelog_topic_id";
+
 /// The longest key fjall holds as it is (its key lengths are 16-bit).
 pub const LONGEST_NATIVE_KEY: usize = u16::MAX as usize;
 
@@ -526,6 +531,35 @@ impl TaskStore {
         self.db.persist(mode).map_err(|e| err(&self.path, e))
     }
 
+    /// The id of the changelog topic the checkpoint belongs to, where one was recorded (a
+    /// store from before Baton recorded them, or from Kafka Streams, has none).
+    pub fn changelog_id(&self) -> Result<Option<uuid::Uuid>> {
+        let v = self
+            .checkpoint
+            .get(CHANGELOG_ID)
+            .map_err(|e| err(&self.path, e))?;
+        match v {
+            None => Ok(None),
+            Some(b) => {
+                let bytes: [u8; 16] = b.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                    path: self.path.display().to_string(),
+                    message: format!("a changelog topic id of {} bytes", b.len()),
+                })?;
+                Ok(Some(uuid::Uuid::from_bytes(bytes)))
+            }
+        }
+    }
+
+    /// Records, durably and in one batch, that the store holds changelog `id` below `next`.
+    pub fn mark_changelog(&self, id: uuid::Uuid, next: Option<i64>) -> Result<()> {
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+        batch.insert(&self.checkpoint, CHANGELOG_ID, id.as_bytes().as_slice());
+        if let Some(next) = next {
+            batch.insert(&self.checkpoint, NEXT_OFFSET, next.to_be_bytes().as_slice());
+        }
+        batch.commit().map_err(|e| err(&self.path, e))
+    }
+
     /// The next changelog offset to apply, or `None` for a store that never absorbed any.
     pub fn checkpoint(&self) -> Result<Option<i64>> {
         let v = self
@@ -801,6 +835,34 @@ mod tests {
         let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
         assert_eq!(store.get(b"a").unwrap(), Some(b"5".to_vec()));
         assert_eq!(store.len().unwrap(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The changelog's id survives a reopen, is replaced whole with the checkpoint, and a
+    /// damaged one is reported as corruption rather than read as some other id.
+    #[test]
+    fn the_changelog_id_is_kept_beside_the_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("baton-store-id-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (old, new) = (uuid::Uuid::from_u128(7), uuid::Uuid::from_u128(9));
+        {
+            let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+            assert_eq!(store.changelog_id().unwrap(), None, "a new store has none");
+            store.apply(&[w("a", Some("1"))], Some(40)).unwrap();
+            store.mark_changelog(old, None).unwrap();
+        }
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        assert_eq!(store.changelog_id().unwrap(), Some(old));
+        assert_eq!(store.checkpoint().unwrap(), Some(40), "left as it was");
+        store.mark_changelog(new, Some(3)).unwrap();
+        assert_eq!(store.changelog_id().unwrap(), Some(new));
+        assert_eq!(store.checkpoint().unwrap(), Some(3));
+        store
+            .checkpoint
+            .insert(CHANGELOG_ID, b"short".as_slice())
+            .unwrap();
+        assert!(store.changelog_id().unwrap_err().is_corrupt());
+        drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -932,10 +932,7 @@ impl ThreadMachine {
                 }
             }
             Event::ChangelogRecreated { task, changelog } => {
-                if self.reading_changelog(task, changelog).is_some() {
-                    let why = "its changelog was deleted and made again".to_owned();
-                    self.changelog_behind(task, changelog, why, now, &mut out);
-                }
+                self.changelog_recreated(task, changelog, now, &mut out)
             }
             Event::InputSkipped {
                 task,
@@ -1358,6 +1355,43 @@ impl ThreadMachine {
         } else {
             out.push(Command::Discard { task, why });
             self.reopen(task, now, out);
+        }
+    }
+
+    /// Changelog `changelog` of `task` was deleted and made again: its store's checkpoint
+    /// counts in the old topic. A store that took nothing from it starts again from the new
+    /// one; one with a re-seed pending has this changelog written too; the others are behind
+    /// (`changelog_behind`).
+    fn changelog_recreated(
+        &mut self,
+        task: TaskId,
+        changelog: usize,
+        now: Duration,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if let Some(Reseed::Checking { changelogs } | Reseed::Due { changelogs }) = &mut t.reseed {
+            if !changelogs.contains(&changelog) {
+                changelogs.push(changelog);
+            }
+            return;
+        }
+        if self.reading_changelog(task, changelog).is_none() {
+            return;
+        }
+        let why = "its changelog was deleted and made again".to_owned();
+        let took_nothing = self.tasks[&task]
+            .changelogs
+            .get(changelog)
+            .is_some_and(|c| c.stored == 0);
+        if took_nothing {
+            // Nothing to keep or write back; reopened, it forgets what it read of the old one.
+            out.push(Command::Discard { task, why });
+            self.reopen(task, now, out);
+        } else {
+            self.changelog_behind(task, changelog, why, now, out);
         }
     }
 

@@ -1162,6 +1162,78 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
     assert_eq!(wants[0].offset, 15, "where it stopped");
 }
 
+/// A task of two stores opened on checkpoints of changelogs since deleted and made again
+/// (the driver compares the ids the stores recorded): both are written into the new topics,
+/// in one re-seed, after one read of the committed positions.
+#[test]
+fn stores_from_older_changelogs_are_written_into_the_new_ones() {
+    let mut wire = topology();
+    if let Some(s) = wire.subtopologies.get_mut(&0) {
+        s.changelog_topics.push("app-totals-changelog".into());
+    }
+    let mut m = ThreadMachine::new(machine().cfg.clone(), wire, Duration::ZERO);
+    m.start();
+    m.handle(assigned(1, &[0], &[], &[], S), S);
+    m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![40, 7],
+        },
+        S,
+    );
+    let recreated = |changelog| Event::ChangelogRecreated {
+        task: task(0),
+        changelog,
+    };
+    let cmds = m.handle(recreated(0), S);
+    assert!(
+        cmds.contains(&Command::ReadCommitted { task: task(0) }),
+        "{cmds:?}"
+    );
+    let cmds = m.handle(recreated(1), S);
+    assert!(
+        !cmds.contains(&Command::ReadCommitted { task: task(0) }),
+        "asked once"
+    );
+    let cmds = m.handle(
+        Event::CommittedRead {
+            task: task(0),
+            offsets: vec![Some(12)],
+        },
+        S,
+    );
+    let (_, changelogs) = reseed_of(&cmds).expect("written again: {cmds:?}");
+    assert_eq!(changelogs, [0, 1]);
+}
+
+/// A standby whose store took nothing yet from a changelog made again starts again on the
+/// new one: nothing to keep, and nothing of the old one read before is applied.
+#[test]
+fn a_copy_that_took_nothing_from_a_recreated_changelog_starts_again() {
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[], &[0], &[], S), S);
+    m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints: vec![0],
+        },
+        S,
+    );
+    let cmds = m.handle(
+        Event::ChangelogRecreated {
+            task: task(0),
+            changelog: 0,
+        },
+        S,
+    );
+    assert!(
+        cmds.iter().any(|c| matches!(c, Command::Discard { .. })),
+        "{cmds:?}"
+    );
+    assert_eq!(m.tasks()[&task(0)].phase, Phase::Opening);
+}
+
 /// A table read from its own source topic: that topic is its changelog, and a user's topic
 /// is never written. Found behind (the topic was made again), the store is rebuilt.
 #[test]

@@ -37,7 +37,7 @@ impl Driver {
                     continue;
                 }
                 Err(Miss::MadeAgain(id)) => {
-                    self.made_again(&want.tp.topic, id);
+                    self.made_again(&want.tp.topic, id, None);
                     continue;
                 }
             };
@@ -193,8 +193,9 @@ impl Driver {
     }
 
     /// A topic this thread reads was deleted and made again (`id`, its new id): every task
-    /// here that reads it is told, and later fetches read the new topic.
-    pub(super) fn made_again(&mut self, topic: &str, id: uuid::Uuid) {
+    /// here that reads it (but `except`, which the caller settles) is told, and later fetches
+    /// read the new topic.
+    pub(super) fn made_again(&mut self, topic: &str, id: uuid::Uuid, except: Option<TaskId>) {
         let old = self.topic_ids.insert(topic.to_owned(), id);
         if old == Some(id) {
             return;
@@ -206,7 +207,7 @@ impl Driver {
             new_id = %id,
             "a topic this thread reads was deleted and made again (its id changed)"
         );
-        for &task in self.tasks.keys() {
+        for &task in self.tasks.keys().filter(|&&t| Some(t) != except) {
             let sources = self.ctx.wire.source_partitions(task);
             for (source, tp) in sources.iter().enumerate() {
                 if tp.topic == topic {

@@ -30,7 +30,7 @@ use crate::catchup::{next_position, Catchup};
 use crate::config::{OversizedRecord, ProcessingErrorPolicy};
 use crate::context::Context;
 use crate::error::Result;
-use crate::heal::{open_stores, OpenError, StoreFailures};
+use crate::heal::{open_stores, OpenError, OpenedStore, StoreFailures};
 use crate::layout::{to_changelog, Layout};
 use crate::machine::{
     Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, ThreadMachine,
@@ -342,9 +342,18 @@ impl Driver {
                 return Some(exit);
             }
             Command::Open { task, role } => {
-                let e = std::panic::catch_unwind(AssertUnwindSafe(|| self.open(task, role)))
-                    .unwrap_or_else(|p| self.store_panicked(task, "opening its stores", &*p));
+                let (e, older) =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| self.open(task, role)))
+                        .unwrap_or_else(|p| {
+                            (
+                                self.store_panicked(task, "opening its stores", &*p),
+                                Vec::new(),
+                            )
+                        });
                 self.local.push_back(e);
+                if !older.is_empty() {
+                    self.checkpoints_of_older_changelogs(task, &older).await;
+                }
             }
             Command::Close { task } => self.close(task),
             Command::Discard { task, why } => {
@@ -586,8 +595,11 @@ impl Driver {
         self.local.push_back(Event::CommitDone { commit, ok });
     }
 
-    fn open(&mut self, task: TaskId, role: Role) -> Event {
-        let ctx = &self.ctx;
+    /// Opens `task`'s stores. With the event, the stores (index, id) whose checkpoint counts
+    /// in another changelog topic than the one this thread knows by that name.
+    fn open(&mut self, task: TaskId, role: Role) -> (Event, Vec<(usize, uuid::Uuid)>) {
+        let ctx = self.ctx.clone();
+        let ctx = &ctx;
         // Held before the stores open, so the state cleaner leaves them alone.
         if ctx.status.get(task).is_none() {
             ctx.status.hold(
@@ -613,26 +625,33 @@ impl Driver {
                 &mut self.store_failures,
             )
         });
+        let older;
         let stores: Vec<StoreIo> = match opened {
-            Ok(stores) => stores
-                .into_iter()
-                .map(|s| StoreIo {
-                    catchup: Catchup::new(s.checkpoint, ctx.topology.store_layout(&s.name)),
-                    name: s.name,
-                    store: s.store,
-                })
-                .collect(),
+            Ok(stores) => {
+                older = match self.changelog_ids(task, &stores) {
+                    Ok(o) => o,
+                    Err(error) => return (Event::OpenFailed { task, error }, Vec::new()),
+                };
+                stores
+                    .into_iter()
+                    .map(|s| StoreIo {
+                        catchup: Catchup::new(s.checkpoint, ctx.topology.store_layout(&s.name)),
+                        name: s.name,
+                        store: s.store,
+                    })
+                    .collect()
+            }
             Err(OpenError::Busy) => {
                 if let Some(why) = rebuild {
                     self.rebuild.insert(task, why);
                 }
-                return Event::OpenBusy { task };
+                return (Event::OpenBusy { task }, Vec::new());
             }
             Err(OpenError::Failed(error)) => {
                 if let Some(why) = rebuild {
                     self.rebuild.insert(task, why);
                 }
-                return Event::OpenFailed { task, error };
+                return (Event::OpenFailed { task, error }, Vec::new());
             }
         };
         if !stores.is_empty() {
@@ -653,7 +672,7 @@ impl Driver {
             },
         );
         tracing::info!(thread = %self.name, task = %task, role = role.as_str(), "task opened");
-        Event::Opened { task, checkpoints }
+        (Event::Opened { task, checkpoints }, older)
     }
 
     fn close(&mut self, task: TaskId) {

@@ -33,6 +33,11 @@ impl Driver {
                 "the changelog ends before its store's checkpoint (deleted and made again?) \
                  while the store is intact: writing the store's contents into it again"
             );
+            // Asked before the writes: were it made again once more meanwhile, the store
+            // would record the older id, and the next open would write it again.
+            let Ok(id) = self.current_id(task, &tp.topic).await else {
+                return failed;
+            };
             let Some(newer) = self.absorb_new_life(task, tp, &store, layout).await else {
                 return failed;
             };
@@ -42,8 +47,13 @@ impl Driver {
             if newer > 0 {
                 tracing::info!(task = %task, changelog = %tp, records = newer, "took in what the new changelog held first: newer than the store");
             }
-            // No writes, only the checkpoint, durably: the changelog ends there now.
-            if let Err(e) = blocking(|| store.apply(&[], Some(end))) {
+            // No writes, only the checkpoint and whose it is, durably: the changelog ends
+            // there now.
+            let marked = blocking(|| match id {
+                Some(id) => store.mark_changelog(id, Some(end)),
+                None => store.apply(&[], Some(end)),
+            });
+            if let Err(e) = marked {
                 self.store_failures.failed(
                     task,
                     "recording a re-seeded changelog's end",
@@ -66,6 +76,29 @@ impl Driver {
             task,
             request,
             ends,
+        }
+    }
+
+    /// The id of `topic` as the broker has it now (`None`: the broker gives none), this
+    /// thread's other tasks told if it changed; `Err`: not known now, try again.
+    async fn current_id(
+        &mut self,
+        task: TaskId,
+        topic: &str,
+    ) -> std::result::Result<Option<uuid::Uuid>, ()> {
+        let known = self.topic_ids.get(topic).copied();
+        match self.ctx.client.topic_ids(&[topic.to_owned()]).await {
+            Ok(ids) => {
+                let now = ids.get(topic).copied();
+                if let Some(id) = now.filter(|&id| known != Some(id)) {
+                    self.made_again(topic, id, Some(task));
+                }
+                Ok(now)
+            }
+            Err(e) => {
+                self.ctx.failing(&format!("reading the id of {topic}"), &e);
+                Err(())
+            }
         }
     }
 
@@ -198,9 +231,6 @@ impl Driver {
         }
     }
 
-    /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
-    /// exist, again with the partitions it had at start. Changelogs and inputs are never made
-    /// here; without the flag the task waits for an operator to make the topic.
     /// One of this application's changelogs is gone (deleted under it): made again as
     /// `prepare` makes it, always, since it is the application's own. The task that writes
     /// to it next finds it younger than its store and writes the store into it (a re-seed).
@@ -232,6 +262,9 @@ impl Driver {
         }
     }
 
+    /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
+    /// exist, again with the partitions it had at start. Changelogs and inputs are never made
+    /// here; without the flag the task waits for an operator to make the topic.
     pub(super) async fn make_output_again(&self, topic: &str) {
         let Some(&partitions) = self.ctx.sink_partitions.get(topic) else {
             return;
@@ -253,6 +286,82 @@ impl Driver {
             Err(e) => self
                 .ctx
                 .failing(&format!("making output topic {topic} again"), &e),
+        }
+    }
+
+    /// Compares each opened store's changelog id with the one this thread knows: a store with
+    /// none recorded (new, or from before ids were recorded) is marked with it, and the stores
+    /// that recorded another are returned (index, their id) to be settled with the broker.
+    pub(super) fn changelog_ids(
+        &mut self,
+        task: TaskId,
+        stores: &[OpenedStore],
+    ) -> std::result::Result<Vec<(usize, uuid::Uuid)>, String> {
+        let tps = self.ctx.wire.changelog_partitions(task);
+        let mut older = Vec::new();
+        for (i, s) in stores.iter().enumerate() {
+            let known = tps.get(i).and_then(|tp| self.topic_ids.get(&tp.topic));
+            match (s.changelog_id, known) {
+                (Some(had), Some(&now)) if had != now => older.push((i, had)),
+                (None, Some(&now)) => {
+                    if let Err(e) = blocking(|| s.store.mark_changelog(now, None)) {
+                        let (what, root) =
+                            ("recording the changelog's id", &self.ctx.cfg.state_dir);
+                        self.store_failures.failed(task, what, &e.to_string(), root);
+                        return Err(format!("store {}: {what}: {e}", s.name));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(older)
+    }
+
+    /// Stores of `task` whose checkpoint counts in another changelog topic than the one this
+    /// thread knows by that name. The broker says which topic is current: when it is the
+    /// store's, this thread's knowledge was old and is brought up to date (its other tasks
+    /// told); when not, the changelog was deleted and made again since the store was last
+    /// written, its checkpoint is no offset of the new topic, and the machine decides what the
+    /// store becomes ([`Event::ChangelogRecreated`]).
+    pub(super) async fn checkpoints_of_older_changelogs(
+        &mut self,
+        task: TaskId,
+        older: &[(usize, uuid::Uuid)],
+    ) {
+        let tps = self.ctx.wire.changelog_partitions(task);
+        let mut topics: Vec<String> = older
+            .iter()
+            .filter_map(|&(i, _)| tps.get(i).map(|tp| tp.topic.clone()))
+            .collect();
+        topics.dedup();
+        match self.ctx.client.topic_ids(&topics).await {
+            Ok(now) => {
+                for (topic, id) in now {
+                    if self.topic_ids.get(&topic) != Some(&id) {
+                        self.made_again(&topic, id, Some(task));
+                    }
+                }
+            }
+            Err(e) => self.ctx.failing("reading changelog topic ids", &e),
+        }
+        for &(changelog, had) in older {
+            let Some(tp) = tps.get(changelog) else {
+                continue;
+            };
+            let now = self.topic_ids.get(&tp.topic).copied();
+            if now == Some(had) {
+                continue;
+            }
+            tracing::warn!(
+                task = %task,
+                changelog = %tp,
+                store_id = %had,
+                topic_id = %now.map_or("-".into(), |n| n.to_string()),
+                "the store's checkpoint counts in an earlier topic of this name: the changelog \
+                 was deleted and made again since the store was last written"
+            );
+            self.local
+                .push_back(Event::ChangelogRecreated { task, changelog });
         }
     }
 }
