@@ -46,6 +46,10 @@ fn faults() {
         changelog_deleted_while_stopped,
     );
     timed(
+        "changelog deleted while idle",
+        changelog_deleted_under_an_idle_instance,
+    );
+    timed(
         "stale store in a changelog made again",
         a_stale_store_inside_a_changelog_made_again,
     );
@@ -354,6 +358,49 @@ fn changelog_deleted_while_stopped() {
         "no store rebuilt from the younger changelog\n{log}"
     );
     eprintln!("changelog deleted while stopped: {reseeded} re-seeds, a fresh instance exact");
+}
+
+/// The changelog deleted under an instance that has no input to process: no batch finds it
+/// gone. The thread's periodic check does (every 5 s): the changelog is made again and each
+/// task writes its store into it. The instance then stops and a fresh one takes every task
+/// over from the changelog alone: every key exact. Before, the changelog was found only by
+/// the next batch, and the fresh instance restored from an empty one (each key 1 of 21).
+fn changelog_deleted_under_an_idle_instance() {
+    let cluster = Cluster::new("changelog-gone-idle");
+    let changelog = format!("{}-counts-changelog", cluster.app);
+    let mut a = cluster.spawn("a", &[]);
+    let mut produced = cluster.produce_backlog("old", 30, 20);
+    cluster.await_counts(&produced, Duration::from_secs(60));
+    cluster.delete_topic(&changelog);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reseeded = |a: &harness::Instance| {
+        a.log_text()
+            .matches("the changelog holds the store's contents again")
+            .count()
+    };
+    while reseeded(&a) < PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "the idle instance did not write its stores into the changelog made again\n{}",
+            a.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    a.stop();
+    let log = a.log_text();
+    let mut c = cluster.spawn("c", &[]);
+    add(&mut produced, cluster.produce_backlog("old", 30, 1));
+    let duplicates = cluster.check_against(&produced, "changelog deleted while idle");
+    assert_eq!(duplicates, 0, "no process crashed\n{}", c.log_text());
+    c.stop();
+    assert!(
+        log.contains("the changelog topic was gone; made it again"),
+        "made again by the idle instance\n{log}"
+    );
+    eprintln!(
+        "changelog deleted while idle: {} re-seeds, a fresh instance exact",
+        reseeded(&a)
+    );
 }
 
 /// Each changelog partition's end (records from offset 0; the suite's topics are small).

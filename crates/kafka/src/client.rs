@@ -198,6 +198,29 @@ impl Client {
             .collect())
     }
 
+    /// What the broker says of each of `topics`: `Some(id)`, or `None` when it has no such
+    /// topic (deleted). A topic answered with another error (no leader yet) or without an id
+    /// is left out: nothing is known of it.
+    pub async fn topic_presence(
+        &self,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, Option<uuid::Uuid>>> {
+        let resp = self.metadata(Some(topics)).await?;
+        let gone = kafka_protocol::ResponseError::UnknownTopicOrPartition.code();
+        Ok(resp
+            .topics
+            .iter()
+            .filter_map(|t| {
+                let name = t.name.as_ref()?.to_string();
+                match t.error_code {
+                    0 if !t.topic_id.is_nil() => Some((name, Some(t.topic_id))),
+                    code if code == gone => Some((name, None)),
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+
     /// The racks of every replica of `topics`' partitions (brokers without a rack add none).
     pub async fn replica_racks(&self, topics: &[String]) -> Result<ReplicaRacks> {
         let resp = self.metadata(Some(topics)).await?;

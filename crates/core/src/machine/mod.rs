@@ -1372,9 +1372,28 @@ impl ThreadMachine {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
-        if let Some(Reseed::Checking { changelogs } | Reseed::Due { changelogs }) = &mut t.reseed {
-            if !changelogs.contains(&changelog) {
-                changelogs.push(changelog);
+        match &mut t.reseed {
+            Some(Reseed::Checking { changelogs } | Reseed::Due { changelogs }) => {
+                if !changelogs.contains(&changelog) {
+                    changelogs.push(changelog);
+                }
+                return;
+            }
+            // Being written: into the new topic, whose id the driver asked for first.
+            Some(Reseed::Writing { .. }) => return,
+            None => {}
+        }
+        if t.is_running_active() {
+            // Found by the driver's check rather than by a batch (an idle task): written now,
+            // while its instance holds the state, not when input comes, perhaps elsewhere.
+            let own_topic = t
+                .changelogs
+                .get(changelog)
+                .is_some_and(|c| c.stored > 0 && !t.sources.iter().any(|s| s.tp == c.tp));
+            if own_topic {
+                t.reseed = Some(Reseed::Due {
+                    changelogs: vec![changelog],
+                });
             }
             return;
         }

@@ -1162,6 +1162,49 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
     assert_eq!(wants[0].offset, 15, "where it stopped");
 }
 
+/// The driver's periodic check finds the changelog of a running active made again while no
+/// input comes: the store is written into it now, before any more input, not when the next
+/// batch finds it (perhaps after the task moved). An active that holds nothing yet has
+/// nothing to write.
+#[test]
+fn an_idle_running_active_whose_changelog_was_made_again_writes_its_store_into_it() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let recreated = Event::ChangelogRecreated {
+        task: task(0),
+        changelog: 0,
+    };
+    assert!(
+        reseed_of(&m.handle(recreated.clone(), S)).is_none(),
+        "holds nothing"
+    );
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 0, 10)],
+        },
+        S,
+    );
+    let cmds = m.handle(recreated.clone(), 2 * S);
+    let (request, changelogs) = reseed_of(&cmds).expect("written at once: {cmds:?}");
+    assert_eq!(changelogs, [0]);
+    assert!(reseed_of(&m.handle(recreated, 2 * S)).is_none(), "once");
+    assert!(
+        commit_of(&m.handle(Event::Tick, 5 * S)).is_none(),
+        "no commit meanwhile"
+    );
+    m.handle(
+        Event::Reseeded {
+            task: task(0),
+            request,
+            ends: vec![(0, 4)],
+        },
+        5 * S,
+    );
+    assert_eq!(m.tasks()[&task(0)].changelogs[0].stored, 4);
+}
+
 /// A task of two stores opened on checkpoints of changelogs since deleted and made again
 /// (the driver compares the ids the stores recorded): both are written into the new topics,
 /// in one re-seed, after one read of the committed positions.

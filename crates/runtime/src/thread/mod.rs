@@ -44,6 +44,7 @@ use crate::store::{StoreError, TaskStore, Write};
 use crate::stream_time;
 use crate::topology::{Emitted, Output, Stores, StreamRecord};
 use crate::unreadable;
+use topics::ChangelogCheck;
 
 pub use crate::machine::Exit;
 
@@ -209,6 +210,7 @@ impl StreamThread {
             store_failures: StoreFailures::default(),
             skip_log: SkipLog::default(),
             fetch: None,
+            changelog_check: ChangelogCheck::default(),
             requests,
             report: report_tx,
             events,
@@ -242,6 +244,8 @@ struct Driver {
     /// Records skipped after the application failed on them, for rate-limited logging.
     skip_log: SkipLog,
     fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
+    /// The broker's word on the running actives' changelogs ([`Driver::watch_changelogs`]).
+    changelog_check: ChangelogCheck,
     requests: mpsc::UnboundedSender<Request>,
     report: watch::Sender<crate::machine::Report>,
     events: mpsc::UnboundedReceiver<Event>,
@@ -274,6 +278,7 @@ impl Driver {
                 self.start_fetches(&mut commands);
             }
             self.sync_status(m);
+            self.watch_changelogs(m).await;
             self.buffers.clear();
             while let Ok(e) = self.events.try_recv() {
                 commands.extend(m.handle(e, self.now()));

@@ -4,6 +4,24 @@
 use super::*;
 use crate::layout::from_changelog;
 
+/// How often a thread with running actives asks the broker whether their changelogs are still
+/// the topics it knows. An active writes its changelog only when input comes: without this, a
+/// changelog deleted under an idle application is found only by the next batch, perhaps after
+/// its task moved to an instance with no state, which would restore it young and empty.
+const CHANGELOG_CHECK: Duration = Duration::from_secs(5);
+
+/// What the broker says of each topic asked: its id, or `None` for no such topic.
+type Presence = baton_kafka::Result<BTreeMap<String, Option<uuid::Uuid>>>;
+
+/// The periodic changelog check: one request in flight at most, the next one due.
+#[derive(Default)]
+pub(super) struct ChangelogCheck {
+    /// The request, and the ids this thread knew when it was sent: a topic whose id changed
+    /// meanwhile (a fetch or a re-seed learnt it) is not judged by an answer older than that.
+    asked: Option<(JoinHandle<Presence>, BTreeMap<String, uuid::Uuid>)>,
+    next: Option<Instant>,
+}
+
 impl Driver {
     /// Writes the stores of `changelogs` into them again ([`crate::reseed`]), then makes their
     /// new ends the stores' checkpoints.
@@ -286,6 +304,65 @@ impl Driver {
             Err(e) => self
                 .ctx
                 .failing(&format!("making output topic {topic} again"), &e),
+        }
+    }
+
+    /// Every [`CHANGELOG_CHECK`], asks the broker about the changelogs of this thread's
+    /// running actives (those with a known id; never a source topic read as a table). One
+    /// that is gone is made again; one whose id changed is told to each task here that holds
+    /// it ([`Driver::made_again`]): a running active that holds state writes its store into
+    /// the new topic at once, as when its next batch finds it made again.
+    pub(super) async fn watch_changelogs(&mut self, m: &ThreadMachine) {
+        if let Some((asked, knew)) = self.changelog_check.asked.take_if(|h| h.0.is_finished()) {
+            match asked.await {
+                Ok(Ok(mut presence)) => {
+                    presence.retain(|topic, _| self.topic_ids.get(topic) == knew.get(topic));
+                    self.changelogs_seen(presence).await
+                }
+                Ok(Err(e)) => self.ctx.failing("checking the changelog topics", &e),
+                Err(e) => {
+                    tracing::warn!(thread = %self.name, error = %e, "checking the changelog topics")
+                }
+            }
+        }
+        let now = Instant::now();
+        if self.changelog_check.asked.is_some()
+            || self.changelog_check.next.is_some_and(|next| now < next)
+        {
+            return;
+        }
+        self.changelog_check.next = Some(now + CHANGELOG_CHECK);
+        let mut topics = std::collections::BTreeSet::new();
+        for t in m.tasks().values().filter(|t| t.is_running_active()) {
+            let sources = self.ctx.wire.source_partitions(t.id);
+            for tp in self.ctx.wire.changelog_partitions(t.id) {
+                if !sources.contains(&tp) && self.topic_ids.contains_key(&tp.topic) {
+                    topics.insert(tp.topic);
+                }
+            }
+        }
+        if topics.is_empty() {
+            return;
+        }
+        let topics: Vec<String> = topics.into_iter().collect();
+        let io = self.io.clone();
+        let asked = tokio::spawn(async move { io.topic_presence(&topics).await });
+        self.changelog_check.asked = Some((asked, self.topic_ids.clone()));
+    }
+
+    async fn changelogs_seen(&mut self, presence: BTreeMap<String, Option<uuid::Uuid>>) {
+        for (topic, id) in presence {
+            match id {
+                None => {
+                    self.make_changelog_again(&topic).await;
+                    // Its new id is asked for at once, not in 5 s.
+                    self.changelog_check.next = None;
+                }
+                Some(id) if self.topic_ids.get(&topic) != Some(&id) => {
+                    self.made_again(&topic, id, None)
+                }
+                Some(_) => {}
+            }
         }
     }
 
