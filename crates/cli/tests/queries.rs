@@ -237,6 +237,29 @@ fn queries_keep_answering_through_scale_out_drain_and_kill() {
         }
         pages
     });
+    // `baton query`: a key, and a page of a partition, as an operator asks them.
+    let server = format!("127.0.0.1:{pc}");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(["query", "--server", &server])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "baton query {args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let one = cli(&["counts", "q1", "--timeout-ms", "10000"]);
+    assert!(one.contains("from the active at"), "{one}");
+    let page = cli(&["counts", "--partition", "0", "--limit", "3"]);
+    assert!(
+        page.lines().filter(|l| l.contains('\t')).count() <= 3 && page.contains("entries"),
+        "{page}"
+    );
     a.stop();
     c.stop();
 

@@ -951,6 +951,45 @@ impl Topology {
         out
     }
 
+    /// How records of `topic` reach sub-topology `to`: each sub-topology on the way, from the
+    /// one reading `topic`, with the topic it reads there (a sink of the one before: a
+    /// repartition topic, or any topic the application writes and reads again). `None` when
+    /// `topic` does not feed `to`; the shortest way when several do.
+    pub fn path_from(&self, topic: &str, to: u32) -> Option<Vec<(u32, String)>> {
+        let reader = |t: &str| {
+            self.streams
+                .iter()
+                .position(|s| s.sources.iter().any(|x| x == t))
+                .map(|i| i as u32)
+        };
+        let start = reader(topic)?;
+        // Each sub-topology reached, with the one it was reached from and through which topic.
+        let mut came_from: BTreeMap<u32, Option<(u32, &str)>> = BTreeMap::from([(start, None)]);
+        let mut queue = std::collections::VecDeque::from([start]);
+        while let Some(sub) = queue.pop_front() {
+            if sub == to {
+                let mut path = Vec::new();
+                let mut at = sub;
+                while let Some(&Some((prev, via))) = came_from.get(&at) {
+                    path.push((at, via.to_owned()));
+                    at = prev;
+                }
+                path.push((start, topic.to_owned()));
+                path.reverse();
+                return Some(path);
+            }
+            for sink in self.sinks_of(sub) {
+                if let Some(next) = reader(sink) {
+                    came_from.entry(next).or_insert_with(|| {
+                        queue.push_back(next);
+                        Some((sub, sink.as_str()))
+                    });
+                }
+            }
+        }
+        None
+    }
+
     /// Whether Baton creates `topic` ([`Topology::with_repartition_topics`]).
     pub fn is_repartition_topic(&self, topic: &str) -> bool {
         self.repartition.contains(topic)
@@ -1478,6 +1517,25 @@ mod tests {
             ]
         );
         assert_eq!(t.repartition_topics(), vec![("app-words-repartition", 0)]);
+        assert_eq!(
+            t.path_from("lines", 1),
+            Some(vec![
+                (0, "lines".to_owned()),
+                (1, "app-words-repartition".to_owned())
+            ]),
+            "lines reach the counts through the repartition topic"
+        );
+        assert_eq!(
+            t.path_from("app-words-repartition", 1),
+            Some(vec![(1, "app-words-repartition".to_owned())])
+        );
+        assert_eq!(t.path_from("lines", 0), Some(vec![(0, "lines".to_owned())]));
+        assert_eq!(
+            t.path_from("app-words-repartition", 0),
+            None,
+            "not upstream"
+        );
+        assert_eq!(t.path_from("out", 1), None, "read by no one");
         assert!(t.is_repartition_topic("app-words-repartition"));
         let e = Topology::new(
             "app",

@@ -26,8 +26,10 @@ pub struct QueryOptions {
     pub max_lag_offsets: Option<u64>,
     /// `max_lag_ms`: a copy at most this many milliseconds behind may answer.
     pub max_lag_ms: Option<u64>,
-    /// `at_least`: answer once the active has processed this input offset of the key's
-    /// source partition (read your own writes). Key lookups only.
+    /// `at_least`: answer once the store holds everything derived from input up to this
+    /// offset (read your own writes): of the key's own source partition, or of any input
+    /// upstream of the store, through repartition topics ([`crate::query::upstream`]). Key
+    /// lookups only.
     pub at_least: Option<(TopicPartition, i64)>,
     /// How long to look for a copy that fits (at most 60 s).
     pub timeout: Duration,

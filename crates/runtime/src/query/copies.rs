@@ -70,6 +70,12 @@ impl LocalCopies {
         inner.processed.entry(task).or_default();
     }
 
+    /// Follows how far `task` has processed its input, whether or not it has stores: an
+    /// `at_least=` on an input upstream of a store waits for the task reading that input.
+    pub fn track(&self, task: TaskId) {
+        self.lock().processed.entry(task).or_default();
+    }
+
     fn handle(&self, store: &str, task: TaskId) -> Option<TaskStore> {
         self.lock().stores.get(&(store.to_owned(), task)).cloned()
     }

@@ -87,6 +87,17 @@ pub enum Op {
     },
 }
 
+/// A position on an input upstream of the store (word count's lines, before the repartition
+/// topic its counts read): the answer waits for every record derived from input up to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub input: TopicPartition,
+    pub offset: i64,
+    /// The sub-topologies from the one reading `input` to the store's, each with the topic it
+    /// reads there ([`crate::topology::Topology::path_from`]).
+    pub path: Vec<(u32, String)>,
+}
+
 /// A query, checked and resolved to its task.
 #[derive(Debug, Clone)]
 pub struct Lookup {
@@ -95,8 +106,10 @@ pub struct Lookup {
     pub op: Op,
     pub task: TaskId,
     pub source: TopicPartition,
-    /// `at_least=`: the input offset the answer must have processed.
+    /// `at_least=`: the offset of `source` the answer must have processed.
     pub at_least: Option<i64>,
+    /// `at_least=` on an input upstream of the store, until it is resolved to `at_least`.
+    pub upstream: Option<Upstream>,
     pub ask: Ask,
     pub deadline: Instant,
 }
@@ -153,12 +166,11 @@ impl Engine {
             crate::partitioner::partition_for(&key, partitions),
         );
         let source = self.source(store, task)?;
-        let at_least = match at_least {
-            None => None,
-            Some(a) => Some(
-                parse_at_least(a, &source)
-                    .map_err(|e| QueryError::bad(format!("at_least: {e}")))?,
-            ),
+        let (at_least, upstream) = match at_least {
+            None => (None, None),
+            Some(a) => self
+                .at_least(a, &source, info.subtopology)
+                .map_err(|e| QueryError::bad(format!("at_least: {e}")))?,
         };
         Ok(Lookup {
             store: store.to_owned(),
@@ -167,10 +179,11 @@ impl Engine {
             task,
             source,
             at_least,
+            upstream: upstream.clone(),
             ask: Ask {
                 bound,
                 forwarded: hop.forwarded,
-                read_your_writes: at_least.is_some(),
+                read_your_writes: at_least.is_some() || upstream.is_some(),
             },
             deadline: hop.deadline,
         })
@@ -207,6 +220,7 @@ impl Engine {
             task,
             source,
             at_least: None,
+            upstream: None,
             ask: Ask {
                 bound,
                 forwarded: hop.forwarded,
@@ -244,6 +258,7 @@ impl Engine {
             task,
             source,
             at_least: None,
+            upstream: None,
             ask: Ask {
                 bound,
                 forwarded: hop.forwarded,
@@ -251,6 +266,68 @@ impl Engine {
             },
             deadline: hop.deadline,
         })
+    }
+
+    /// `TOPIC:PARTITION:OFFSET` on the store's own source partition (`source`), or on an
+    /// input upstream of the store's sub-topology `sub` (to be resolved before the read).
+    fn at_least(
+        &self,
+        text: &str,
+        source: &TopicPartition,
+        sub: u32,
+    ) -> std::result::Result<(Option<i64>, Option<Upstream>), String> {
+        let (input, offset) = parse_position(text)?;
+        if input.topic == source.topic {
+            if input.partition != source.partition {
+                return Err(format!(
+                    "{}:{} is not where this key lives ({}:{})",
+                    input.topic, input.partition, source.topic, source.partition
+                ));
+            }
+            return Ok((Some(offset), None));
+        }
+        let topology = &self.ctx.topology;
+        let Some(path) = topology.path_from(&input.topic, sub) else {
+            let inputs: Vec<&str> = topology
+                .source_topics()
+                .into_iter()
+                .filter(|t| topology.path_from(t, sub).is_some())
+                .collect();
+            return Err(format!(
+                "topic {:?} does not feed this store; these do: {inputs:?}",
+                input.topic
+            ));
+        };
+        if path.last().is_none_or(|(_, t)| *t != source.topic) {
+            return Err(format!(
+                "topic {:?} reaches this store through {:?}, not its source {:?}: not supported",
+                input.topic,
+                path.last().map(|(_, t)| t),
+                source.topic
+            ));
+        }
+        let partitions = self
+            .ctx
+            .wire
+            .subtopologies
+            .get(&path[0].0)
+            .map_or(0, |s| s.partitions);
+        if input.partition < 0 || input.partition as u32 >= partitions {
+            return Err(format!(
+                "partition {} of {:?}: it has partitions 0 to {}",
+                input.partition,
+                input.topic,
+                partitions.saturating_sub(1)
+            ));
+        }
+        Ok((
+            None,
+            Some(Upstream {
+                input,
+                offset,
+                path,
+            }),
+        ))
     }
 
     /// The first source partition of `task`: where the assignment's host maps list it.
@@ -283,8 +360,8 @@ fn key_bytes(info: &StoreInfo, key: KeyArg<'_>) -> QueryResult<Vec<u8>> {
     .map_err(QueryError::bad)
 }
 
-/// `TOPIC:PARTITION:OFFSET`, naming the key's own source partition.
-fn parse_at_least(text: &str, source: &TopicPartition) -> std::result::Result<i64, String> {
+/// `TOPIC:PARTITION:OFFSET` (a topic's name may hold colons).
+fn parse_position(text: &str) -> std::result::Result<(TopicPartition, i64), String> {
     let mut parts = text.rsplitn(3, ':');
     let (offset, partition, topic) = (parts.next(), parts.next(), parts.next());
     let (Some(offset), Some(partition), Some(topic)) = (offset, partition, topic) else {
@@ -296,13 +373,7 @@ fn parse_at_least(text: &str, source: &TopicPartition) -> std::result::Result<i6
     let partition: i32 = partition
         .parse()
         .map_err(|_| format!("partition {partition:?} is not a number"))?;
-    if topic != source.topic || partition != source.partition {
-        return Err(format!(
-            "{topic}:{partition} is not where this key lives ({}:{})",
-            source.topic, source.partition
-        ));
-    }
-    Ok(offset)
+    Ok((TopicPartition::new(topic, partition), offset))
 }
 
 #[cfg(test)]
@@ -310,17 +381,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn at_least_names_the_keys_partition() {
-        let tp = TopicPartition::new("ev:ents", 2);
-        assert_eq!(parse_at_least("ev:ents:2:41", &tp), Ok(41));
-        assert!(parse_at_least("ev:ents:1:41", &tp)
-            .unwrap_err()
-            .contains("not where this key lives"));
-        assert!(parse_at_least("41", &tp)
+    fn a_position_is_topic_partition_offset() {
+        assert_eq!(
+            parse_position("ev:ents:2:41"),
+            Ok((TopicPartition::new("ev:ents", 2), 41))
+        );
+        assert!(parse_position("41")
             .unwrap_err()
             .contains("TOPIC:PARTITION:OFFSET"));
-        assert!(parse_at_least("ev:ents:2:x", &tp)
+        assert!(parse_position("ev:ents:2:x")
             .unwrap_err()
             .contains("offset"));
+        assert!(parse_position("ev:x:41")
+            .unwrap_err()
+            .contains("partition \"x\""));
     }
 }

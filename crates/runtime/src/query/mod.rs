@@ -4,7 +4,8 @@
 //! - [`format`]: how keys and values read; [`routing`]: where copies live, from the assignment.
 //! - [`plan`]: which copy answers; [`staleness`]: `lag_ms`. Both pure.
 //! - [`lookup`]: a query checked and resolved to its task; [`engine`]: its course, copy by
-//!   copy; [`read`]: this instance's own copy ([`copies`]: the stores held here).
+//!   copy; [`read`]: this instance's own copy ([`copies`]: the stores held here);
+//!   [`upstream`]: `at_least` on an input upstream of the store, resolved hop by hop.
 //! - [`server`] and [`forward`]: HTTP; [`api`]: the same queries in-process; [`metrics`].
 
 pub mod api;
@@ -19,3 +20,4 @@ pub mod read;
 pub mod routing;
 pub mod server;
 pub mod staleness;
+pub mod upstream;

@@ -96,6 +96,7 @@ pub async fn serve(
             get(range),
         )
         .route("/v1/metadata/{store}/keys/{key}", get(metadata))
+        .route("/v1/progress/{topic}/{partition}", get(progress))
         .fallback(|| async {
             QueryError::new(
                 StatusCode::NOT_FOUND,
@@ -374,4 +375,37 @@ async fn metadata(
         Ok(q) => Json(s.engine.metadata(&q, METADATA_WITHIN).await).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Query parameters of a progress wait.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProgressParams {
+    at_least: i64,
+    timeout_ms: Option<u64>,
+}
+
+/// Whether this instance's active of the task reading `topic`'s `partition` has processed
+/// past `at_least` (waiting for it until the deadline): a step of resolving an `at_least` on
+/// an input upstream of a store ([`crate::query::upstream`]). Never forwarded.
+async fn progress(
+    State(s): State<Server>,
+    Path((topic, partition)): Path<(String, String)>,
+    params: std::result::Result<Query<ProgressParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let params = match params {
+        Ok(Query(p)) => p,
+        Err(e) => return QueryError::bad(e.body_text()).into_response(),
+    };
+    let Ok(partition) = partition.parse::<i32>() else {
+        return QueryError::bad(format!("partition {partition:?} is not a partition number"))
+            .into_response();
+    };
+    let deadline = hop(&headers, params.timeout_ms).deadline;
+    let tp = baton_protocol::TopicPartition::new(topic, partition);
+    s.engine
+        .progress(&tp, params.at_least, deadline)
+        .await
+        .into_response()
 }

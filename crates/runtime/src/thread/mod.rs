@@ -662,6 +662,7 @@ impl Driver {
         if !stores.is_empty() {
             ctx.state_dir.touch(task);
         }
+        ctx.copies.track(task);
         for s in &stores {
             ctx.copies.register(task, &s.name, s.store.clone());
         }
