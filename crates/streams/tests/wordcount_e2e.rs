@@ -119,6 +119,14 @@ impl Lines for Setup {
     }
 }
 
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A broker with the input and output topics, and a directory for the instances.
 fn start(name: &str) -> (baton_kafka::testing::Broker, std::path::PathBuf, Setup) {
     common::start(name, &[INPUT], OUTPUT, PARTITIONS)
@@ -141,7 +149,12 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
         expected.clone()
     };
 
-    let mut a = spawn(&broker.addr, &dir, "a", APP, OUTPUT, &[]);
+    // Every instance serves queries; b also reads "kafka"'s count in-process every 2 s.
+    let servers: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let serve = |i: usize| ["--application-server", servers[i].as_str()];
+    let mut a = spawn(&broker.addr, &dir, "a", APP, OUTPUT, &serve(0));
     let want = send(&setup, 3_000);
     setup.await_counts(&want, "one instance");
     eprintln!(
@@ -151,8 +164,9 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
 
     // Scale out to three and drain the first, with lines flowing all along.
     let from = now_ms();
-    let mut b = spawn(&broker.addr, &dir, "b", APP, OUTPUT, &[]);
-    let mut c = spawn(&broker.addr, &dir, "c", APP, OUTPUT, &[]);
+    let b_args = [serve(1).as_slice(), &["--watch", "kafka"]].concat();
+    let mut b = spawn(&broker.addr, &dir, "b", APP, OUTPUT, &b_args);
+    let mut c = spawn(&broker.addr, &dir, "c", APP, OUTPUT, &serve(2));
     for _ in 0..20 {
         send(&setup, 100);
         std::thread::sleep(Duration::from_millis(250));
@@ -188,6 +202,17 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
     );
     let worst = gaps.values().copied().fold(0.0, f64::max);
     assert!(worst < 10.0, "an output partition stalled {worst:.2} s");
+    // The example's in-process query reads the final count, wherever "kafka" is held.
+    let seen = format!("watch: kafka = {} (", want["kafka"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !b.log_text().contains(&seen) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b's in-process query never read {seen:?}\n{}",
+            b.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     for i in [&mut b, &mut c] {
         assert!(
             i.exited_within(Duration::ZERO).is_none(),
