@@ -93,11 +93,11 @@ impl Engine {
     }
 
     async fn course(&self, q: &Lookup) -> Answer {
-        let q = match self.resolve_upstream(q).await {
-            Ok(q) => q,
+        let resolved = match self.resolve_upstream(q).await {
+            Ok(resolved) => resolved,
             Err(answer) => return answer,
         };
-        let q = &q;
+        let q = resolved.as_ref().unwrap_or(q);
         let mut tried: Vec<Value> = Vec::new();
         loop {
             let held = self.held(q.task);

@@ -31,11 +31,11 @@ use crate::status::Role;
 const RETRY_EVERY: Duration = Duration::from_millis(100);
 
 impl Engine {
-    /// `q` with its upstream `at_least` resolved to a position on its own source partition;
-    /// an answer when that cannot be done by the deadline.
-    pub(crate) async fn resolve_upstream(&self, q: &Lookup) -> Result<Lookup, Answer> {
+    /// `q` with its upstream `at_least` resolved to a position on its own source partition
+    /// (`None`: it has none); an answer when that cannot be done by the deadline.
+    pub(crate) async fn resolve_upstream(&self, q: &Lookup) -> Result<Option<Lookup>, Answer> {
         let Some(up) = &q.upstream else {
-            return Ok(q.clone());
+            return Ok(None);
         };
         let unavailable = |why: String| {
             Answer::Unavailable(json!({
@@ -58,7 +58,7 @@ impl Engine {
                 let end = ends.get(q.source.partition as usize).copied().unwrap_or(0);
                 // Nothing below the end yet: nothing to wait for.
                 resolved.at_least = (end > 0).then_some(end - 1);
-                return Ok(resolved);
+                return Ok(Some(resolved));
             }
             for (partition, end) in ends.into_iter().enumerate() {
                 if end > 0 {
@@ -70,7 +70,7 @@ impl Engine {
                 }
             }
         }
-        Ok(resolved)
+        Ok(Some(resolved))
     }
 
     /// The end of every partition of `topic`, which sub-topology `sub` reads.
