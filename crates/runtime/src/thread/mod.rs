@@ -9,6 +9,7 @@
 //! (bulk loads, fsync) runs with `block_in_place`, off the executor's other tasks.
 
 mod fetch;
+mod records;
 mod topics;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -27,7 +28,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::catchup::{next_position, Catchup};
-use crate::config::{OversizedRecord, ProcessingErrorPolicy};
+use crate::config::OversizedRecord;
 use crate::context::Context;
 use crate::error::Result;
 use crate::heal::{open_stores, OpenError, OpenedStore, StoreFailures};
@@ -37,13 +38,14 @@ use crate::machine::{
 };
 use crate::membership::{MembershipTask, Request};
 use crate::partitioner::partition_for;
-use crate::record::{run_record, RecordOutcome, SkipLog};
+use crate::record::SkipLog;
 use crate::reseed;
 use crate::status::{Phase, Role, TaskStatus};
-use crate::store::{StoreError, TaskStore, Write};
+use crate::store::{TaskStore, Write};
 use crate::stream_time;
-use crate::topology::{Emitted, Output, Stores, StreamRecord};
+use crate::topology::Emitted;
 use crate::unreadable;
+use records::{BatchRun, RecordEnv, StoreWrites};
 use topics::ChangelogCheck;
 
 pub use crate::machine::Exit;
@@ -346,20 +348,7 @@ impl Driver {
                 }
                 return Some(exit);
             }
-            Command::Open { task, role } => {
-                let (e, older) =
-                    std::panic::catch_unwind(AssertUnwindSafe(|| self.open(task, role)))
-                        .unwrap_or_else(|p| {
-                            (
-                                self.store_panicked(task, "opening its stores", &*p),
-                                Vec::new(),
-                            )
-                        });
-                self.local.push_back(e);
-                if !older.is_empty() {
-                    self.checkpoints_of_older_changelogs(task, &older).await;
-                }
-            }
+            Command::Open { task, role } => self.open_task(task, role).await,
             Command::Close { task } => self.close(task),
             Command::Discard { task, why } => {
                 tracing::warn!(thread = %self.name, task = %task, why = %why, "the task's stores cannot be trusted; rebuilding them from the changelog");
@@ -370,15 +359,7 @@ impl Driver {
                 task,
                 request,
                 changelogs,
-            } => {
-                let ran = AssertUnwindSafe(self.reseed(m, task, request, &changelogs))
-                    .catch_unwind()
-                    .await;
-                let e = ran.unwrap_or_else(|p| {
-                    self.store_panicked(task, "writing its stores into their changelogs", &*p)
-                });
-                self.local.push_back(e);
-            }
+            } => self.run_reseed(m, task, request, &changelogs).await,
             Command::Absorb {
                 task,
                 changelog,
@@ -394,59 +375,14 @@ impl Driver {
                 task,
                 batch,
                 inputs,
-            } => {
-                let ran = AssertUnwindSafe(self.process(m, task, batch, &inputs, None))
-                    .catch_unwind()
-                    .await;
-                let retry = self.ctx.cfg.task_retry;
-                let e =
-                    ran.unwrap_or_else(|p| batch_panicked(task, batch, "processing", retry, &*p));
-                self.local.push_back(e);
-            }
-            Command::Punctuate { task, batch } => {
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
-                let ran = AssertUnwindSafe(self.process(m, task, batch, &[], Some(now_ms)))
-                    .catch_unwind()
-                    .await;
-                let retry = self.ctx.cfg.task_retry;
-                let e =
-                    ran.unwrap_or_else(|p| batch_panicked(task, batch, "punctuating", retry, &*p));
-                self.local.push_back(e);
-            }
-            Command::Persist { task } => {
-                if let Some(t) = self.tasks.get(&task) {
-                    let result =
-                        blocking(|| t.stores.iter().try_for_each(|s| s.store.persist(true)));
-                    match result {
-                        // Durable: whatever failed before works again.
-                        Ok(()) => self.store_failures.recovered(task),
-                        Err(e) => self.local.push_back(Event::StoreFailed {
-                            task,
-                            error: e.to_string(),
-                        }),
-                    }
-                }
-            }
+            } => self.run_batch(m, task, batch, &inputs, false).await,
+            Command::Punctuate { task, batch } => self.run_batch(m, task, batch, &[], true).await,
+            Command::Persist { task } => self.persist(task),
             Command::ListEnds {
                 task,
                 request,
                 changelogs,
-            } => match self.io.end_offsets(&changelogs).await {
-                Ok(ends) => {
-                    if let Some(ends) = changelogs.iter().map(|tp| ends.get(tp).copied()).collect()
-                    {
-                        self.local.push_back(Event::EndsListed {
-                            task,
-                            request,
-                            ends,
-                        });
-                    }
-                }
-                // The fetches find the ends too; this only saves their wait.
-                Err(e) => tracing::debug!(task = %task, error = %e, "listing changelog ends"),
-            },
+            } => self.list_ends(task, request, &changelogs).await,
             Command::ListSourceOffsets {
                 task,
                 source,
@@ -468,6 +404,96 @@ impl Driver {
             } => self.commit(commit, generation, &member_id, offsets).await,
         }
         None
+    }
+
+    /// Opens a task's stores, then settles any whose checkpoint counts in an older topic of
+    /// its changelog's name.
+    async fn open_task(&mut self, task: TaskId, role: Role) {
+        let (e, older) = std::panic::catch_unwind(AssertUnwindSafe(|| self.open(task, role)))
+            .unwrap_or_else(|p| {
+                (
+                    self.store_panicked(task, "opening its stores", &*p),
+                    Vec::new(),
+                )
+            });
+        self.local.push_back(e);
+        if !older.is_empty() {
+            self.checkpoints_of_older_changelogs(task, &older).await;
+        }
+    }
+
+    async fn run_reseed(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        request: RequestId,
+        changelogs: &[usize],
+    ) {
+        let ran = AssertUnwindSafe(self.reseed(m, task, request, changelogs))
+            .catch_unwind()
+            .await;
+        let e = ran.unwrap_or_else(|p| {
+            self.store_panicked(task, "writing its stores into their changelogs", &*p)
+        });
+        self.local.push_back(e);
+    }
+
+    /// Runs a batch of input, or a wall-clock punctuation (`punctuate`: no input, at the
+    /// time now); a panic under way is its task's failure, not the thread's.
+    async fn run_batch(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        batch: RequestId,
+        inputs: &[Input],
+        punctuate: bool,
+    ) {
+        let now_ms = punctuate.then(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        });
+        let ran = AssertUnwindSafe(self.process(m, task, batch, inputs, now_ms))
+            .catch_unwind()
+            .await;
+        let retry = self.ctx.cfg.task_retry;
+        let doing = if punctuate {
+            "punctuating"
+        } else {
+            "processing"
+        };
+        let e = ran.unwrap_or_else(|p| batch_panicked(task, batch, doing, retry, &*p));
+        self.local.push_back(e);
+    }
+
+    fn persist(&mut self, task: TaskId) {
+        if let Some(t) = self.tasks.get(&task) {
+            let result = blocking(|| t.stores.iter().try_for_each(|s| s.store.persist(true)));
+            match result {
+                // Durable: whatever failed before works again.
+                Ok(()) => self.store_failures.recovered(task),
+                Err(e) => self.local.push_back(Event::StoreFailed {
+                    task,
+                    error: e.to_string(),
+                }),
+            }
+        }
+    }
+
+    async fn list_ends(&mut self, task: TaskId, request: RequestId, changelogs: &[TopicPartition]) {
+        match self.io.end_offsets(changelogs).await {
+            Ok(ends) => {
+                if let Some(ends) = changelogs.iter().map(|tp| ends.get(tp).copied()).collect() {
+                    self.local.push_back(Event::EndsListed {
+                        task,
+                        request,
+                        ends,
+                    });
+                }
+            }
+            // The fetches find the ends too; this only saves their wait.
+            Err(e) => tracing::debug!(task = %task, error = %e, "listing changelog ends"),
+        }
     }
 
     /// Lists the start and end of a source partition whose position is not in it.
@@ -838,16 +864,8 @@ impl Driver {
             batch,
             output_acknowledged,
         };
-        // The batch's id, under a name the output batches below do not shadow.
-        let batch_id = batch;
         let Some(t) = self.tasks.get(&task) else {
             return failed(false);
-        };
-        let mut pending = Pending {
-            stores: &t.stores,
-            writes: BTreeMap::new(),
-            tables: BTreeMap::new(),
-            timestamp: 0,
         };
         // A table source's records go into its store, not through the steps; the store may
         // hold them already (restored from the topic past the committed offset).
@@ -858,186 +876,86 @@ impl Driver {
                 t.stores.iter().position(|s| s.name == name)
             })
             .collect();
-        let mut out = Output::default();
         // The task's stream time: the largest timestamp it has read, this batch's included;
         // kept only if the batch is done.
-        let mut stream_time = match self.stream_times.get(&task) {
+        let stream_time = match self.stream_times.get(&task) {
             Some(&t) => t,
             None => self.stream_time_in_stores(task, t),
         };
-        // Which input record each output came from: (input partition, offset, outputs so far).
-        let mut origins: Vec<(usize, i64, usize)> = Vec::new();
-        let mut records = 0u64;
-        // Records the application failed on, for the dead-letter topic (as they came).
-        let mut dead_letters: Vec<(String, KeyValue)> = Vec::new();
-        let mut fetched = Vec::with_capacity(inputs.len());
-        for &Input { source, from, to } in inputs {
-            let Some(f) = sources.get(source).and_then(|tp| self.buffers.remove(tp)) else {
-                return failed(false);
-            };
-            let records: Vec<Record> = f
-                .records
-                .into_iter()
-                .filter(|r| r.offset >= from && r.offset < to)
-                .collect();
-            fetched.push((source, records));
-        }
+        let mut run = BatchRun::new(&t.stores, stream_time);
+        let Some(fetched) = take_input(&mut self.buffers, &sources, inputs) else {
+            return failed(false);
+        };
         let stamps: Vec<Vec<i64>> = fetched
             .iter()
             .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
             .collect();
+        let mut env = RecordEnv {
+            ctx: &ctx,
+            task,
+            batch,
+            sources: &sources,
+            table_of: &table_of,
+            started: self.now(),
+            skip_log: &mut self.skip_log,
+            store_failures: &mut self.store_failures,
+            rebuild: &mut self.rebuild,
+        };
         // One hand-over of the worker for the whole batch, not one per record: a store read
         // may block on the disk, and block_in_place wakes another worker each time it runs.
-        let started = self.now();
         let stopped = blocking(|| {
             for (list, at) in merge_by_timestamp(&stamps) {
                 let (source, r) = (fetched[list].0, &fetched[list].1[at]);
-                {
-                    records += 1;
-                    if let Some(idx) = table_of.get(source).copied().flatten() {
-                        stream_time = stream_time.max(r.timestamp);
-                        if r.offset < t.stores[idx].catchup.position() {
-                            continue;
-                        }
-                        let Some(k) = &r.key else {
-                            // Kafka Streams drops a table record without a key too.
-                            self.ctx.status.add_skipped(task);
-                            if let Some(unlogged) = self.skip_log.admit(task, started) {
-                                tracing::warn!(task = %task, record = %format!("{} offset {}", sources[source], r.offset), unlogged_since_last = unlogged, "a table record without a key; skipping it");
-                            }
-                            continue;
-                        };
-                        let (writes, next) = pending.tables.entry(idx).or_default();
-                        writes.insert(k.to_vec(), r.value.as_ref().map(|v| v.to_vec()));
-                        *next = r.offset + 1;
-                        continue;
-                    }
-                    // A record without a key is read with an empty one (a stateless step may give
-                    // it a key, as word count's grouping does); one without a value is a delete,
-                    // which no step here takes: it is passed over, as Kafka Streams' aggregations
-                    // pass over null values.
-                    let Some(v) = &r.value else {
-                        continue;
-                    };
-                    let k = r.key.clone().unwrap_or_default();
-                    let k = &k;
-                    stream_time = stream_time.max(r.timestamp);
-                    pending.timestamp = r.timestamp;
-                    let step = run_record(
-                        &ctx.topology,
-                        task,
-                        StreamRecord::new(k.clone(), v.clone(), r.timestamp),
-                        stream_time,
-                        &mut pending,
-                        &mut out,
-                    );
-                    let failed_record = match step {
-                        RecordOutcome::Done => None,
-                        RecordOutcome::Store(e) => {
-                            self.store_failures.failed(
-                                task,
-                                "processing a record with the task's stores",
-                                &e.to_string(),
-                                &self.ctx.cfg.state_dir,
-                            );
-                            if e.is_corrupt() {
-                                // Nothing of the batch was written: rebuild, then run it again.
-                                self.rebuild.insert(task, e.to_string());
-                                return Some(Event::StoreFailed {
-                                    task,
-                                    error: e.to_string(),
-                                });
-                            }
-                            return Some(failed(false));
-                        }
-                        RecordOutcome::Panicked(why) => Some(FailedRecord {
-                            source,
-                            offset: r.offset,
-                            why,
-                            undecodable: false,
-                        }),
-                        RecordOutcome::Undecodable(why) => Some(FailedRecord {
-                            source,
-                            offset: r.offset,
-                            why,
-                            undecodable: true,
-                        }),
-                    };
-                    if let Some(f) = failed_record {
-                        let (policy, setting, failure) = if f.undecodable {
-                            (
-                                &ctx.cfg.on_deserialization_error,
-                                "on-deserialization-error",
-                                "cannot be deserialized",
-                            )
-                        } else {
-                            (
-                                &ctx.cfg.on_processing_error,
-                                "on-processing-error",
-                                "failed in the application's code",
-                            )
-                        };
-                        let at = sources
-                            .get(f.source)
-                            .map_or("an unknown partition".into(), |tp| {
-                                format!("{tp} offset {}", f.offset)
-                            });
-                        if *policy == ProcessingErrorPolicy::Fail {
-                            let fate = failed_task_fate(ctx.cfg.task_retry);
-                            tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): {fate}");
-                            return Some(Event::RecordFailed { task, batch });
-                        }
-                        if let Some(unlogged) = self.skip_log.admit(task, started) {
-                            tracing::error!(task = %task, record = %at, error = %f.why, policy = ?policy, unlogged_since_last = unlogged, "an input record {failure}; skipping it ({setting})");
-                        }
-                        self.ctx.status.add_skipped(task);
-                        if let Some(topic) = policy.dead_letter_topic() {
-                            dead_letters
-                                .push((topic.to_owned(), (Some(k.clone()), Some(v.clone()))));
-                        }
-                        continue;
-                    }
-                    origins.push((source, r.offset, out.records.len()));
-                }
+                env.record(&mut run, source, r)?;
             }
-            if let Some(now_ms) = punctuate_at {
-                pending.timestamp = now_ms;
-                let ran = crate::record::run_punctuation(
-                    &ctx.topology,
-                    task,
-                    now_ms,
-                    stream_time,
-                    &mut pending,
-                    &mut out,
-                );
-                match ran {
-                    RecordOutcome::Done => {}
-                    RecordOutcome::Store(e) => {
-                        self.store_failures.failed(
-                            task,
-                            "running a wall-clock punctuation with the task's stores",
-                            &e.to_string(),
-                            &self.ctx.cfg.state_dir,
-                        );
-                        return Some(failed(false));
-                    }
-                    RecordOutcome::Panicked(why) | RecordOutcome::Undecodable(why) => {
-                        if ctx.cfg.on_processing_error == ProcessingErrorPolicy::Fail {
-                            tracing::error!(task = %task, error = %why, "a wall-clock punctuation failed in the application's code; stopping this task only (on-processing-error=fail)");
-                            return Some(Event::RecordFailed { task, batch });
-                        }
-                        if let Some(unlogged) = self.skip_log.admit(task, started) {
-                            tracing::error!(task = %task, error = %why, unlogged_since_last = unlogged, "a wall-clock punctuation failed in the application's code; skipping it (on-processing-error)");
-                        }
-                        self.ctx.status.add_skipped(task);
-                    }
-                }
+            match punctuate_at {
+                Some(now_ms) => env.punctuate(&mut run, now_ms),
+                None => Ok(()),
             }
-            None
         });
-        if let Some(event) = stopped {
+        if let Err(event) = stopped {
             return event;
         }
+        let done = Done {
+            writes: run.pending.writes,
+            tables: run.pending.tables,
+            out: run.out,
+            stream_time: run.stream_time,
+            origins: run.origins,
+            records: run.records,
+            dead_letters: run.dead_letters,
+        };
+        self.finish(m, task, batch, inputs, done).await
+    }
+
+    /// Writes what a batch's records built, in the order that keeps state behind outputs:
+    /// dead letters, outputs, changelogs, then the stores; then reports the batch done.
+    async fn finish(
+        &mut self,
+        m: &ThreadMachine,
+        task: TaskId,
+        batch: RequestId,
+        inputs: &[Input],
+        done: Done,
+    ) -> Event {
+        let ctx = self.ctx.clone();
+        let sources = ctx.wire.source_partitions(task);
+        let failed = |output_acknowledged| Event::BatchFailed {
+            task,
+            batch,
+            output_acknowledged,
+        };
+        // The batch's id, under a name the output batches below do not shadow.
+        let batch_id = batch;
+        let Done {
+            writes,
+            tables,
+            mut out,
+            stream_time,
+            mut origins,
+            records,
+            dead_letters,
+        } = done;
         if ctx.cfg.cache_max_bytes > 0 {
             let table = |sink| ctx.topology.sink_is_table(task.subtopology, sink);
             let kept = crate::cache::keep_last_per_key(&mut out.records, table);
@@ -1049,21 +967,10 @@ impl Driver {
                 .get(at)
                 .and_then(|&(s, offset, _)| Some((sources.get(s)?.clone(), offset)))
         };
-        if !dead_letters.is_empty() {
-            // Before the batch's own output: a batch run again may repeat a dead letter (the
-            // dead-letter topic is at least once), but never loses one.
-            if !m.may_write(self.now()) {
-                return failed(false);
-            }
-            let mut by_topic: BTreeMap<String, Vec<KeyValue>> = BTreeMap::new();
-            for (topic, record) in dead_letters {
-                by_topic.entry(topic).or_default().push(record);
-            }
-            for (topic, records) in by_topic {
-                if !self.send_dead_letters(task, &topic, records).await {
-                    return failed(false);
-                }
-            }
+        // Before the batch's own output: a batch run again may repeat a dead letter (the
+        // dead-letter topic is at least once), but never loses one.
+        if !self.write_dead_letters(m, task, dead_letters).await {
+            return failed(false);
         }
         // Outputs first, then the changelog: a batch whose output failed (its topic gone, say)
         // leaves no trace in the state, and a crash between the two repeats output with the
@@ -1075,22 +982,76 @@ impl Driver {
             return stop;
         }
         // A table's topic is its changelog: its writes are durable already.
-        let mut applied: Vec<(usize, Vec<Write>, i64)> = std::mem::take(&mut pending.tables)
+        let mut applied: Vec<(usize, Vec<Write>, i64)> = tables
             .into_iter()
             .map(|(idx, (writes, next))| (idx, sorted(writes), next))
             .collect();
+        let Some(t) = self.tasks.get(&task) else {
+            return failed(false);
+        };
         let layouts: Vec<Layout> = t.stores.iter().map(|s| s.catchup.layout()).collect();
         let input = || input_ranges(&sources, inputs);
         match self
-            .write_changelogs(m, task, batch_id, &layouts, pending.writes, &input)
+            .write_changelogs(m, task, batch_id, &layouts, writes, &input)
             .await
         {
             Ok(written) => applied.extend(written),
             Err(stop) => return stop,
         }
-        let Some(t) = self.tasks.get_mut(&task) else {
+        let Some(next_by_changelog) = self.apply_batch(task, applied) else {
             return failed(true);
         };
+        for input in inputs {
+            if let Some(tp) = sources.get(input.source) {
+                self.ctx.copies.processed(task, tp, input.to);
+            }
+        }
+        self.ctx.status.add_processed(task, records);
+        self.ctx.status.add_late(task, out.late);
+        self.stream_times.insert(task, stream_time);
+        self.store_failures.recovered(task);
+        Event::BatchDone {
+            task,
+            batch,
+            changelogs: next_by_changelog,
+        }
+    }
+
+    /// Sends the records the application failed on to their dead-letter topics; `false`:
+    /// not all were written (the batch is retried).
+    async fn write_dead_letters(
+        &self,
+        m: &ThreadMachine,
+        task: TaskId,
+        dead_letters: Vec<(String, KeyValue)>,
+    ) -> bool {
+        if dead_letters.is_empty() {
+            return true;
+        }
+        if !m.may_write(self.now()) {
+            return false;
+        }
+        let mut by_topic: BTreeMap<String, Vec<KeyValue>> = BTreeMap::new();
+        for (topic, record) in dead_letters {
+            by_topic.entry(topic).or_default().push(record);
+        }
+        for (topic, records) in by_topic {
+            if !self.send_dead_letters(task, &topic, records).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Applies a batch whose changelogs and outputs are acknowledged to its stores: per
+    /// store, (index, the first changelog offset its writes took, the offset after them).
+    /// `None`: a store failed (the changelog holds the batch; the store catches up from it).
+    fn apply_batch(
+        &mut self,
+        task: TaskId,
+        applied: Vec<(usize, Vec<Write>, i64)>,
+    ) -> Option<Vec<(usize, i64, i64)>> {
+        let t = self.tasks.get_mut(&task)?;
         let mut next_by_changelog = Vec::new();
         for (idx, writes, next) in applied {
             // One changelog record per key written, the last at `next - 1`.
@@ -1109,25 +1070,12 @@ impl Driver {
                     &e.to_string(),
                     &self.ctx.cfg.state_dir,
                 );
-                return failed(true);
+                return None;
             }
             s.catchup.advance_to(checkpoint);
             next_by_changelog.push((idx, first, next));
         }
-        for input in inputs {
-            if let Some(tp) = sources.get(input.source) {
-                self.ctx.copies.processed(task, tp, input.to);
-            }
-        }
-        self.ctx.status.add_processed(task, records);
-        self.ctx.status.add_late(task, out.late);
-        self.stream_times.insert(task, stream_time);
-        self.store_failures.recovered(task);
-        Event::BatchDone {
-            task,
-            batch,
-            changelogs: next_by_changelog,
-        }
+        Some(next_by_changelog)
     }
 
     /// Writes a batch's output records, each sink partition in turn. `Some`: the event that
@@ -1474,59 +1422,39 @@ enum Produced {
     Oversized { index: usize },
 }
 
-/// An input record the application failed on, or could not deserialize.
-struct FailedRecord {
-    source: usize,
-    offset: i64,
-    why: String,
-    undecodable: bool,
-}
-
 /// An output record on its way to a sink partition: the record, which output of the batch it
 /// is, its timestamp.
 type Outgoing = (KeyValue, (usize, i64));
 
-/// A store's writes taken in one batch (`None` deletes), each with the timestamp of the record
-/// that wrote it last.
-type StoreWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64)>;
-
-/// A table's updates taken in one batch (`None` deletes) and the source offset after the last.
-type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
-
-/// A processing batch's store writes, read back by later records of the same batch. Hashed,
-/// not ordered: every record reads and writes here, and a batch's writes are sorted once at
-/// its end ([`sorted`]).
-struct Pending<'a> {
-    stores: &'a [StoreIo],
+/// What a batch's records built, owned, for [`Driver::finish`] to write.
+struct Done {
     writes: BTreeMap<usize, StoreWrites>,
-    tables: BTreeMap<usize, TableUpdates>,
-    /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
-    /// which a changelog record takes when its value has none of its own.
-    timestamp: i64,
+    tables: BTreeMap<usize, records::TableUpdates>,
+    out: crate::topology::Output,
+    stream_time: i64,
+    origins: Vec<(usize, i64, usize)>,
+    records: u64,
+    dead_letters: Vec<(String, KeyValue)>,
 }
 
-impl Stores for Pending<'_> {
-    fn get(&mut self, store: &str, key: &[u8]) -> std::result::Result<Option<Vec<u8>>, StoreError> {
-        let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
-            return Ok(None);
-        };
-        if let Some(v) = self.tables.get(&idx).and_then(|(w, _)| w.get(key)) {
-            return Ok(v.clone());
-        }
-        if let Some((v, _)) = self.writes.get(&idx).and_then(|w| w.get(key)) {
-            return Ok(v.clone());
-        }
-        self.stores[idx].store.get(key)
+/// The records of each of a batch's inputs, taken from what the last fetch brought; `None`
+/// when a source's records are not there.
+fn take_input(
+    buffers: &mut BTreeMap<TopicPartition, Fetched>,
+    sources: &[TopicPartition],
+    inputs: &[Input],
+) -> Option<Vec<(usize, Vec<Record>)>> {
+    let mut fetched = Vec::with_capacity(inputs.len());
+    for &Input { source, from, to } in inputs {
+        let f = buffers.remove(sources.get(source)?)?;
+        let records: Vec<Record> = f
+            .records
+            .into_iter()
+            .filter(|r| r.offset >= from && r.offset < to)
+            .collect();
+        fetched.push((source, records));
     }
-
-    fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
-        if let Some(idx) = self.stores.iter().position(|s| s.name == store) {
-            self.writes
-                .entry(idx)
-                .or_default()
-                .insert(key.to_vec(), (value, self.timestamp));
-        }
-    }
+    Some(fetched)
 }
 
 /// A panic in the runtime's own code while it ran one task's batch (the application's code is

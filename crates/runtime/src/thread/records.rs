@@ -1,0 +1,284 @@
+//! Running one batch's records (and a wall-clock punctuation) against the task's stores,
+//! before anything is written: each record through the application's steps, or into its
+//! table's store; what a failed record or punctuation becomes under the error policies.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use baton_assignor::TaskId;
+use baton_kafka::records::{KeyValue, Record};
+use baton_protocol::TopicPartition;
+
+use super::{failed_task_fate, StoreIo};
+use crate::config::ProcessingErrorPolicy;
+use crate::context::Context;
+use crate::heal::StoreFailures;
+use crate::machine::{Event, RequestId};
+use crate::record::{run_record, RecordOutcome, SkipLog};
+use crate::store::StoreError;
+use crate::topology::{Output, Stores, StreamRecord};
+
+/// An input record the application failed on, or could not deserialize.
+struct FailedRecord {
+    source: usize,
+    offset: i64,
+    why: String,
+    undecodable: bool,
+}
+
+/// A store's writes taken in one batch (`None` deletes), each with the timestamp of the record
+/// that wrote it last.
+pub(super) type StoreWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64)>;
+
+/// A table's updates taken in one batch (`None` deletes) and the source offset after the last.
+pub(super) type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
+
+/// A processing batch's store writes, read back by later records of the same batch. Hashed,
+/// not ordered: every record reads and writes here, and a batch's writes are sorted once at
+/// its end ([`sorted`]).
+pub(super) struct Pending<'a> {
+    pub stores: &'a [StoreIo],
+    pub writes: BTreeMap<usize, StoreWrites>,
+    pub tables: BTreeMap<usize, TableUpdates>,
+    /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
+    /// which a changelog record takes when its value has none of its own.
+    pub timestamp: i64,
+}
+
+impl Stores for Pending<'_> {
+    fn get(&mut self, store: &str, key: &[u8]) -> std::result::Result<Option<Vec<u8>>, StoreError> {
+        let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
+            return Ok(None);
+        };
+        if let Some(v) = self.tables.get(&idx).and_then(|(w, _)| w.get(key)) {
+            return Ok(v.clone());
+        }
+        if let Some((v, _)) = self.writes.get(&idx).and_then(|w| w.get(key)) {
+            return Ok(v.clone());
+        }
+        self.stores[idx].store.get(key)
+    }
+
+    fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
+        if let Some(idx) = self.stores.iter().position(|s| s.name == store) {
+            self.writes
+                .entry(idx)
+                .or_default()
+                .insert(key.to_vec(), (value, self.timestamp));
+        }
+    }
+}
+
+/// What a batch's records built up: the store writes they read back, the outputs and where
+/// each came from, and what the policies set aside.
+pub(super) struct BatchRun<'a> {
+    pub pending: Pending<'a>,
+    pub out: Output,
+    /// The task's stream time: the largest timestamp it has read, this batch's included.
+    pub stream_time: i64,
+    /// Which input record each output came from: (input partition, offset, outputs so far).
+    pub origins: Vec<(usize, i64, usize)>,
+    pub records: u64,
+    /// Records the application failed on, for the dead-letter topic (as they came).
+    pub dead_letters: Vec<(String, KeyValue)>,
+}
+
+impl<'a> BatchRun<'a> {
+    pub fn new(stores: &'a [StoreIo], stream_time: i64) -> BatchRun<'a> {
+        BatchRun {
+            pending: Pending {
+                stores,
+                writes: BTreeMap::new(),
+                tables: BTreeMap::new(),
+                timestamp: 0,
+            },
+            out: Output::default(),
+            stream_time,
+            origins: Vec::new(),
+            records: 0,
+            dead_letters: Vec::new(),
+        }
+    }
+}
+
+/// What a batch's records are run with: the task, its sources, and the driver's logs of
+/// skips and store failures.
+pub(super) struct RecordEnv<'a> {
+    pub ctx: &'a Context,
+    pub task: TaskId,
+    pub batch: RequestId,
+    pub sources: &'a [TopicPartition],
+    /// Per source, the store it fills when it is a table's topic.
+    pub table_of: &'a [Option<usize>],
+    pub started: Duration,
+    pub skip_log: &'a mut SkipLog,
+    pub store_failures: &'a mut StoreFailures,
+    pub rebuild: &'a mut BTreeMap<TaskId, String>,
+}
+
+impl RecordEnv<'_> {
+    /// Runs record `r` of source `source`; `Err`: the event that ends the batch.
+    pub fn record(&mut self, run: &mut BatchRun, source: usize, r: &Record) -> Result<(), Event> {
+        run.records += 1;
+        if let Some(idx) = self.table_of.get(source).copied().flatten() {
+            self.table_record(run, idx, source, r);
+            return Ok(());
+        }
+        // A record without a key is read with an empty one (a stateless step may give it a
+        // key, as word count's grouping does); one without a value is a delete, which no step
+        // here takes: it is passed over, as Kafka Streams' aggregations pass over null values.
+        let Some(v) = &r.value else {
+            return Ok(());
+        };
+        let k = r.key.clone().unwrap_or_default();
+        run.stream_time = run.stream_time.max(r.timestamp);
+        run.pending.timestamp = r.timestamp;
+        let step = run_record(
+            &self.ctx.topology,
+            self.task,
+            StreamRecord::new(k.clone(), v.clone(), r.timestamp),
+            run.stream_time,
+            &mut run.pending,
+            &mut run.out,
+        );
+        let (why, undecodable) = match step {
+            RecordOutcome::Done => {
+                run.origins.push((source, r.offset, run.out.records.len()));
+                return Ok(());
+            }
+            RecordOutcome::Store(e) => return Err(self.store_failed(e)),
+            RecordOutcome::Panicked(why) => (why, false),
+            RecordOutcome::Undecodable(why) => (why, true),
+        };
+        let f = FailedRecord {
+            source,
+            offset: r.offset,
+            why,
+            undecodable,
+        };
+        if let Some(topic) = self.record_failed(&f)? {
+            run.dead_letters.push((topic, (Some(k), Some(v.clone()))));
+        }
+        Ok(())
+    }
+
+    /// A table's record goes into its store (unless the store holds it already).
+    fn table_record(&mut self, run: &mut BatchRun, idx: usize, source: usize, r: &Record) {
+        run.stream_time = run.stream_time.max(r.timestamp);
+        if r.offset < run.pending.stores[idx].catchup.position() {
+            return;
+        }
+        let Some(k) = &r.key else {
+            // Kafka Streams drops a table record without a key too.
+            self.ctx.status.add_skipped(self.task);
+            if let Some(unlogged) = self.skip_log.admit(self.task, self.started) {
+                tracing::warn!(task = %self.task, record = %format!("{} offset {}", self.sources[source], r.offset), unlogged_since_last = unlogged, "a table record without a key; skipping it");
+            }
+            return;
+        };
+        let (writes, next) = run.pending.tables.entry(idx).or_default();
+        writes.insert(k.to_vec(), r.value.as_ref().map(|v| v.to_vec()));
+        *next = r.offset + 1;
+    }
+
+    /// A store failed under a record: nothing of the batch was written. A corrupt store is
+    /// rebuilt, then the batch runs again.
+    fn store_failed(&mut self, e: StoreError) -> Event {
+        let (task, root) = (self.task, &self.ctx.cfg.state_dir);
+        let what = "processing a record with the task's stores";
+        self.store_failures.failed(task, what, &e.to_string(), root);
+        if e.is_corrupt() {
+            self.rebuild.insert(task, e.to_string());
+            return Event::StoreFailed {
+                task,
+                error: e.to_string(),
+            };
+        }
+        Event::BatchFailed {
+            task,
+            batch: self.batch,
+            output_acknowledged: false,
+        }
+    }
+
+    /// A record the application failed on: the task stops (`Err`), or the record is skipped,
+    /// logged at most once a second, and sent to the dead-letter topic if one is set (`Some`).
+    fn record_failed(&mut self, f: &FailedRecord) -> Result<Option<String>, Event> {
+        let cfg = &self.ctx.cfg;
+        let (policy, setting, failure) = if f.undecodable {
+            (
+                &cfg.on_deserialization_error,
+                "on-deserialization-error",
+                "cannot be deserialized",
+            )
+        } else {
+            (
+                &cfg.on_processing_error,
+                "on-processing-error",
+                "failed in the application's code",
+            )
+        };
+        let at = self
+            .sources
+            .get(f.source)
+            .map_or("an unknown partition".into(), |tp| {
+                format!("{tp} offset {}", f.offset)
+            });
+        let task = self.task;
+        if *policy == ProcessingErrorPolicy::Fail {
+            let fate = failed_task_fate(cfg.task_retry);
+            tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): {fate}");
+            return Err(Event::RecordFailed {
+                task,
+                batch: self.batch,
+            });
+        }
+        if let Some(unlogged) = self.skip_log.admit(task, self.started) {
+            tracing::error!(task = %task, record = %at, error = %f.why, policy = ?policy, unlogged_since_last = unlogged, "an input record {failure}; skipping it ({setting})");
+        }
+        self.ctx.status.add_skipped(task);
+        Ok(policy.dead_letter_topic().map(str::to_owned))
+    }
+
+    /// Runs the task's wall-clock punctuations at `now_ms`; `Err`: the event that ends the
+    /// batch.
+    pub fn punctuate(&mut self, run: &mut BatchRun, now_ms: i64) -> Result<(), Event> {
+        run.pending.timestamp = now_ms;
+        let ran = crate::record::run_punctuation(
+            &self.ctx.topology,
+            self.task,
+            now_ms,
+            run.stream_time,
+            &mut run.pending,
+            &mut run.out,
+        );
+        let task = self.task;
+        match ran {
+            RecordOutcome::Done => Ok(()),
+            RecordOutcome::Store(e) => {
+                let what = "running a wall-clock punctuation with the task's stores";
+                let root = &self.ctx.cfg.state_dir;
+                self.store_failures.failed(task, what, &e.to_string(), root);
+                Err(Event::BatchFailed {
+                    task,
+                    batch: self.batch,
+                    output_acknowledged: false,
+                })
+            }
+            RecordOutcome::Panicked(why) | RecordOutcome::Undecodable(why) => {
+                if self.ctx.cfg.on_processing_error == ProcessingErrorPolicy::Fail {
+                    tracing::error!(task = %task, error = %why, "a wall-clock punctuation failed in the application's code; stopping this task only (on-processing-error=fail)");
+                    return Err(Event::RecordFailed {
+                        task,
+                        batch: self.batch,
+                    });
+                }
+                if let Some(unlogged) = self.skip_log.admit(task, self.started) {
+                    tracing::error!(task = %task, error = %why, unlogged_since_last = unlogged, "a wall-clock punctuation failed in the application's code; skipping it (on-processing-error)");
+                }
+                self.ctx.status.add_skipped(task);
+                Ok(())
+            }
+        }
+    }
+}
