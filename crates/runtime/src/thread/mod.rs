@@ -910,10 +910,10 @@ impl Driver {
             }
             match punctuate_at {
                 Some(now_ms) => env.punctuate(&mut run, now_ms),
-                None => Ok(()),
+                None => std::ops::ControlFlow::Continue(()),
             }
         });
-        if let Err(event) = stopped {
+        if let std::ops::ControlFlow::Break(event) = stopped {
             return event;
         }
         let done = Done {

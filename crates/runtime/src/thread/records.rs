@@ -3,6 +3,7 @@
 //! table's store; what a failed record or punctuation becomes under the error policies.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
@@ -117,18 +118,18 @@ pub(super) struct RecordEnv<'a> {
 }
 
 impl RecordEnv<'_> {
-    /// Runs record `r` of source `source`; `Err`: the event that ends the batch.
-    pub fn record(&mut self, run: &mut BatchRun, source: usize, r: &Record) -> Result<(), Event> {
+    /// Runs record `r` of source `source`; `Break`: the event that ends the batch.
+    pub fn record(&mut self, run: &mut BatchRun, source: usize, r: &Record) -> ControlFlow<Event> {
         run.records += 1;
         if let Some(idx) = self.table_of.get(source).copied().flatten() {
             self.table_record(run, idx, source, r);
-            return Ok(());
+            return ControlFlow::Continue(());
         }
         // A record without a key is read with an empty one (a stateless step may give it a
         // key, as word count's grouping does); one without a value is a delete, which no step
         // here takes: it is passed over, as Kafka Streams' aggregations pass over null values.
         let Some(v) = &r.value else {
-            return Ok(());
+            return ControlFlow::Continue(());
         };
         let k = r.key.clone().unwrap_or_default();
         run.stream_time = run.stream_time.max(r.timestamp);
@@ -144,9 +145,9 @@ impl RecordEnv<'_> {
         let (why, undecodable) = match step {
             RecordOutcome::Done => {
                 run.origins.push((source, r.offset, run.out.records.len()));
-                return Ok(());
+                return ControlFlow::Continue(());
             }
-            RecordOutcome::Store(e) => return Err(self.store_failed(e)),
+            RecordOutcome::Store(e) => return ControlFlow::Break(self.store_failed(e)),
             RecordOutcome::Panicked(why) => (why, false),
             RecordOutcome::Undecodable(why) => (why, true),
         };
@@ -159,7 +160,7 @@ impl RecordEnv<'_> {
         if let Some(topic) = self.record_failed(&f)? {
             run.dead_letters.push((topic, (Some(k), Some(v.clone()))));
         }
-        Ok(())
+        ControlFlow::Continue(())
     }
 
     /// A table's record goes into its store (unless the store holds it already).
@@ -201,9 +202,10 @@ impl RecordEnv<'_> {
         }
     }
 
-    /// A record the application failed on: the task stops (`Err`), or the record is skipped,
-    /// logged at most once a second, and sent to the dead-letter topic if one is set (`Some`).
-    fn record_failed(&mut self, f: &FailedRecord) -> Result<Option<String>, Event> {
+    /// A record the application failed on: the task stops (`Break`), or the record is
+    /// skipped, logged at most once a second, and sent to the dead-letter topic if one is set
+    /// (`Some`).
+    fn record_failed(&mut self, f: &FailedRecord) -> ControlFlow<Event, Option<String>> {
         let cfg = &self.ctx.cfg;
         let (policy, setting, failure) = if f.undecodable {
             (
@@ -228,7 +230,7 @@ impl RecordEnv<'_> {
         if *policy == ProcessingErrorPolicy::Fail {
             let fate = failed_task_fate(cfg.task_retry);
             tracing::error!(task = %task, record = %at, error = %f.why, "an input record {failure}; stopping this task only ({setting}=fail): {fate}");
-            return Err(Event::RecordFailed {
+            return ControlFlow::Break(Event::RecordFailed {
                 task,
                 batch: self.batch,
             });
@@ -237,12 +239,12 @@ impl RecordEnv<'_> {
             tracing::error!(task = %task, record = %at, error = %f.why, policy = ?policy, unlogged_since_last = unlogged, "an input record {failure}; skipping it ({setting})");
         }
         self.ctx.status.add_skipped(task);
-        Ok(policy.dead_letter_topic().map(str::to_owned))
+        ControlFlow::Continue(policy.dead_letter_topic().map(str::to_owned))
     }
 
-    /// Runs the task's wall-clock punctuations at `now_ms`; `Err`: the event that ends the
+    /// Runs the task's wall-clock punctuations at `now_ms`; `Break`: the event that ends the
     /// batch.
-    pub fn punctuate(&mut self, run: &mut BatchRun, now_ms: i64) -> Result<(), Event> {
+    pub fn punctuate(&mut self, run: &mut BatchRun, now_ms: i64) -> ControlFlow<Event> {
         run.pending.timestamp = now_ms;
         let ran = crate::record::run_punctuation(
             &self.ctx.topology,
@@ -254,12 +256,12 @@ impl RecordEnv<'_> {
         );
         let task = self.task;
         match ran {
-            RecordOutcome::Done => Ok(()),
+            RecordOutcome::Done => ControlFlow::Continue(()),
             RecordOutcome::Store(e) => {
                 let what = "running a wall-clock punctuation with the task's stores";
                 let root = &self.ctx.cfg.state_dir;
                 self.store_failures.failed(task, what, &e.to_string(), root);
-                Err(Event::BatchFailed {
+                ControlFlow::Break(Event::BatchFailed {
                     task,
                     batch: self.batch,
                     output_acknowledged: false,
@@ -268,7 +270,7 @@ impl RecordEnv<'_> {
             RecordOutcome::Panicked(why) | RecordOutcome::Undecodable(why) => {
                 if self.ctx.cfg.on_processing_error == ProcessingErrorPolicy::Fail {
                     tracing::error!(task = %task, error = %why, "a wall-clock punctuation failed in the application's code; stopping this task only (on-processing-error=fail)");
-                    return Err(Event::RecordFailed {
+                    return ControlFlow::Break(Event::RecordFailed {
                         task,
                         batch: self.batch,
                     });
@@ -277,7 +279,7 @@ impl RecordEnv<'_> {
                     tracing::error!(task = %task, error = %why, unlogged_since_last = unlogged, "a wall-clock punctuation failed in the application's code; skipping it (on-processing-error)");
                 }
                 self.ctx.status.add_skipped(task);
-                Ok(())
+                ControlFlow::Continue(())
             }
         }
     }
