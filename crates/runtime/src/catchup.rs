@@ -199,32 +199,7 @@ impl Catchup {
                 self.release_buffers();
                 return Ok(out);
             }
-            if self.buffer.capacity() == 0 {
-                self.buffer = std::mem::take(&mut self.spare);
-            }
-            // Sorted as a run here, beside the load in progress, rather than by the next load.
-            let (bytes_before, records_before) = (self.buffered_bytes, self.buffer.len());
-            let (bytes, taken) = (&mut self.buffered_bytes, &mut self.buffered_records);
-            self.buffer
-                .push_run(records.filter_map(|(key, value)| match key {
-                    Some(key) => {
-                        *bytes += key.len() + value.as_ref().map_or(0, Bytes::len);
-                        *taken += 1;
-                        Some((key, value))
-                    }
-                    None => {
-                        out.skipped += 1;
-                        None
-                    }
-                }));
-            let chunk = (
-                self.buffered_bytes - bytes_before,
-                self.buffer.len().saturating_sub(records_before),
-            );
-            self.largest_chunk = (
-                self.largest_chunk.0.max(chunk.0),
-                self.largest_chunk.1.max(chunk.1),
-            );
+            out.skipped += self.gather(records);
         }
         if self.buffer.is_empty() {
             if self.loading.is_none() && self.fetched_to >= end {
@@ -263,6 +238,38 @@ impl Catchup {
         }
         out.applied = self.start_load(store)?;
         Ok(out)
+    }
+
+    /// Adds a fetch's records to the buffer, sorted as one run (here, beside the load in
+    /// progress, rather than by the next load). Returns the records without a key, skipped.
+    fn gather(&mut self, records: impl Iterator<Item = (Option<Bytes>, Option<Bytes>)>) -> u64 {
+        if self.buffer.capacity() == 0 {
+            self.buffer = std::mem::take(&mut self.spare);
+        }
+        let mut skipped = 0;
+        let (bytes_before, records_before) = (self.buffered_bytes, self.buffer.len());
+        let (bytes, taken) = (&mut self.buffered_bytes, &mut self.buffered_records);
+        self.buffer
+            .push_run(records.filter_map(|(key, value)| match key {
+                Some(key) => {
+                    *bytes += key.len() + value.as_ref().map_or(0, Bytes::len);
+                    *taken += 1;
+                    Some((key, value))
+                }
+                None => {
+                    skipped += 1;
+                    None
+                }
+            }));
+        let chunk = (
+            self.buffered_bytes - bytes_before,
+            self.buffer.len().saturating_sub(records_before),
+        );
+        self.largest_chunk = (
+            self.largest_chunk.0.max(chunk.0),
+            self.largest_chunk.1.max(chunk.1),
+        );
+        skipped
     }
 
     /// Starts a bulk load of everything gathered, beside (and registering after) the load in

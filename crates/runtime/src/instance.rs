@@ -113,6 +113,26 @@ pub async fn run_with_queries(
             forward.stop();
         }
     }));
+    let result = run_threads(&ctx, threads).await;
+    queries_done.send_replace(true);
+    if let Some(q) = http_queries {
+        finish_queries(q).await;
+    }
+    for b in background {
+        b.abort();
+    }
+    if let Some(failure) = ctx.failure() {
+        return Err(RuntimeError::Failed(failure));
+    }
+    if matches!(result, Ok(Exit::Drained)) {
+        tracing::info!(instance = %ctx.cfg.instance_id, "drained: every thread holds nothing; exiting");
+    }
+    result
+}
+
+/// Runs the stream threads until every one has stopped: drained when all drained, shut down
+/// when any was, the last error otherwise.
+async fn run_threads(ctx: &Arc<Context>, threads: u32) -> Result<Exit> {
     let mut handles = Vec::new();
     for i in 0..threads {
         let thread = StreamThread::new(ctx.clone(), i);
@@ -135,27 +155,19 @@ pub async fn run_with_queries(
             }
         }
     }
-    queries_done.send_replace(true);
-    if let Some(q) = http_queries {
-        let abort = q.abort_handle();
-        if tokio::time::timeout(crate::query::server::DRAIN_QUERIES, q)
-            .await
-            .is_err()
-        {
-            abort.abort();
-            tracing::info!("queries still under way when the instance stopped were cut off");
-        }
-    }
-    for b in background {
-        b.abort();
-    }
-    if let Some(failure) = ctx.failure() {
-        return Err(RuntimeError::Failed(failure));
-    }
-    if matches!(result, Ok(Exit::Drained)) {
-        tracing::info!(instance = %ctx.cfg.instance_id, "drained: every thread holds nothing; exiting");
-    }
     result
+}
+
+/// Gives the queries under way when the threads stopped a little time to finish.
+async fn finish_queries(server: tokio::task::JoinHandle<()>) {
+    let abort = server.abort_handle();
+    if tokio::time::timeout(crate::query::server::DRAIN_QUERIES, server)
+        .await
+        .is_err()
+    {
+        abort.abort();
+        tracing::info!("queries still under way when the instance stopped were cut off");
+    }
 }
 
 /// A repartition topic's partition count: beside a table, the table's (a join needs
@@ -210,36 +222,7 @@ async fn prepare(
     dead_letters: &[&str],
 ) -> Result<(baton_protocol::bridge::Topology, BTreeMap<String, u32>, i64)> {
     let mut partitions = partition_counts(client, topology, dead_letters).await?;
-    let mut topics = Vec::new();
-    // A repartition topic fed from another one takes that one's count: settled in rounds,
-    // each taking the topics whose writer's counts are known.
-    let mut unsettled: Vec<(&str, u32)> = topology
-        .repartition_topics()
-        .into_iter()
-        .filter(|(t, _)| !partitions.contains_key(*t))
-        .collect();
-    while !unsettled.is_empty() {
-        let before = unsettled.len();
-        let mut waiting = Vec::new();
-        for (topic, writer) in unsettled {
-            match repartition_count(topology, &partitions, topic, writer) {
-                Some(n) => {
-                    partitions.insert(topic.to_owned(), n);
-                    topics.push(NewTopic {
-                        name: topic.to_owned(),
-                        partitions: n as i32,
-                        compacted: false,
-                    });
-                }
-                None => waiting.push((topic, writer)),
-            }
-        }
-        if waiting.len() == before {
-            let (_, writer) = waiting[0];
-            return Err(TopologyError::MissingTopic(topology.sources_of(writer).join(", ")).into());
-        }
-        unsettled = waiting;
-    }
+    let mut topics = settle_repartition_topics(topology, &mut partitions)?;
     let wire = topology.wire(&partitions)?;
     for s in wire.subtopologies.values() {
         // A table's changelog is its source topic, which the user made.
@@ -282,8 +265,58 @@ async fn prepare(
         }
     }
     check_changelog_partitions(client, &topics).await?;
-    // Window stores' changelogs are compacted and time-limited (Kafka Streams' settings):
-    // made one by one, each with its retention.
+    create_topics(client, topology, &wire, topics).await?;
+    control::ensure_control_topic(client, topology.app_id()).await?;
+    let control_from = control::start_position(client, topology.app_id()).await;
+    Ok((wire, sink_partitions, control_from))
+}
+
+/// The repartition topics still to make, each with its partition count, which `partitions`
+/// takes too. A repartition topic fed from another one takes that one's count: settled in
+/// rounds, each taking the topics whose writer's counts are known.
+fn settle_repartition_topics(
+    topology: &Topology,
+    partitions: &mut BTreeMap<String, u32>,
+) -> Result<Vec<NewTopic>> {
+    let mut topics = Vec::new();
+    let mut unsettled: Vec<(&str, u32)> = topology
+        .repartition_topics()
+        .into_iter()
+        .filter(|(t, _)| !partitions.contains_key(*t))
+        .collect();
+    while !unsettled.is_empty() {
+        let before = unsettled.len();
+        let mut waiting = Vec::new();
+        for (topic, writer) in unsettled {
+            match repartition_count(topology, partitions, topic, writer) {
+                Some(n) => {
+                    partitions.insert(topic.to_owned(), n);
+                    topics.push(NewTopic {
+                        name: topic.to_owned(),
+                        partitions: n as i32,
+                        compacted: false,
+                    });
+                }
+                None => waiting.push((topic, writer)),
+            }
+        }
+        if waiting.len() == before {
+            let (_, writer) = waiting[0];
+            return Err(TopologyError::MissingTopic(topology.sources_of(writer).join(", ")).into());
+        }
+        unsettled = waiting;
+    }
+    Ok(topics)
+}
+
+/// Makes `topics`; window stores' changelogs are compacted and time-limited (Kafka Streams'
+/// settings), made one by one, each with its retention.
+async fn create_topics(
+    client: &Client,
+    topology: &Topology,
+    wire: &baton_protocol::bridge::Topology,
+    topics: Vec<NewTopic>,
+) -> Result<()> {
     let windowed: BTreeMap<String, i64> = wire
         .subtopologies
         .keys()
@@ -308,9 +341,7 @@ async fn prepare(
             .await
             .map_err(kafka("creating window stores' changelog topics"))?;
     }
-    control::ensure_control_topic(client, topology.app_id()).await?;
-    let control_from = control::start_position(client, topology.app_id()).await;
-    Ok((wire, sink_partitions, control_from))
+    Ok(())
 }
 
 /// Creates a changelog topic as Kafka Streams makes one: compacted, or for a window store

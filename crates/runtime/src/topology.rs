@@ -1274,25 +1274,8 @@ fn run_steps(
                     }
                 }
                 Step::WindowAggregate { store, windows, f } => {
-                    if ts < 0 {
-                        crate::record::undecodable(format!(
-                            "record timestamp {ts} is negative: windows need event time"
-                        ));
-                    }
-                    // Kafka Streams' rule: a window takes a record while its end is after
-                    // stream time minus the grace period.
-                    let close = stream_time.saturating_sub(windows.grace_ms);
-                    for start in windows.starts_for(ts) {
-                        if start.saturating_add(windows.size_ms) <= close {
-                            out.late += 1;
-                            continue;
-                        }
-                        let key = window_store_key(&r.key, start);
-                        let current = stores.get(store, &key)?;
-                        let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
-                        stores.put(store, &key, timestamped(ts, &agg));
-                        next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
-                    }
+                    let w = (store.as_str(), windows, f);
+                    window_aggregate(w, &r, stream_time, stores, out, &mut next)?
                 }
                 Step::Process { f, .. } => next.extend(f(task, &r, stream_time, stores)?),
                 Step::Join { store, inner } => {
@@ -1323,6 +1306,39 @@ fn run_steps(
         if records.is_empty() {
             return Ok(());
         }
+    }
+    Ok(())
+}
+
+/// A windowed aggregation's step for one record: each window it falls in that is still open
+/// takes it (the others count as late), each new aggregate going on under its windowed key.
+fn window_aggregate(
+    (store, windows, f): (&str, &Windows, &AggregateFn),
+    r: &StreamRecord,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let ts = r.timestamp;
+    if ts < 0 {
+        crate::record::undecodable(format!(
+            "record timestamp {ts} is negative: windows need event time"
+        ));
+    }
+    // Kafka Streams' rule: a window takes a record while its end is after stream time minus
+    // the grace period.
+    let close = stream_time.saturating_sub(windows.grace_ms);
+    for start in windows.starts_for(ts) {
+        if start.saturating_add(windows.size_ms) <= close {
+            out.late += 1;
+            continue;
+        }
+        let key = window_store_key(&r.key, start);
+        let current = stores.get(store, &key)?;
+        let (agg, ts) = fold_timestamped(store, current.as_deref(), r, f);
+        stores.put(store, &key, timestamped(ts, &agg));
+        next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
     }
     Ok(())
 }
