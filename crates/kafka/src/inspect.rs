@@ -200,110 +200,14 @@ pub async fn inspect(
     let mut members = Vec::new();
     let mut wanted: Vec<TopicPartition> = Vec::new();
     for m in &g.members {
-        let mut view = MemberView {
-            member_id: m.member_id.to_string(),
-            client_id: m.client_id.to_string(),
-            client_host: m.client_host.to_string(),
-            group_instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
-            instance: [Some(m.client_id.as_str()), m.group_instance_id.as_deref()]
-                .into_iter()
-                .flatten()
-                .find_map(instance_of)
-                .map(str::to_owned),
-            error: None,
-            source: "broker".into(),
-            process_id: None,
-            subscription_version: None,
-            generation: None,
-            endpoint: None,
-            rack: None,
-            client_tags: BTreeMap::new(),
-            leaving: false,
-            reported: Vec::new(),
-            active: Vec::new(),
-            standby: Vec::new(),
-            warmup: Vec::new(),
-            next_rebalance_ms: None,
-        };
-        let (metadata, assignment, assigned_in) = match reported.get(m.member_id.as_str()) {
-            Some(r) if m.member_metadata.is_empty() => {
-                view.source = "report".into();
-                view.instance = r.instance.clone();
-                (r.metadata.clone(), r.assignment.clone(), r.generation)
-            }
-            _ => (m.member_metadata.clone(), m.member_assignment.clone(), None),
-        };
-        match decode_member(&metadata, &assignment) {
-            Ok((sub, claimed, rack, assignment)) => {
-                // A join claims the partitions of the member's last generation: the round it
-                // joined is the one after (or later, for a member that was away).
-                let generation = assigned_in.or((claimed >= 0).then(|| claimed + 1));
-                view.rack = rack;
-                view.client_tags = sub.user_tags();
-                view.process_id = Some(sub.process_id.to_string());
-                view.subscription_version = Some(sub.version);
-                view.generation = generation;
-                view.endpoint = Some(sub.user_endpoint.clone()).filter(|e| !e.is_empty());
-                view.leaving = sub.tag(TAG_LEAVING) == Some("true");
-                for e in sub.offset_sums() {
-                    for topic in changelogs.get(&e.task.subtopology).into_iter().flatten() {
-                        wanted.push(TopicPartition::new(topic, e.task.partition as i32));
-                    }
-                    view.reported.push(TaskState {
-                        task: e.task,
-                        offset_sum: e.offset_sum,
-                        lag: None,
-                    });
-                }
-                if let Some(a) = assignment {
-                    let standby: Vec<TaskId> = a.standby_tasks.iter().map(|s| s.task).collect();
-                    view.active = a.active_tasks.clone();
-                    view.active.sort();
-                    view.active.dedup();
-                    view.warmup = a.warmup_tasks.clone();
-                    view.standby = standby
-                        .into_iter()
-                        .filter(|t| !a.warmup_tasks.contains(t))
-                        .collect();
-                    view.next_rebalance_ms =
-                        (a.next_rebalance_ms != i64::MAX).then_some(a.next_rebalance_ms);
-                }
-                if let Some(w) = sub.tag(TAG_WARMUPS) {
-                    if view.warmup.is_empty() {
-                        view.warmup = w.split(',').filter_map(|t| t.parse().ok()).collect();
-                    }
-                }
-            }
-            Err(e) => view.error = Some(e),
-        }
+        let view = member_view(m, &reported, changelogs, &mut wanted);
         members.push(view);
     }
     wanted.sort();
     wanted.dedup();
     if !wanted.is_empty() {
         let ends = client.end_offsets(&wanted).await?;
-        for m in &mut members {
-            for r in &mut m.reported {
-                let Some(topics) = changelogs.get(&r.task.subtopology) else {
-                    continue;
-                };
-                let end: i64 = topics
-                    .iter()
-                    .map(|t| {
-                        ends.get(&TopicPartition::new(t, r.task.partition as i32))
-                            .copied()
-                            .unwrap_or(0)
-                            .max(0)
-                    })
-                    .sum();
-                r.lag = Some(match Lag::from_offset_sum(r.offset_sum, end as u64) {
-                    Ok(Lag::Running) => "running".into(),
-                    Ok(Lag::Unknown) => "unknown".into(),
-                    Ok(Lag::Behind(n)) => n.to_string(),
-                    Err(e) => e.to_string(),
-                });
-            }
-        }
+        fill_lags(&mut members, changelogs, &ends);
     }
     let generation = members.iter().filter_map(|m| m.generation).max();
     // Reports come from Baton members, which join with Kafka Streams' protocol: where the
@@ -352,6 +256,123 @@ pub async fn inspect(
         generation,
         members,
     })
+}
+
+/// One member as the broker (or, where it gives none, the member's own report) describes it;
+/// the changelog partitions its reported tasks' lags need go to `wanted`.
+fn member_view(
+    m: &kafka_protocol::messages::describe_groups_response::DescribedGroupMember,
+    reported: &BTreeMap<String, Report>,
+    changelogs: &BTreeMap<u32, Vec<String>>,
+    wanted: &mut Vec<TopicPartition>,
+) -> MemberView {
+    let mut view = MemberView {
+        member_id: m.member_id.to_string(),
+        client_id: m.client_id.to_string(),
+        client_host: m.client_host.to_string(),
+        group_instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
+        instance: [Some(m.client_id.as_str()), m.group_instance_id.as_deref()]
+            .into_iter()
+            .flatten()
+            .find_map(instance_of)
+            .map(str::to_owned),
+        error: None,
+        source: "broker".into(),
+        process_id: None,
+        subscription_version: None,
+        generation: None,
+        endpoint: None,
+        rack: None,
+        client_tags: BTreeMap::new(),
+        leaving: false,
+        reported: Vec::new(),
+        active: Vec::new(),
+        standby: Vec::new(),
+        warmup: Vec::new(),
+        next_rebalance_ms: None,
+    };
+    let (metadata, assignment, assigned_in) = match reported.get(m.member_id.as_str()) {
+        Some(r) if m.member_metadata.is_empty() => {
+            view.source = "report".into();
+            view.instance = r.instance.clone();
+            (r.metadata.clone(), r.assignment.clone(), r.generation)
+        }
+        _ => (m.member_metadata.clone(), m.member_assignment.clone(), None),
+    };
+    match decode_member(&metadata, &assignment) {
+        Ok((sub, claimed, rack, assignment)) => {
+            // A join claims the partitions of the member's last generation: the round it
+            // joined is the one after (or later, for a member that was away).
+            let generation = assigned_in.or((claimed >= 0).then(|| claimed + 1));
+            view.rack = rack;
+            view.client_tags = sub.user_tags();
+            view.process_id = Some(sub.process_id.to_string());
+            view.subscription_version = Some(sub.version);
+            view.generation = generation;
+            view.endpoint = Some(sub.user_endpoint.clone()).filter(|e| !e.is_empty());
+            view.leaving = sub.tag(TAG_LEAVING) == Some("true");
+            for e in sub.offset_sums() {
+                for topic in changelogs.get(&e.task.subtopology).into_iter().flatten() {
+                    wanted.push(TopicPartition::new(topic, e.task.partition as i32));
+                }
+                view.reported.push(TaskState {
+                    task: e.task,
+                    offset_sum: e.offset_sum,
+                    lag: None,
+                });
+            }
+            if let Some(a) = assignment {
+                let standby: Vec<TaskId> = a.standby_tasks.iter().map(|s| s.task).collect();
+                view.active = a.active_tasks.clone();
+                view.active.sort();
+                view.active.dedup();
+                view.warmup = a.warmup_tasks.clone();
+                view.standby = standby
+                    .into_iter()
+                    .filter(|t| !a.warmup_tasks.contains(t))
+                    .collect();
+                view.next_rebalance_ms =
+                    (a.next_rebalance_ms != i64::MAX).then_some(a.next_rebalance_ms);
+            }
+            if let Some(w) = sub.tag(TAG_WARMUPS) {
+                if view.warmup.is_empty() {
+                    view.warmup = w.split(',').filter_map(|t| t.parse().ok()).collect();
+                }
+            }
+        }
+        Err(e) => view.error = Some(e),
+    }
+    view
+}
+
+/// Each reported task's lag: its changelogs' ends against the offset sum it reported.
+fn fill_lags(
+    members: &mut [MemberView],
+    changelogs: &BTreeMap<u32, Vec<String>>,
+    ends: &BTreeMap<TopicPartition, i64>,
+) {
+    for m in members.iter_mut() {
+        for r in &mut m.reported {
+            let Some(topics) = changelogs.get(&r.task.subtopology) else {
+                continue;
+            };
+            let end: i64 = topics
+                .iter()
+                .map(|t| {
+                    ends.get(&TopicPartition::new(t, r.task.partition as i32))
+                        .copied()
+                        .unwrap_or(0)
+                        .max(0)
+                })
+                .sum();
+            r.lag = Some(match Lag::from_offset_sum(r.offset_sum, end as u64) {
+                Ok(Lag::Running) => "running".into(),
+                Ok(Lag::Unknown) => "unknown".into(),
+                Ok(Lag::Behind(n)) => n.to_string(),
+                Err(e) => e.to_string(),
+            });
+        }
+    }
 }
 
 /// Publishes a member's own view of its membership (the subscription it sent, the assignment

@@ -217,123 +217,145 @@ impl GroupMember {
     pub async fn join(&mut self) -> Result<&Membership> {
         let group = GroupId(StrBytes::from_string(self.cfg.group_id.clone()));
         for _ in 0..MAX_JOIN_ATTEMPTS {
-            let join_version = match self.version::<JoinGroupRequest>().await {
-                Ok(v) => v,
-                Err(e) if e.is_retriable() => {
-                    self.coordinator = None;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
+            let Some((resp, metadata)) = self.join_once(&group).await? else {
+                continue;
             };
-            let metadata = self.subscription();
-            let req = JoinGroupRequest::default()
-                .with_group_id(group.clone())
-                .with_session_timeout_ms(self.cfg.session_timeout_ms)
-                .with_rebalance_timeout_ms(self.cfg.rebalance_timeout_ms)
-                .with_member_id(StrBytes::from_string(self.member_id.clone()))
-                .with_group_instance_id(static_id(&self.cfg, join_version, 5))
-                .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
-                .with_protocols(vec![JoinGroupRequestProtocol::default()
-                    .with_name(StrBytes::from_static_str(PROTOCOL_NAME))
-                    .with_metadata(metadata.clone())]);
-            let resp = match self.send(&req).await {
-                Ok(r) => r,
-                Err(e) if e.is_retriable() => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            match ResponseError::try_from_code(resp.error_code) {
-                None => {}
-                Some(ResponseError::MemberIdRequired) => {
-                    self.member_id = resp.member_id.to_string();
-                    continue;
-                }
-                Some(ResponseError::UnknownMemberId) => {
-                    self.member_id.clear();
-                    continue;
-                }
-                Some(e)
-                    if Error::Broker {
-                        api: ApiKey::JoinGroup,
-                        error: e,
-                    }
-                    .is_retriable() =>
-                {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                Some(error) => {
-                    return Err(Error::Broker {
-                        api: ApiKey::JoinGroup,
-                        error,
-                    })
-                }
+            if self.sync_once(&group, &resp, metadata).await? {
+                return Ok(self.current.as_ref().expect("just set"));
             }
-            self.member_id = resp.member_id.to_string();
-            self.generation = resp.generation_id;
-            let leader = resp.leader.as_str() == self.member_id;
-            let assignments = if leader {
-                self.lead(&resp.members).await
-            } else {
-                Vec::new()
-            };
-            let sync_version = self.version::<SyncGroupRequest>().await?;
-            let mut sync = SyncGroupRequest::default()
-                .with_group_id(group.clone())
-                .with_generation_id(self.generation)
-                .with_member_id(StrBytes::from_string(self.member_id.clone()))
-                .with_group_instance_id(static_id(&self.cfg, sync_version, 3))
-                .with_assignments(assignments);
-            if sync_version >= 5 {
-                sync = sync
-                    .with_protocol_type(Some(StrBytes::from_static_str(PROTOCOL_TYPE)))
-                    .with_protocol_name(Some(StrBytes::from_static_str(PROTOCOL_NAME)));
-            }
-            let synced_at = std::time::Instant::now();
-            let resp = match self.send(&sync).await {
-                Ok(r) => r,
-                Err(e) if e.is_retriable() => continue,
-                Err(e) => return Err(e),
-            };
-            match ResponseError::try_from_code(resp.error_code) {
-                None => {}
-                Some(ResponseError::UnknownMemberId) => {
-                    self.member_id.clear();
-                    continue;
-                }
-                Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => {
-                    continue
-                }
-                Some(error) => {
-                    return Err(Error::Broker {
-                        api: ApiKey::SyncGroup,
-                        error,
-                    })
-                }
-            }
-            let (partitions, info) = decode_assignment(&resp.assignment)?;
-            let version_probing = self.probe_versions(&info);
-            self.owned = partitions.clone();
-            self.current = Some(Membership {
-                generation: self.generation,
-                member_id: self.member_id.clone(),
-                leader,
-                partitions,
-                info,
-                version_probing,
-                metadata,
-                assignment: resp.assignment.clone(),
-                synced_at,
-            });
-            return Ok(self.current.as_ref().expect("just set"));
         }
         Err(Error::Protocol(format!(
             "could not join group {} in {MAX_JOIN_ATTEMPTS} attempts",
             self.cfg.group_id
         )))
+    }
+
+    /// One JoinGroup: the answer and the subscription sent, or `None` to try again (a
+    /// retriable error, after a pause; a member id to take or to forget).
+    async fn join_once(
+        &mut self,
+        group: &GroupId,
+    ) -> Result<Option<(kafka_protocol::messages::JoinGroupResponse, Bytes)>> {
+        let join_version = match self.version::<JoinGroupRequest>().await {
+            Ok(v) => v,
+            Err(e) if e.is_retriable() => {
+                self.coordinator = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let metadata = self.subscription();
+        let req = JoinGroupRequest::default()
+            .with_group_id(group.clone())
+            .with_session_timeout_ms(self.cfg.session_timeout_ms)
+            .with_rebalance_timeout_ms(self.cfg.rebalance_timeout_ms)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(static_id(&self.cfg, join_version, 5))
+            .with_protocol_type(StrBytes::from_static_str(PROTOCOL_TYPE))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str(PROTOCOL_NAME))
+                .with_metadata(metadata.clone())]);
+        let resp = match self.send(&req).await {
+            Ok(r) => r,
+            Err(e) if e.is_retriable() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        match ResponseError::try_from_code(resp.error_code) {
+            None => Ok(Some((resp, metadata))),
+            Some(ResponseError::MemberIdRequired) => {
+                self.member_id = resp.member_id.to_string();
+                Ok(None)
+            }
+            Some(ResponseError::UnknownMemberId) => {
+                self.member_id.clear();
+                Ok(None)
+            }
+            Some(e)
+                if Error::Broker {
+                    api: ApiKey::JoinGroup,
+                    error: e,
+                }
+                .is_retriable() =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(None)
+            }
+            Some(error) => Err(Error::Broker {
+                api: ApiKey::JoinGroup,
+                error,
+            }),
+        }
+    }
+
+    /// The SyncGroup after a join (the leader's assignments with it): `true` once the member
+    /// holds its assignment, `false` to join again.
+    async fn sync_once(
+        &mut self,
+        group: &GroupId,
+        resp: &kafka_protocol::messages::JoinGroupResponse,
+        metadata: Bytes,
+    ) -> Result<bool> {
+        self.member_id = resp.member_id.to_string();
+        self.generation = resp.generation_id;
+        let leader = resp.leader.as_str() == self.member_id;
+        let assignments = if leader {
+            self.lead(&resp.members).await
+        } else {
+            Vec::new()
+        };
+        let sync_version = self.version::<SyncGroupRequest>().await?;
+        let mut sync = SyncGroupRequest::default()
+            .with_group_id(group.clone())
+            .with_generation_id(self.generation)
+            .with_member_id(StrBytes::from_string(self.member_id.clone()))
+            .with_group_instance_id(static_id(&self.cfg, sync_version, 3))
+            .with_assignments(assignments);
+        if sync_version >= 5 {
+            sync = sync
+                .with_protocol_type(Some(StrBytes::from_static_str(PROTOCOL_TYPE)))
+                .with_protocol_name(Some(StrBytes::from_static_str(PROTOCOL_NAME)));
+        }
+        let synced_at = std::time::Instant::now();
+        let resp = match self.send(&sync).await {
+            Ok(r) => r,
+            Err(e) if e.is_retriable() => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        match ResponseError::try_from_code(resp.error_code) {
+            None => {}
+            Some(ResponseError::UnknownMemberId) => {
+                self.member_id.clear();
+                return Ok(false);
+            }
+            Some(ResponseError::RebalanceInProgress | ResponseError::IllegalGeneration) => {
+                return Ok(false)
+            }
+            Some(error) => {
+                return Err(Error::Broker {
+                    api: ApiKey::SyncGroup,
+                    error,
+                })
+            }
+        }
+        let (partitions, info) = decode_assignment(&resp.assignment)?;
+        let version_probing = self.probe_versions(&info);
+        self.owned = partitions.clone();
+        self.current = Some(Membership {
+            generation: self.generation,
+            member_id: self.member_id.clone(),
+            leader,
+            partitions,
+            info,
+            version_probing,
+            metadata,
+            assignment: resp.assignment.clone(),
+            synced_at,
+        });
+        Ok(true)
     }
 
     /// Kafka Streams' version probing, from the member's side: an assignment at a lower

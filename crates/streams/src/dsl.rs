@@ -732,41 +732,21 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
     {
         let graph = self.graph.clone();
         let mut g = graph.borrow_mut();
-        let nothing = |g: &mut Graph, at: Pos, why: String| {
-            g.errors.push(why);
-            let chain: Chain<K, VR> = Arc::new(|_, _| Vec::new());
-            (at, chain)
+        let src = match join_refusal(table) {
+            Ok(src) => src,
+            Err(why) => {
+                g.errors.push(why);
+                drop(g);
+                return KStream {
+                    graph: graph.clone(),
+                    at: self.at,
+                    chain: Arc::new(|_, _| Vec::new()),
+                    key_changed: false,
+                    updates: false,
+                    last: self.last,
+                };
+            }
         };
-        let Some(src) = table.source.as_ref() else {
-            let (at, chain) = nothing(
-                &mut g,
-                self.at.clone(),
-                "join: only a table read with StreamsBuilder::table can be joined (an aggregation's table cannot yet)".into(),
-            );
-            return KStream {
-                graph: graph.clone(),
-                at,
-                chain,
-                key_changed: false,
-                updates: false,
-                last: self.last,
-            };
-        };
-        if src.placed.replace(true) {
-            let (at, chain) = nothing(
-                &mut g,
-                self.at.clone(),
-                format!("join: table {:?} is joined twice; read it once per joining stream (a second StreamsBuilder::table)", src.topic),
-            );
-            return KStream {
-                graph: graph.clone(),
-                at,
-                chain,
-                key_changed: false,
-                updates: false,
-                last: self.last,
-            };
-        }
         let (key, value) = (Arc::new(joined.key), Arc::new(joined.value));
         let (mut at, chain, mut last) = (self.at, self.chain, self.last);
         let encode: Encode = {
@@ -791,27 +771,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             g.edit(&at, move |s| s.flat_map_keeping_keys(encode));
         }
         let store = src.store.clone();
-        let table_source = g
-            .description
-            .add_source(at.sub, src.source_node.clone(), &src.topic);
-        g.description.add_processor(
-            at.sub,
-            src.table_node.clone(),
-            &[&table_source],
-            &[store.as_str()],
-        );
-        g.description.rank_subtopology(at.sub, src.rank);
-        let join_node = match &joined.name {
-            Some(n) => Node::named(n),
-            None => g.description.next_name(if inner {
-                "KSTREAM-JOIN-"
-            } else {
-                "KSTREAM-LEFTJOIN-"
-            }),
-        };
-        last = g
-            .description
-            .add_processor(at.sub, join_node, &[&last], &[store.as_str()]);
+        last = describe_join(&mut g, &at, src, joined.name.as_deref(), inner, &last);
         let table_topic = src.topic.clone();
         {
             let store = store.clone();
@@ -1168,6 +1128,48 @@ where
         self.grouped
             .aggregate_table(materialized, kind, serde, Some(windows), table_key, fold)
     }
+}
+
+/// The table a stream joins, or why it cannot be joined: only a table read with
+/// [`StreamsBuilder::table`], and once per joining stream.
+fn join_refusal<K, VT>(table: &KTable<K, VT>) -> Result<&TableSource, String> {
+    let Some(src) = table.source.as_ref() else {
+        return Err("join: only a table read with StreamsBuilder::table can be joined (an aggregation's table cannot yet)".into());
+    };
+    if src.placed.replace(true) {
+        return Err(format!("join: table {:?} is joined twice; read it once per joining stream (a second StreamsBuilder::table)", src.topic));
+    }
+    Ok(src)
+}
+
+/// The join's nodes in the description: the table's source and processor in the joining
+/// stream's sub-topology, then the join (named as given, else as Kafka numbers it), which
+/// is returned.
+fn describe_join(
+    g: &mut Graph,
+    at: &Pos,
+    src: &TableSource,
+    name: Option<&str>,
+    inner: bool,
+    last: &Node,
+) -> Node {
+    let store = src.store.as_str();
+    let table_source = g
+        .description
+        .add_source(at.sub, src.source_node.clone(), &src.topic);
+    g.description
+        .add_processor(at.sub, src.table_node.clone(), &[&table_source], &[store]);
+    g.description.rank_subtopology(at.sub, src.rank);
+    let join_node = match name {
+        Some(n) => Node::named(n),
+        None => g.description.next_name(if inner {
+            "KSTREAM-JOIN-"
+        } else {
+            "KSTREAM-LEFTJOIN-"
+        }),
+    };
+    g.description
+        .add_processor(at.sub, join_node, &[last], &[store])
 }
 
 /// A table: each key's latest value, kept in a store backed by a changelog.

@@ -265,32 +265,12 @@ where
         let processor = Arc::new(processor);
         let every = processor.punctuate_every().map(millis);
         let wall = processor.punctuate_wall_every().map(|every| {
-            let (processor, allowed) = (processor.clone(), names.clone());
-            let (key, value) = (key.clone(), value.clone());
-            // The runtime calls every punctuation of a sub-topology at its shortest interval;
-            // this one runs on its own: when `every` has passed since it last ran, give or
-            // take a tenth (at most 50 ms) for the calls' own jitter.
-            let every_ms = millis(every);
-            let slack = (every_ms / 10).min(50);
-            let last_run: Mutex<BTreeMap<TaskId, i64>> = Mutex::new(BTreeMap::new());
-            let wall = move |task: TaskId,
-                             now_ms: i64,
-                             stream_time: i64,
-                             stores: &mut dyn Stores|
-                  -> Result<Vec<StreamRecord>, StoreError> {
-                {
-                    let mut last = last_run.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(&at) = last.get(&task) {
-                        if now_ms < at.saturating_add(every_ms - slack) {
-                            return Ok(Vec::new());
-                        }
-                    }
-                    last.insert(task, now_ms);
-                }
-                let mut ctx = ProcessorContext::new(stores, &allowed, now_ms, stream_time, task);
-                processor.punctuate_wall(now_ms, &mut ctx);
-                ctx.finish(&*key, &*value)
-            };
+            let wall = wall_punctuation(
+                processor.clone(),
+                names.clone(),
+                (key.clone(), value.clone()),
+                every,
+            );
             (every, wall)
         });
         let next_punctuation: Mutex<BTreeMap<TaskId, i64>> = Mutex::new(BTreeMap::new());
@@ -310,18 +290,7 @@ where
                 processor.process(record, &mut ctx);
             }
             if let Some(every) = every {
-                let due = {
-                    let mut next = next_punctuation.lock().unwrap_or_else(|p| p.into_inner());
-                    let at = next.entry(task).or_insert(stream_time);
-                    let due = stream_time >= *at;
-                    if due {
-                        // The next time after this one, on the schedule's steps.
-                        let behind = (stream_time - *at) / every + 1;
-                        *at = at.saturating_add(behind.saturating_mul(every));
-                    }
-                    due
-                };
-                if due {
+                if stream_time_due(&next_punctuation, task, stream_time, every) {
                     ctx.timestamp = stream_time;
                     processor.punctuate(stream_time, &mut ctx);
                 }
@@ -345,5 +314,63 @@ where
             updates: false,
             last,
         }
+    }
+}
+
+/// Whether `task`'s stream-time punctuation is due at `stream_time` (every `every` ms of
+/// stream time, from the first record); if so, its next time, on the schedule's steps.
+fn stream_time_due(
+    next: &Mutex<BTreeMap<TaskId, i64>>,
+    task: TaskId,
+    stream_time: i64,
+    every: i64,
+) -> bool {
+    let mut next = next.lock().unwrap_or_else(|p| p.into_inner());
+    let at = next.entry(task).or_insert(stream_time);
+    let due = stream_time >= *at;
+    if due {
+        let behind = (stream_time - *at) / every + 1;
+        *at = at.saturating_add(behind.saturating_mul(every));
+    }
+    due
+}
+
+/// A processor's wall-clock punctuation as the runtime calls it. The runtime calls every
+/// punctuation of a sub-topology at its shortest interval; this one runs on its own: when
+/// `every` has passed since it last ran, give or take a tenth (at most 50 ms) for the calls'
+/// own jitter.
+fn wall_punctuation<K, V, KO, VO, KS, VS>(
+    processor: Arc<impl Processor<K, V, KO, VO>>,
+    allowed: Vec<String>,
+    (key, value): (Arc<KS>, Arc<VS>),
+    every: Duration,
+) -> impl Fn(TaskId, i64, i64, &mut dyn Stores) -> Result<Vec<StreamRecord>, StoreError>
+       + Send
+       + Sync
+       + 'static
+where
+    K: 'static,
+    V: 'static,
+    KO: Send + Sync + 'static,
+    VO: Send + Sync + 'static,
+    KS: Serde<Value = KO>,
+    VS: Serde<Value = VO>,
+{
+    let every_ms = millis(every);
+    let slack = (every_ms / 10).min(50);
+    let last_run: Mutex<BTreeMap<TaskId, i64>> = Mutex::new(BTreeMap::new());
+    move |task: TaskId, now_ms: i64, stream_time: i64, stores: &mut dyn Stores| {
+        {
+            let mut last = last_run.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(&at) = last.get(&task) {
+                if now_ms < at.saturating_add(every_ms - slack) {
+                    return Ok(Vec::new());
+                }
+            }
+            last.insert(task, now_ms);
+        }
+        let mut ctx = ProcessorContext::new(stores, &allowed, now_ms, stream_time, task);
+        processor.punctuate_wall(now_ms, &mut ctx);
+        ctx.finish(&*key, &*value)
     }
 }
