@@ -239,7 +239,52 @@ impl AssignmentInfo {
 
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let v = self.version;
-        let max = BATON_VERSION;
+        self.check_fields()?;
+        let fail = |problem: String| EncodeError {
+            blob: Blob::Assignment,
+            version: v,
+            problem,
+        };
+        let mut w = Writer::default();
+        let wr = |r: Result<(), String>| r.map_err(fail);
+        w.i32(v);
+        if v >= 3 {
+            w.i32(self.commonly_supported_version);
+        }
+        wr(w.len(self.active_tasks.len()))?;
+        for &t in &self.active_tasks {
+            wr(w.task_id(t, v))?;
+        }
+        wr(w.len(self.standby_tasks.len()))?;
+        for s in &self.standby_tasks {
+            wr(w.task_id(s.task, v))?;
+            wr(write_named_partitions(&mut w, &s.partitions))?;
+        }
+        wr(self.write_host_maps(&mut w, v))?;
+        if v >= 4 {
+            w.i32(self.error_code);
+        }
+        if v >= 7 {
+            w.i64(self.next_rebalance_ms);
+        }
+        if v >= 12 {
+            wr(w.len(self.warmup_tasks.len()))?;
+            for &t in &self.warmup_tasks {
+                wr(w.task_id(t, v))?;
+            }
+            wr(w.len(self.handover_standbys.len()))?;
+            for &t in &self.handover_standbys {
+                wr(w.task_id(t, v))?;
+            }
+        }
+        Ok(w.buf)
+    }
+}
+
+impl AssignmentInfo {
+    /// Every field set is one this version carries.
+    fn check_fields(&self) -> Result<(), EncodeError> {
+        let (v, max) = (self.version, BATON_VERSION);
         EncodeError::check(
             Blob::Assignment,
             v,
@@ -276,39 +321,24 @@ impl AssignmentInfo {
                     "handover_standbys (Baton's version 12 only)",
                 ),
             ],
-        )?;
-        let fail = |problem: String| EncodeError {
-            blob: Blob::Assignment,
-            version: v,
-            problem,
-        };
-        let mut w = Writer::default();
-        let wr = |r: Result<(), String>| r.map_err(fail);
-        w.i32(v);
-        if v >= 3 {
-            w.i32(self.commonly_supported_version);
-        }
-        wr(w.len(self.active_tasks.len()))?;
-        for &t in &self.active_tasks {
-            wr(w.task_id(t, v))?;
-        }
-        wr(w.len(self.standby_tasks.len()))?;
-        for s in &self.standby_tasks {
-            wr(w.task_id(s.task, v))?;
-            wr(write_named_partitions(&mut w, &s.partitions))?;
-        }
+        )
+    }
+
+    /// The host maps: by topic name (versions 2 to 4), or through a topic dictionary (5 and
+    /// later, the standby map from 6).
+    fn write_host_maps(&self, w: &mut Writer, v: i32) -> Result<(), String> {
         if (2..=4).contains(&v) {
-            wr(w.len(self.partitions_by_host.len()))?;
+            w.len(self.partitions_by_host.len())?;
             for hp in &self.partitions_by_host {
-                wr(write_host(&mut w, &hp.host))?;
-                wr(write_named_partitions(&mut w, &hp.partitions))?;
+                write_host(w, &hp.host)?;
+                write_named_partitions(w, &hp.partitions)?;
             }
         } else if v >= 5 {
-            let dict = self.dictionary().map_err(fail)?;
-            wr(w.len(dict.len()))?;
+            let dict = self.dictionary()?;
+            w.len(dict.len())?;
             for (index, topic) in &dict {
                 w.i32(*index);
-                wr(w.java_utf(topic))?;
+                w.java_utf(topic)?;
             }
             let index_of: BTreeMap<&str, i32> =
                 dict.iter().map(|(i, t)| (t.as_str(), *i)).collect();
@@ -317,10 +347,10 @@ impl AssignmentInfo {
                 maps.push(&self.standby_partitions_by_host);
             }
             for map in maps {
-                wr(w.len(map.len()))?;
+                w.len(map.len())?;
                 for hp in map {
-                    wr(write_host(&mut w, &hp.host))?;
-                    wr(w.len(hp.partitions.len()))?;
+                    write_host(w, &hp.host)?;
+                    w.len(hp.partitions.len())?;
                     for p in &hp.partitions {
                         w.i32(index_of[p.topic.as_str()]);
                         w.i32(p.partition);
@@ -328,27 +358,9 @@ impl AssignmentInfo {
                 }
             }
         }
-        if v >= 4 {
-            w.i32(self.error_code);
-        }
-        if v >= 7 {
-            w.i64(self.next_rebalance_ms);
-        }
-        if v >= 12 {
-            wr(w.len(self.warmup_tasks.len()))?;
-            for &t in &self.warmup_tasks {
-                wr(w.task_id(t, v))?;
-            }
-            wr(w.len(self.handover_standbys.len()))?;
-            for &t in &self.handover_standbys {
-                wr(w.task_id(t, v))?;
-            }
-        }
-        Ok(w.buf)
+        Ok(())
     }
-}
 
-impl AssignmentInfo {
     /// The topic dictionary to write, in order: the one decoded (checked to name every topic
     /// of the host maps once), or every such topic in sorted order, numbered from 0, so the
     /// same assignment always gives the same bytes.

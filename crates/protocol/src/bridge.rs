@@ -167,25 +167,7 @@ pub fn cluster_state_at(
     config: AssignmentConfig,
     now_ms: Option<i64>,
 ) -> Result<ClusterState, BridgeError> {
-    let mut tasks = Vec::new();
-    for (&sub, s) in &topology.subtopologies {
-        for p in 0..s.partitions {
-            let task = TaskId::new(sub, p);
-            let mut end: u64 = 0;
-            for tp in topology.changelog_partitions(task) {
-                let e = *end_offsets
-                    .get(&tp)
-                    .ok_or_else(|| BridgeError::MissingEndOffset(tp.clone()))?;
-                end = end.saturating_add(e.max(0) as u64);
-            }
-            tasks.push(TaskSpec {
-                id: task,
-                stateful: !s.changelog_topics.is_empty(),
-                end_offset_sum: end,
-                partitions: Vec::new(),
-            });
-        }
-    }
+    let tasks = task_specs(topology, end_offsets)?;
     let ends: BTreeMap<TaskId, (bool, u64)> = tasks
         .iter()
         .map(|t| (t.id, (t.stateful, t.end_offset_sum)))
@@ -264,6 +246,33 @@ pub fn cluster_state_at(
     })
 }
 
+/// Every task of the topology, stateful or not, with the sum of its changelogs' ends.
+fn task_specs(
+    topology: &Topology,
+    end_offsets: &BTreeMap<TopicPartition, i64>,
+) -> Result<Vec<TaskSpec>, BridgeError> {
+    let mut tasks = Vec::new();
+    for (&sub, s) in &topology.subtopologies {
+        for p in 0..s.partitions {
+            let task = TaskId::new(sub, p);
+            let mut end: u64 = 0;
+            for tp in topology.changelog_partitions(task) {
+                let e = *end_offsets
+                    .get(&tp)
+                    .ok_or_else(|| BridgeError::MissingEndOffset(tp.clone()))?;
+                end = end.saturating_add(e.max(0) as u64);
+            }
+            tasks.push(TaskSpec {
+                id: task,
+                stateful: !s.changelog_topics.is_empty(),
+                end_offset_sum: end,
+                partitions: Vec::new(),
+            });
+        }
+    }
+    Ok(tasks)
+}
+
 /// What one member is told: its partitions and its `AssignmentInfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberAssignment {
@@ -297,44 +306,7 @@ pub fn member_assignments(
         list.sort_by(|a, b| a.member_id.cmp(&b.member_id));
     }
 
-    // Host maps: every process's actives and standbys by its endpoint.
-    let mut by_host: BTreeMap<HostInfo, BTreeSet<TopicPartition>> = BTreeMap::new();
-    let mut standby_by_host: BTreeMap<HostInfo, BTreeSet<TopicPartition>> = BTreeMap::new();
-    for (pid, list) in &consumers {
-        let Some(host) = parse_endpoint(&list[0].subscription.user_endpoint) else {
-            continue;
-        };
-        if let Some(a) = assignment.clients.get(&ClientId(pid.to_string())) {
-            let e = by_host.entry(host.clone()).or_default();
-            a.active
-                .iter()
-                .for_each(|&t| e.extend(topology.source_partitions(t)));
-            let e = standby_by_host.entry(host).or_default();
-            a.standby
-                .iter()
-                .chain(&a.warmup)
-                .for_each(|&t| e.extend(topology.source_partitions(t)));
-        }
-    }
-    let host_list = |m: &BTreeMap<HostInfo, BTreeSet<TopicPartition>>| -> Vec<HostPartitions> {
-        m.iter()
-            .filter(|(_, ps)| !ps.is_empty())
-            .map(|(host, ps)| HostPartitions {
-                host: host.clone(),
-                partitions: ps.iter().cloned().collect(),
-            })
-            .collect()
-    };
-    let by_host = if versions.used >= 2 {
-        host_list(&by_host)
-    } else {
-        Vec::new()
-    };
-    let standby_by_host = if versions.used >= 6 {
-        host_list(&standby_by_host)
-    } else {
-        Vec::new()
-    };
+    let (by_host, standby_by_host) = host_maps(&consumers, topology, assignment, versions.used);
 
     let mut out = BTreeMap::new();
     for (pid, list) in &consumers {
@@ -343,25 +315,7 @@ pub fn member_assignments(
             .clients
             .get(&ClientId(pid.to_string()))
             .unwrap_or(&empty);
-        let n = list.len();
-        let mut actives = vec![Vec::new(); n];
-        let mut standbys = vec![Vec::new(); n];
-        let mut warmups = vec![Vec::new(); n];
-        for (i, &t) in a.active.iter().enumerate() {
-            actives[i % n].push(t);
-        }
-        // Baton's warm-up list (v12) names every copy whose catching up hands a task over:
-        // the budgeted warm-ups and the standbys that are a pending move's target.
-        let (plain, catching_up) = catching_up(assignment, pid, a);
-        // Continue the deal where the actives stopped, so standbys even out the threads.
-        let start = a.active.len();
-        for (i, &t) in plain.iter().chain(&catching_up).enumerate() {
-            let k = (start + i) % n;
-            standbys[k].push(t);
-            if i >= plain.len() {
-                warmups[k].push(t);
-            }
-        }
+        let (actives, standbys, warmups) = deal(assignment, pid, a, list.len());
         for (k, m) in list.iter().enumerate() {
             let mut partitions: Vec<(TopicPartition, TaskId)> = actives[k]
                 .iter()
@@ -414,6 +368,87 @@ pub fn member_assignments(
         );
     }
     out
+}
+
+/// The host maps every member receives: each process's actives, and its standbys and
+/// warm-ups, by its endpoint (Kafka Streams' `partitionsByHost` from version 2,
+/// `standbyPartitionsByHost` from 6).
+fn host_maps(
+    consumers: &BTreeMap<Uuid, Vec<&Member>>,
+    topology: &Topology,
+    assignment: &Assignment,
+    version: i32,
+) -> (Vec<HostPartitions>, Vec<HostPartitions>) {
+    let mut by_host: BTreeMap<HostInfo, BTreeSet<TopicPartition>> = BTreeMap::new();
+    let mut standby_by_host: BTreeMap<HostInfo, BTreeSet<TopicPartition>> = BTreeMap::new();
+    for (pid, list) in consumers {
+        let Some(host) = parse_endpoint(&list[0].subscription.user_endpoint) else {
+            continue;
+        };
+        if let Some(a) = assignment.clients.get(&ClientId(pid.to_string())) {
+            let e = by_host.entry(host.clone()).or_default();
+            a.active
+                .iter()
+                .for_each(|&t| e.extend(topology.source_partitions(t)));
+            let e = standby_by_host.entry(host).or_default();
+            a.standby
+                .iter()
+                .chain(&a.warmup)
+                .for_each(|&t| e.extend(topology.source_partitions(t)));
+        }
+    }
+    let host_list = |m: &BTreeMap<HostInfo, BTreeSet<TopicPartition>>| -> Vec<HostPartitions> {
+        m.iter()
+            .filter(|(_, ps)| !ps.is_empty())
+            .map(|(host, ps)| HostPartitions {
+                host: host.clone(),
+                partitions: ps.iter().cloned().collect(),
+            })
+            .collect()
+    };
+    let by_host = if version >= 2 {
+        host_list(&by_host)
+    } else {
+        Vec::new()
+    };
+    let standby_by_host = if version >= 6 {
+        host_list(&standby_by_host)
+    } else {
+        Vec::new()
+    };
+    (by_host, standby_by_host)
+}
+
+/// Tasks per consumer of a process, in the order its consumers' member ids sort.
+type PerConsumer = Vec<Vec<TaskId>>;
+
+/// One process's tasks dealt over its `n` consumers: actives round robin, then standbys
+/// continuing where the actives stopped (so they even out the threads), the copies that
+/// hand a task over last; each consumer's (actives, standbys, warm-ups).
+fn deal(
+    assignment: &Assignment,
+    pid: &Uuid,
+    a: &baton_assignor::ClientAssignment,
+    n: usize,
+) -> (PerConsumer, PerConsumer, PerConsumer) {
+    let mut actives = vec![Vec::new(); n];
+    let mut standbys = vec![Vec::new(); n];
+    let mut warmups = vec![Vec::new(); n];
+    for (i, &t) in a.active.iter().enumerate() {
+        actives[i % n].push(t);
+    }
+    // Baton's warm-up list (v12) names every copy whose catching up hands a task over:
+    // the budgeted warm-ups and the standbys that are a pending move's target.
+    let (plain, catching_up) = catching_up(assignment, pid, a);
+    let start = a.active.len();
+    for (i, &t) in plain.iter().chain(&catching_up).enumerate() {
+        let k = (start + i) % n;
+        standbys[k].push(t);
+        if i >= plain.len() {
+            warmups[k].push(t);
+        }
+    }
+    (actives, standbys, warmups)
 }
 
 /// `host:port` (the last colon splits, so IPv6 literals in brackets work).

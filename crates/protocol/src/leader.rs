@@ -230,36 +230,7 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, Assignmen
 /// The leader's whole decision for one generation.
 pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
     let mut out = LeaderOutput::default();
-    let mut members: Vec<Member> = Vec::new();
-    let mut generations: BTreeMap<String, i32> = BTreeMap::new();
-    for m in input.members {
-        match decode_subscription(&m.metadata) {
-            Ok((sub, subscription)) => {
-                let subscription = if subscription.version > input.latest_version {
-                    future_member(&subscription, input.latest_version)
-                } else {
-                    subscription
-                };
-                generations.insert(m.member_id.clone(), sub.generation_id);
-                members.push(Member {
-                    member_id: m.member_id.clone(),
-                    subscription,
-                    owned_partitions: sub.owned_partitions,
-                    rack: sub.rack_id,
-                });
-            }
-            Err(e) => out.rejected.push((m.member_id.clone(), e)),
-        }
-    }
-    // A claim from an older generation may come from a member that was fenced and replaced:
-    // only the newest generation's owners count (Kafka's cooperative rule).
-    let newest = generations.values().copied().max().unwrap_or(-1);
-    for m in &mut members {
-        if generations.get(&m.member_id).copied().unwrap_or(-1) < newest {
-            m.owned_partitions.clear();
-        }
-    }
-
+    let mut members = read_members(input, &mut out);
     let zero_ends: BTreeMap<TopicPartition, i64>;
     let (ends, kind) = match input.end_offsets {
         Some(e) => (e, input.assignor),
@@ -322,19 +293,7 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
     let assignment = kind.assignor().assign(&cluster);
     out.warnings.extend(assignment.warnings.iter().cloned());
     out.forced = assignment.forced.iter().map(|m| m.task).collect();
-    for c in cluster.client_ixs() {
-        for &(t, role) in &cluster.views[c as usize].owned {
-            if role == baton_assignor::Role::Warmup {
-                if let baton_assignor::Lag::Behind(n) = cluster.lag(c, t) {
-                    out.warmup_lags.push((
-                        cluster.clients[c as usize].id.0.clone(),
-                        cluster.tasks[t as usize].id,
-                        n,
-                    ));
-                }
-            }
-        }
-    }
+    out.warmup_lags = warmup_lags(&cluster);
     let mut per_member = member_assignments(
         &members,
         input.topology,
@@ -366,6 +325,59 @@ pub fn lead(input: &LeaderInput<'_>) -> LeaderOutput {
         out.assignments.insert(m.member_id.clone(), bytes);
     }
     out
+}
+
+/// The members whose subscriptions read, each with the partitions it claims; a claim from
+/// an older generation than the newest is dropped (a member fenced and replaced may send it:
+/// Kafka's cooperative rule). The others are rejected in `out`.
+fn read_members(input: &LeaderInput<'_>, out: &mut LeaderOutput) -> Vec<Member> {
+    let mut members: Vec<Member> = Vec::new();
+    let mut generations: BTreeMap<String, i32> = BTreeMap::new();
+    for m in input.members {
+        match decode_subscription(&m.metadata) {
+            Ok((sub, subscription)) => {
+                let subscription = if subscription.version > input.latest_version {
+                    future_member(&subscription, input.latest_version)
+                } else {
+                    subscription
+                };
+                generations.insert(m.member_id.clone(), sub.generation_id);
+                members.push(Member {
+                    member_id: m.member_id.clone(),
+                    subscription,
+                    owned_partitions: sub.owned_partitions,
+                    rack: sub.rack_id,
+                });
+            }
+            Err(e) => out.rejected.push((m.member_id.clone(), e)),
+        }
+    }
+    let newest = generations.values().copied().max().unwrap_or(-1);
+    for m in &mut members {
+        if generations.get(&m.member_id).copied().unwrap_or(-1) < newest {
+            m.owned_partitions.clear();
+        }
+    }
+    members
+}
+
+/// Each warm-up the cluster holds and how far behind it is: (client, task, records).
+fn warmup_lags(cluster: &Cluster) -> Vec<(String, TaskId, u64)> {
+    let mut lags = Vec::new();
+    for c in cluster.client_ixs() {
+        for &(t, role) in &cluster.views[c as usize].owned {
+            if role == baton_assignor::Role::Warmup {
+                if let baton_assignor::Lag::Behind(n) = cluster.lag(c, t) {
+                    lags.push((
+                        cluster.clients[c as usize].id.0.clone(),
+                        cluster.tasks[t as usize].id,
+                        n,
+                    ));
+                }
+            }
+        }
+    }
+    lags
 }
 
 /// Kafka Streams' `FUTURE_ID`: every member the leader can read only the header of is one

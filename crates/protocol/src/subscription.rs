@@ -220,65 +220,7 @@ impl SubscriptionInfo {
         if version >= 2 {
             s.user_endpoint = r.utf8_bytes("user endpoint")?;
         }
-        if (7..=9).contains(&version) {
-            let groups = r.count("task offset sums", 8)?;
-            for _ in 0..groups {
-                let at = r.position();
-                let sub = r.i32("task offset sums")?;
-                if sub < 0 {
-                    return Err(r.error(
-                        "task offset sums",
-                        at,
-                        format!("subtopology {sub} is negative"),
-                    ));
-                }
-                let m = r.count("partition offset sums", 12)?;
-                for _ in 0..m {
-                    let at = r.position();
-                    let part = r.i32("partition offset sums")?;
-                    if part < 0 {
-                        return Err(r.error(
-                            "partition offset sums",
-                            at,
-                            format!("partition {part} is negative"),
-                        ));
-                    }
-                    let offset_sum = r.i64("partition offset sums")?;
-                    s.task_offset_sums.push(TaskOffsetSum {
-                        task: TaskId::new(sub as u32, part as u32),
-                        offset_sum,
-                    });
-                }
-            }
-        } else if version >= 10 {
-            let n = r.count("task offset sums", 18)?;
-            s.task_offset_sums.reserve(n);
-            for _ in 0..n {
-                let at = r.position();
-                let sub = r.i32("task offset sums")?;
-                let part = r.i32("task offset sums")?;
-                let offset_sum = r.i64("task offset sums")?;
-                if sub < 0 || part < 0 {
-                    return Err(r.error(
-                        "task offset sums",
-                        at,
-                        format!("task {sub}_{part} has a negative number"),
-                    ));
-                }
-                let name_at = r.position();
-                if let Some(name) = r.nullable_string("named topology")? {
-                    return Err(r.error(
-                        "named topology",
-                        name_at,
-                        format!("{name:?}: named topologies are not supported"),
-                    ));
-                }
-                s.task_offset_sums.push(TaskOffsetSum {
-                    task: TaskId::new(sub as u32, part as u32),
-                    offset_sum,
-                });
-            }
-        }
+        s.task_offset_sums = read_offset_sums(&mut r, version)?;
         if version >= 8 {
             s.unique_field = r.i8("unique field")?;
         }
@@ -392,4 +334,70 @@ impl SubscriptionInfo {
         }
         Ok(w.buf)
     }
+}
+
+/// The task offset sums of a subscription of `version`: grouped by subtopology (7 to 9), or
+/// one entry a task (10 and later); none before 7.
+fn read_offset_sums(r: &mut Reader, version: i32) -> Result<Vec<TaskOffsetSum>, DecodeError> {
+    let mut sums = Vec::new();
+    if (7..=9).contains(&version) {
+        let groups = r.count("task offset sums", 8)?;
+        for _ in 0..groups {
+            let at = r.position();
+            let sub = r.i32("task offset sums")?;
+            if sub < 0 {
+                return Err(r.error(
+                    "task offset sums",
+                    at,
+                    format!("subtopology {sub} is negative"),
+                ));
+            }
+            let m = r.count("partition offset sums", 12)?;
+            for _ in 0..m {
+                let at = r.position();
+                let part = r.i32("partition offset sums")?;
+                if part < 0 {
+                    return Err(r.error(
+                        "partition offset sums",
+                        at,
+                        format!("partition {part} is negative"),
+                    ));
+                }
+                let offset_sum = r.i64("partition offset sums")?;
+                sums.push(TaskOffsetSum {
+                    task: TaskId::new(sub as u32, part as u32),
+                    offset_sum,
+                });
+            }
+        }
+    } else if version >= 10 {
+        let n = r.count("task offset sums", 18)?;
+        sums.reserve(n);
+        for _ in 0..n {
+            let at = r.position();
+            let sub = r.i32("task offset sums")?;
+            let part = r.i32("task offset sums")?;
+            let offset_sum = r.i64("task offset sums")?;
+            if sub < 0 || part < 0 {
+                return Err(r.error(
+                    "task offset sums",
+                    at,
+                    format!("task {sub}_{part} has a negative number"),
+                ));
+            }
+            let name_at = r.position();
+            if let Some(name) = r.nullable_string("named topology")? {
+                return Err(r.error(
+                    "named topology",
+                    name_at,
+                    format!("{name:?}: named topologies are not supported"),
+                ));
+            }
+            sums.push(TaskOffsetSum {
+                task: TaskId::new(sub as u32, part as u32),
+                offset_sum,
+            });
+        }
+    }
+    Ok(sums)
 }
