@@ -240,6 +240,15 @@ impl Scenario {
                 ),
             ));
         }
+        self.validate_app()?;
+        self.validate_group()?;
+        if let Err((key, msg)) = self.assignor.config.validate() {
+            return Err(err(format!("assignor.config.{key}"), msg));
+        }
+        self.validate_instances()
+    }
+
+    fn validate_app(&self) -> Result<(), ScenarioError> {
         let tasks: u64 = self
             .app
             .subtopologies
@@ -282,6 +291,10 @@ impl Scenario {
         if !(self.app.record_bytes.is_finite() && self.app.record_bytes > 0.0) {
             return Err(err("app.record_bytes", "must be > 0"));
         }
+        Ok(())
+    }
+
+    fn validate_group(&self) -> Result<(), ScenarioError> {
         if !(self.group.rebalance_ms.is_finite() && self.group.rebalance_ms >= 0.0) {
             return Err(err(
                 "group.rebalance_ms",
@@ -319,9 +332,11 @@ impl Scenario {
         if !(0.0..1.0).contains(&self.group.rebalance_jitter) {
             return Err(err("group.rebalance_jitter", "must be in [0, 1)"));
         }
-        if let Err((key, msg)) = self.assignor.config.validate() {
-            return Err(err(format!("assignor.config.{key}"), msg));
-        }
+        Ok(())
+    }
+
+    /// Instances, at start and added by events, and the events' order and targets.
+    fn validate_instances(&self) -> Result<(), ScenarioError> {
         let mut ids = BTreeSet::new();
         let check_instance = |path: String, spec: &InstanceSpec, ids: &mut BTreeSet<String>| {
             if spec.id.is_empty() {

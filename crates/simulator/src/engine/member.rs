@@ -296,34 +296,8 @@ impl Engine<'_> {
                     inst.alive = false;
                 }
             }
-            Command::Open { task, .. } => {
-                let inst = &mut self.insts[ii];
-                if inst.open.get(&task).is_some_and(|&t| t != ti) {
-                    self.send(ii, ti, REQUEST_LATENCY, Event::OpenBusy { task });
-                    return;
-                }
-                inst.open.insert(task, ti);
-                let stateful = self
-                    .logs
-                    .index
-                    .get(&task)
-                    .is_some_and(|&t| self.logs.tasks[t].stateful);
-                let checkpoints = if stateful {
-                    vec![inst.disk.get(&task).copied().unwrap_or(0)]
-                } else {
-                    Vec::new()
-                };
-                self.send(ii, ti, REQUEST_LATENCY, Event::Opened { task, checkpoints });
-            }
-            Command::Close { task } => {
-                let inst = &mut self.insts[ii];
-                if inst.open.get(&task) == Some(&ti) {
-                    inst.open.remove(&task);
-                }
-                for tp in self.logs.topology.changelog_partitions(task) {
-                    inst.threads[ti].buffers.remove(&tp);
-                }
-            }
+            Command::Open { task, .. } => self.open(ii, ti, task),
+            Command::Close { task } => self.close(ii, ti, task),
             Command::Discard { task, .. } => {
                 self.insts[ii].disk.remove(&task);
             }
@@ -331,25 +305,14 @@ impl Engine<'_> {
             Command::Reseed { task, request, .. } => {
                 // Simulated changelogs are never deleted, so none ends before its store.
                 debug_assert!(false, "{task}: a re-seed in a simulation without faults");
-                self.send(
-                    ii,
-                    ti,
-                    REQUEST_LATENCY,
-                    Event::ReseedFailed { task, request },
-                );
+                let event = Event::ReseedFailed { task, request };
+                self.send(ii, ti, REQUEST_LATENCY, event);
             }
             Command::ReadCommitted { task } => {
-                let offsets = vec![self
-                    .logs
-                    .index
-                    .get(&task)
-                    .and_then(|&t| self.logs.tasks[t].committed)];
-                self.send(
-                    ii,
-                    ti,
-                    REQUEST_LATENCY,
-                    Event::CommittedRead { task, offsets },
-                );
+                let committed = self.logs.index.get(&task);
+                let offsets = vec![committed.and_then(|&t| self.logs.tasks[t].committed)];
+                let event = Event::CommittedRead { task, offsets };
+                self.send(ii, ti, REQUEST_LATENCY, event);
             }
             Command::Commit {
                 commit,
@@ -357,45 +320,14 @@ impl Engine<'_> {
                 member_id,
                 offsets,
             } => {
-                let ok = generation == self.group.generation
-                    && self.group.members.contains_key(&member_id);
-                if ok {
-                    for (tp, at) in offsets {
-                        if let Some(Partition::Input(t)) = self.logs.resolve(&tp) {
-                            self.logs.tasks[t].committed = Some(at);
-                        }
-                    }
-                }
+                let ok = self.commit(generation, &member_id, offsets);
                 self.send(ii, ti, REQUEST_LATENCY, Event::CommitDone { commit, ok });
             }
             Command::Process {
                 task,
                 batch,
                 inputs,
-            } => {
-                let Some(&t) = self.logs.index.get(&task) else {
-                    return;
-                };
-                let n: i64 = inputs.iter().map(|i| (i.to - i.from).max(0)).sum();
-                let log = &mut self.logs.tasks[t];
-                let end = log.append(n);
-                let changelogs = if log.stateful {
-                    self.insts[ii].disk.insert(task, end);
-                    vec![(0, end - n, end)]
-                } else {
-                    Vec::new()
-                };
-                self.send(
-                    ii,
-                    ti,
-                    REQUEST_LATENCY,
-                    Event::BatchDone {
-                        task,
-                        batch,
-                        changelogs,
-                    },
-                );
-            }
+            } => self.process(ii, ti, task, batch, &inputs),
             Command::Fetch { fetch, wants } => {
                 let after = self.fetch_wait(ii, ti, &wants, now);
                 let life = self.insts[ii].life;
@@ -430,18 +362,94 @@ impl Engine<'_> {
                         _ => 0,
                     })
                     .collect();
-                self.send(
-                    ii,
-                    ti,
-                    REQUEST_LATENCY,
-                    Event::EndsListed {
-                        task,
-                        request,
-                        ends,
-                    },
-                );
+                let event = Event::EndsListed {
+                    task,
+                    request,
+                    ends,
+                };
+                self.send(ii, ti, REQUEST_LATENCY, event);
             }
         }
+    }
+
+    fn close(&mut self, ii: usize, ti: usize, task: TaskId) {
+        let inst = &mut self.insts[ii];
+        if inst.open.get(&task) == Some(&ti) {
+            inst.open.remove(&task);
+        }
+        for tp in self.logs.topology.changelog_partitions(task) {
+            inst.threads[ti].buffers.remove(&tp);
+        }
+    }
+
+    /// The coordinator takes a commit from a member of the current generation only.
+    fn commit(
+        &mut self,
+        generation: i32,
+        member_id: &str,
+        offsets: Vec<(TopicPartition, i64)>,
+    ) -> bool {
+        let ok = generation == self.group.generation && self.group.members.contains_key(member_id);
+        if ok {
+            for (tp, at) in offsets {
+                if let Some(Partition::Input(t)) = self.logs.resolve(&tp) {
+                    self.logs.tasks[t].committed = Some(at);
+                }
+            }
+        }
+        ok
+    }
+
+    /// Opens a task's (simulated) stores at the checkpoint its instance's disk holds, unless
+    /// another thread of the instance holds them.
+    fn open(&mut self, ii: usize, ti: usize, task: TaskId) {
+        let inst = &mut self.insts[ii];
+        if inst.open.get(&task).is_some_and(|&t| t != ti) {
+            self.send(ii, ti, REQUEST_LATENCY, Event::OpenBusy { task });
+            return;
+        }
+        inst.open.insert(task, ti);
+        let stateful = self
+            .logs
+            .index
+            .get(&task)
+            .is_some_and(|&t| self.logs.tasks[t].stateful);
+        let checkpoints = if stateful {
+            vec![inst.disk.get(&task).copied().unwrap_or(0)]
+        } else {
+            Vec::new()
+        };
+        self.send(ii, ti, REQUEST_LATENCY, Event::Opened { task, checkpoints });
+    }
+
+    /// A batch: its records appended to the task's changelog (one each), the store's
+    /// checkpoint with them.
+    fn process(
+        &mut self,
+        ii: usize,
+        ti: usize,
+        task: TaskId,
+        batch: RequestId,
+        inputs: &[baton_core::machine::Input],
+    ) {
+        let Some(&t) = self.logs.index.get(&task) else {
+            return;
+        };
+        let n: i64 = inputs.iter().map(|i| (i.to - i.from).max(0)).sum();
+        let log = &mut self.logs.tasks[t];
+        let end = log.append(n);
+        let changelogs = if log.stateful {
+            self.insts[ii].disk.insert(task, end);
+            vec![(0, end - n, end)]
+        } else {
+            Vec::new()
+        };
+        let event = Event::BatchDone {
+            task,
+            batch,
+            changelogs,
+        };
+        self.send(ii, ti, REQUEST_LATENCY, event);
     }
 
     /// Whether a changelog's store has enough queued that a fetch leaves it out.
