@@ -103,6 +103,63 @@ pub struct Cluster {
     pub reporters: Vec<Vec<(ClientIx, Lag)>>,
 }
 
+/// Checks the tasks and clients one by one (ids unique and set, capacities, stateless tasks
+/// without changelogs); the order that sorts each by id.
+fn check_specs(
+    tasks: &[TaskSpec],
+    clients: &[ClientSpec],
+) -> Result<(Vec<usize>, Vec<usize>), InputError> {
+    let mut task_order: Vec<usize> = (0..tasks.len()).collect();
+    task_order.sort_by_key(|&i| tasks[i].id);
+    for w in task_order.windows(2) {
+        if tasks[w[0]].id == tasks[w[1]].id {
+            return Err(InputError::new(
+                format!("tasks[{}].id", w[0].max(w[1])),
+                format!("duplicate task id \"{}\"", tasks[w[0]].id),
+            ));
+        }
+    }
+    let mut client_order: Vec<usize> = (0..clients.len()).collect();
+    client_order.sort_by(|&a, &b| clients[a].id.cmp(&clients[b].id));
+    for w in client_order.windows(2) {
+        if clients[w[0]].id == clients[w[1]].id {
+            return Err(InputError::new(
+                format!("clients[{}].id", w[0].max(w[1])),
+                format!("duplicate client id \"{}\"", clients[w[0]].id),
+            ));
+        }
+    }
+    for (i, c) in clients.iter().enumerate() {
+        if c.id.0.is_empty() {
+            return Err(InputError::new(
+                format!("clients[{i}].id"),
+                "must not be empty",
+            ));
+        }
+        if c.capacity == 0 {
+            return Err(InputError::new(
+                format!("clients[{i}].capacity"),
+                "must be at least 1 (it is the number of stream threads)",
+            ));
+        }
+        if c.leaving_for_ms.is_some() && !c.leaving {
+            return Err(InputError::new(
+                format!("clients[{i}].leaving_since_ms"),
+                "given for a client that is not leaving",
+            ));
+        }
+    }
+    for (i, t) in tasks.iter().enumerate() {
+        if !t.stateful && t.end_offset_sum != 0 {
+            return Err(InputError::new(
+                format!("tasks[{i}].end_offset_sum"),
+                format!("task \"{}\" is stateless and has no changelog", t.id),
+            ));
+        }
+    }
+    Ok((task_order, client_order))
+}
+
 impl Cluster {
     /// Checks the input and builds the index. Errors name the offending field.
     pub fn new(state: ClusterState) -> Result<Cluster, InputError> {
@@ -121,54 +178,7 @@ impl Cluster {
             ));
         }
 
-        let mut task_order: Vec<usize> = (0..tasks.len()).collect();
-        task_order.sort_by_key(|&i| tasks[i].id);
-        for w in task_order.windows(2) {
-            if tasks[w[0]].id == tasks[w[1]].id {
-                return Err(InputError::new(
-                    format!("tasks[{}].id", w[0].max(w[1])),
-                    format!("duplicate task id \"{}\"", tasks[w[0]].id),
-                ));
-            }
-        }
-        let mut client_order: Vec<usize> = (0..clients.len()).collect();
-        client_order.sort_by(|&a, &b| clients[a].id.cmp(&clients[b].id));
-        for w in client_order.windows(2) {
-            if clients[w[0]].id == clients[w[1]].id {
-                return Err(InputError::new(
-                    format!("clients[{}].id", w[0].max(w[1])),
-                    format!("duplicate client id \"{}\"", clients[w[0]].id),
-                ));
-            }
-        }
-        for (i, c) in clients.iter().enumerate() {
-            if c.id.0.is_empty() {
-                return Err(InputError::new(
-                    format!("clients[{i}].id"),
-                    "must not be empty",
-                ));
-            }
-            if c.capacity == 0 {
-                return Err(InputError::new(
-                    format!("clients[{i}].capacity"),
-                    "must be at least 1 (it is the number of stream threads)",
-                ));
-            }
-            if c.leaving_for_ms.is_some() && !c.leaving {
-                return Err(InputError::new(
-                    format!("clients[{i}].leaving_since_ms"),
-                    "given for a client that is not leaving",
-                ));
-            }
-        }
-        for (i, t) in tasks.iter().enumerate() {
-            if !t.stateful && t.end_offset_sum != 0 {
-                return Err(InputError::new(
-                    format!("tasks[{i}].end_offset_sum"),
-                    format!("task \"{}\" is stateless and has no changelog", t.id),
-                ));
-            }
-        }
+        let (task_order, client_order) = check_specs(&tasks, &clients)?;
 
         let sorted_tasks: Vec<TaskSpec> = task_order.iter().map(|&i| tasks[i].clone()).collect();
         let task_ix = |id: &TaskId| -> Option<TaskIx> {

@@ -173,6 +173,41 @@ fn parse_task(path: &str, text: &str) -> Result<TaskId, InputError> {
         .map_err(|e| InputError::new(path, e.to_string()))
 }
 
+/// Client `i`'s lags, from its offset sums (against each task's end) or given as lags; a
+/// task in neither is not stateful, or not reported.
+fn client_lags(
+    i: usize,
+    c: &RawClient,
+    by_id: &BTreeMap<TaskId, (bool, u64)>,
+) -> Result<BTreeMap<TaskId, Lag>, InputError> {
+    let mut lags = BTreeMap::new();
+    for (field, map) in [("offset_sums", &c.offset_sums), ("lags", &c.lags)] {
+        let path = format!("clients[{i}].{field}");
+        for (key, &value) in map {
+            let id = parse_task(&path, key)?;
+            let &(stateful, end) = by_id
+                .get(&id)
+                .ok_or_else(|| InputError::new(&path, format!("task \"{id}\" is not in tasks")))?;
+            if !stateful {
+                continue;
+            }
+            let lag = if field == "offset_sums" {
+                Lag::from_offset_sum(value, end)
+            } else {
+                Lag::from_wire(value)
+            }
+            .map_err(|e| InputError::new(format!("{path}.{id}"), e.to_string()))?;
+            if lags.insert(id, lag).is_some() {
+                return Err(InputError::new(
+                    &path,
+                    format!("task \"{id}\" is given in both offset_sums and lags"),
+                ));
+            }
+        }
+    }
+    Ok(lags)
+}
+
 fn convert(raw: RawInput) -> Result<ClusterState, InputError> {
     let mut tasks = Vec::with_capacity(raw.tasks.len());
     let mut by_id: BTreeMap<TaskId, (bool, u64)> = BTreeMap::new();
@@ -217,31 +252,7 @@ fn convert(raw: RawInput) -> Result<ClusterState, InputError> {
         let owned_standby = owned("owned_standby", &c.owned_standby)?;
         let owned_warmup = owned("owned_warmup", &c.owned_warmup)?;
 
-        let mut lags = BTreeMap::new();
-        for (field, map) in [("offset_sums", &c.offset_sums), ("lags", &c.lags)] {
-            let path = format!("clients[{i}].{field}");
-            for (key, &value) in map {
-                let id = parse_task(&path, key)?;
-                let &(stateful, end) = by_id.get(&id).ok_or_else(|| {
-                    InputError::new(&path, format!("task \"{id}\" is not in tasks"))
-                })?;
-                if !stateful {
-                    continue;
-                }
-                let lag = if field == "offset_sums" {
-                    Lag::from_offset_sum(value, end)
-                } else {
-                    Lag::from_wire(value)
-                }
-                .map_err(|e| InputError::new(format!("{path}.{id}"), e.to_string()))?;
-                if lags.insert(id, lag).is_some() {
-                    return Err(InputError::new(
-                        &path,
-                        format!("task \"{id}\" is given in both offset_sums and lags"),
-                    ));
-                }
-            }
-        }
+        let lags = client_lags(i, &c, &by_id)?;
 
         let leaving_for_ms = match (c.leaving_since_ms, raw.now_ms) {
             (None, _) => None,

@@ -69,24 +69,7 @@ pub fn choose_stateful_actives(
     let mut target = vec![NONE; cluster.task_count()];
     let mut count = vec![0u32; clients];
 
-    // Current caught-up actives that remain holders, per client, in interleaved order.
-    let mut running: Vec<Vec<TaskIx>> = vec![Vec::new(); clients];
-    for c in cluster.client_ixs() {
-        if capacities[c as usize] == 0 {
-            continue;
-        }
-        let list = &mut running[c as usize];
-        for &(t, role) in &cluster.views[c as usize].owned {
-            if role == Role::Active
-                && cluster.is_stateful(t)
-                && holders.contains(t, c)
-                && cluster.is_caught_up(c, t)
-            {
-                list.push(t);
-            }
-        }
-        interleave(cluster, list);
-    }
+    let running = running_actives(cluster, capacities, holders);
 
     // Actives per (subtopology, client): ties go to the client with fewest of the task's subtopology.
     let mut per_sub: BTreeMap<(u32, ClientIx), u32> = BTreeMap::new();
@@ -109,21 +92,11 @@ pub fn choose_stateful_actives(
     for allow_extra in [false, true] {
         // Keep running actives, unless a caught-up holder elsewhere reads the task's input
         // locally enough to be worth the switch (no state moves: it is a standby's promotion).
-        let worth_switching = |t: TaskIx, c: ClientIx| {
-            racks.is_some_and(|r| {
-                let here = r.traffic_on(t, r.rack_of(c));
-                holders.of(t).iter().any(|&h| {
-                    h != c
-                        && cluster.is_caught_up(h, t)
-                        && r.traffic_on(t, r.rack_of(h)) + r.non_overlap < here
-                })
-            })
-        };
         for c in cluster.client_ixs() {
             for &t in &running[c as usize] {
                 if target[t as usize] == NONE
                     && budget.room(c, count[c as usize], allow_extra)
-                    && !worth_switching(t, c)
+                    && !worth_switching(cluster, holders, racks, t, c)
                 {
                     assign(t, c, &mut target, &mut count, &mut budget, &mut per_sub);
                 }
@@ -145,25 +118,9 @@ pub fn choose_stateful_actives(
                             && budget.room(h, count[h as usize], allow_extra)
                     })
                     .min_by_key(|&h| {
-                        let traffic = racks.map_or(0, |r| r.traffic_on(t, r.rack_of(h)));
-                        // With racks, a new task's first copy was placed to read locally and
-                        // its standbys kept off that rack (placement.rs): it is the active.
-                        let later_copy = racks.map_or(0, |_| {
-                            holders.of(t).iter().position(|&x| x == h).unwrap_or(0)
-                        });
                         let spread = per_sub_count(&per_sub, sub(t), h);
-                        let (first, second) = match racks.map(|r| r.strategy) {
-                            Some(RackStrategy::MinTraffic) => (traffic, spread as i64),
-                            _ => (spread as i64, traffic),
-                        };
-                        (
-                            first,
-                            later_copy,
-                            second,
-                            Load::new(count[h as usize], capacities[h as usize]),
-                            cluster.lag(h, t),
-                            h,
-                        )
+                        let load = Load::new(count[h as usize], capacities[h as usize]);
+                        promotion_key(cluster, holders, racks, t, h, spread, load)
                     });
                 if let Some(h) = best {
                     assign(t, h, &mut target, &mut count, &mut budget, &mut per_sub);
@@ -185,20 +142,91 @@ pub fn choose_stateful_actives(
             }
         }
     }
-    // Unbalanced, but every task keeps an active.
-    for &t in &stateful {
-        if target[t as usize] == NONE {
+    let mut actives = Actives { target, count };
+    place_the_rest(&stateful, holders, capacities, &mut actives);
+    actives
+}
+
+/// Unbalanced, but every task keeps an active: each still without one goes to its least
+/// loaded holder.
+fn place_the_rest(stateful: &[TaskIx], holders: &Holders, capacities: &[u32], a: &mut Actives) {
+    for &t in stateful {
+        if a.target[t as usize] == NONE {
             let h = holders
                 .of(t)
                 .iter()
                 .copied()
-                .min_by_key(|&h| (Load::new(count[h as usize], capacities[h as usize]), h))
+                .min_by_key(|&h| (Load::new(a.count[h as usize], capacities[h as usize]), h))
                 .expect("a stateful task has at least one holder");
-            target[t as usize] = h;
-            count[h as usize] += 1;
+            a.target[t as usize] = h;
+            a.count[h as usize] += 1;
         }
     }
-    Actives { target, count }
+}
+
+/// Whether a caught-up holder of `t` other than `c` reads its input enough more locally than
+/// `c` to move its active there.
+fn worth_switching(
+    cluster: &Cluster,
+    holders: &Holders,
+    racks: Option<&RackCosts>,
+    t: TaskIx,
+    c: ClientIx,
+) -> bool {
+    racks.is_some_and(|r| {
+        let here = r.traffic_on(t, r.rack_of(c));
+        holders.of(t).iter().any(|&h| {
+            h != c
+                && cluster.is_caught_up(h, t)
+                && r.traffic_on(t, r.rack_of(h)) + r.non_overlap < here
+        })
+    })
+}
+
+/// Current caught-up actives that remain holders, per client, in interleaved order.
+fn running_actives(cluster: &Cluster, capacities: &[u32], holders: &Holders) -> Vec<Vec<TaskIx>> {
+    let mut running: Vec<Vec<TaskIx>> = vec![Vec::new(); cluster.client_count()];
+    for c in cluster.client_ixs() {
+        if capacities[c as usize] == 0 {
+            continue;
+        }
+        let list = &mut running[c as usize];
+        for &(t, role) in &cluster.views[c as usize].owned {
+            if role == Role::Active
+                && cluster.is_stateful(t)
+                && holders.contains(t, c)
+                && cluster.is_caught_up(c, t)
+            {
+                list.push(t);
+            }
+        }
+        interleave(cluster, list);
+    }
+    running
+}
+
+/// How holder `h` ranks for task `t`'s active (lowest first): with racks and the min-traffic
+/// strategy, cross-rack traffic before the spread of the task's subtopology (`spread`), else
+/// the other way round; then, with racks, a later copy after the first (placed to read
+/// locally: placement.rs); then load, lag, and the client's index.
+fn promotion_key(
+    cluster: &Cluster,
+    holders: &Holders,
+    racks: Option<&RackCosts>,
+    t: TaskIx,
+    h: ClientIx,
+    spread: u32,
+    load: Load,
+) -> (i64, usize, i64, Load, crate::model::Lag, ClientIx) {
+    let traffic = racks.map_or(0, |r| r.traffic_on(t, r.rack_of(h)));
+    let later_copy = racks.map_or(0, |_| {
+        holders.of(t).iter().position(|&x| x == h).unwrap_or(0)
+    });
+    let (first, second) = match racks.map(|r| r.strategy) {
+        Some(RackStrategy::MinTraffic) => (traffic, spread as i64),
+        _ => (spread as i64, traffic),
+    };
+    (first, later_copy, second, load, cluster.lag(h, t), h)
 }
 
 fn per_sub_count(per_sub: &BTreeMap<(u32, ClientIx), u32>, sub: u32, c: ClientIx) -> u32 {
