@@ -177,7 +177,8 @@ fn named(set: &BTreeSet<String>) -> String {
     }
 }
 
-pub fn run(args: DrainArgs) -> Result<(), Failure> {
+/// The arguments make sense together.
+fn check_args(args: &DrainArgs) -> Result<(), Failure> {
     if args.instances.iter().any(String::is_empty) {
         return Err(Failure::bad_input("--instance must not be empty"));
     }
@@ -193,6 +194,78 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
             "name the instances (--instance ID), or give --percent P, or ask for --status",
         ));
     }
+    Ok(())
+}
+
+/// The instances to drain: those named, or with `--percent P` the P% (rounded down) holding
+/// the least state, less those draining already.
+fn choose_targets(
+    args: &DrainArgs,
+    known: &BTreeMap<String, InstanceState>,
+    requested: &BTreeMap<String, control::Written>,
+    now: i64,
+) -> Result<Vec<String>, Failure> {
+    let Some(p) = args.percent else {
+        return Ok(args.instances.clone());
+    };
+    let n = known.len() * p as usize / 100;
+    if n == 0 {
+        return Err(Failure::bad_input(format!(
+            "--percent {p} of {} instance(s) is less than one: nothing to drain",
+            known.len()
+        )));
+    }
+    let leaving = already_leaving(known, requested, now, None, &[]);
+    if leaving.len() >= n {
+        return Err(Failure::bad_input(over_percent(
+            p,
+            n,
+            known.len(),
+            &leaving,
+        )));
+    }
+    Ok(least_state(known, n - leaving.len(), &leaving))
+}
+
+/// Each target is a member (a broker that names no member lets a named drain through
+/// unchecked); one to cancel is draining; a drain leaves an instance and keeps within
+/// `--percent`.
+fn check_targets(
+    args: &DrainArgs,
+    known: &BTreeMap<String, InstanceState>,
+    requested: &BTreeMap<String, control::Written>,
+    targets: &[String],
+    now: i64,
+) -> Result<(), Failure> {
+    if known.is_empty() {
+        return Ok(());
+    }
+    for t in targets {
+        let Some(state) = known.get(t) else {
+            return Err(Failure::bad_input(format!(
+                "instance {t:?} is not a member of group {}; its instances: {}",
+                args.group,
+                known.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        };
+        let asked = requested.get(t).map(|w| w.request) == Some(Request::Drain);
+        if args.cancel && !state.leaving && !asked {
+            return Err(Failure::bad_input(format!(
+                "instance {t:?} is not draining: nothing to cancel"
+            )));
+        }
+    }
+    if !args.cancel {
+        let leaving = already_leaving(known, requested, now, None, targets);
+        if let Some(why) = refusal(known, &leaving, targets, args.percent) {
+            return Err(Failure::bad_input(why));
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: DrainArgs) -> Result<(), Failure> {
+    check_args(&args)?;
     let runtime = tokio_runtime()?;
     let limit = Duration::from_millis(args.timeout_ms);
     let client = Client::new(&[&args.bootstrap], "baton-drain");
@@ -220,52 +293,8 @@ pub fn run(args: DrainArgs) -> Result<(), Failure> {
     };
     let requested = read_requests()?;
     let now = now_ms();
-    let targets: Vec<String> = match args.percent {
-        Some(p) => {
-            let n = known.len() * p as usize / 100;
-            if n == 0 {
-                return Err(Failure::bad_input(format!(
-                    "--percent {p} of {} instance(s) is less than one: nothing to drain",
-                    known.len()
-                )));
-            }
-            let leaving = already_leaving(&known, &requested, now, None, &[]);
-            if leaving.len() >= n {
-                return Err(Failure::bad_input(over_percent(
-                    p,
-                    n,
-                    known.len(),
-                    &leaving,
-                )));
-            }
-            least_state(&known, n - leaving.len(), &leaving)
-        }
-        None => args.instances.clone(),
-    };
-    // A broker that names no member lets a named drain through unchecked, as before.
-    if !known.is_empty() {
-        for t in &targets {
-            let Some(state) = known.get(t) else {
-                return Err(Failure::bad_input(format!(
-                    "instance {t:?} is not a member of group {}; its instances: {}",
-                    args.group,
-                    known.keys().cloned().collect::<Vec<_>>().join(", ")
-                )));
-            };
-            let asked = requested.get(t).map(|w| w.request) == Some(Request::Drain);
-            if args.cancel && !state.leaving && !asked {
-                return Err(Failure::bad_input(format!(
-                    "instance {t:?} is not draining: nothing to cancel"
-                )));
-            }
-        }
-        if !args.cancel {
-            let leaving = already_leaving(&known, &requested, now, None, &targets);
-            if let Some(why) = refusal(&known, &leaving, &targets, args.percent) {
-                return Err(Failure::bad_input(why));
-            }
-        }
-    }
+    let targets = choose_targets(&args, &known, &requested, now)?;
+    check_targets(&args, &known, &requested, &targets, now)?;
     let request = if args.cancel {
         Request::Cancel
     } else {

@@ -169,6 +169,28 @@ pub fn run(args: QueriesArgs) -> Result<(), Failure> {
     crate::emit(&result?)
 }
 
+/// Waits until the instance serving queries at `endpoint` runs an active.
+async fn runs_an_active(endpoint: &str, timeout: Duration) -> Result<(), Failure> {
+    let settled = Instant::now() + timeout;
+    loop {
+        let (status, body) = get(endpoint, "/v1/stores", Duration::from_secs(5))
+            .await
+            .unwrap_or_default();
+        let holds = status.is_success()
+            && body["stores"][0]["partitions"].as_array().is_some_and(|p| {
+                p.iter()
+                    .any(|c| c["role"] == "active" && c["phase"] == "running")
+            });
+        if holds {
+            return Ok(());
+        }
+        if Instant::now() > settled {
+            return Err(failed("the second instance never ran an active"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn measure(
     args: &QueriesArgs,
     bootstrap: &str,
@@ -226,24 +248,7 @@ async fn measure(
         topology,
         shutdown,
     ));
-    let settled = Instant::now() + timeout;
-    loop {
-        let (status, body) = get(&second, "/v1/stores", Duration::from_secs(5))
-            .await
-            .unwrap_or_default();
-        let holds = status.is_success()
-            && body["stores"][0]["partitions"].as_array().is_some_and(|p| {
-                p.iter()
-                    .any(|c| c["role"] == "active" && c["phase"] == "running")
-            });
-        if holds {
-            break;
-        }
-        if Instant::now() > settled {
-            return Err(failed("the second instance never ran an active"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    runs_an_active(&second, timeout).await?;
     fill(&client, input, n, &count_record).await?;
     let (stop_reading, reading) = tokio::sync::watch::channel(false);
     let reading_from = Instant::now();

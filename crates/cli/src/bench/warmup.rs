@@ -17,7 +17,7 @@ use baton_assignor::AssignorKind;
 use baton_kafka::records::Record;
 use baton_kafka::Client;
 use clap::Args;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use super::latency::{measure, Measured};
 use crate::demo::scrape::{scrape, InstanceView};
@@ -203,23 +203,9 @@ async fn one(
     // from scratch: a task whose store the other has never opened. Those actives are measured,
     // first for `baseline_s` before the drain, then during the warm-up.
     let views = views(&mut both).await;
-    let pick = (0..2).find_map(|holder| {
-        let other = 1 - holder;
-        let never_held = |t: &&String| !dir.join(both[other].name).join(t.as_str()).exists();
-        let task = running(&views[holder])
-            .into_iter()
-            .find(|t| never_held(&t))?;
-        Some((holder, task))
-    });
-    let Some((holder, task)) = pick else {
-        return Err(failed(
-            "each instance has held every task of the other: no task would warm up from scratch",
-        ));
-    };
+    let names = [both[0].name, both[1].name];
+    let (holder, task, partition) = pick_fresh_task(&views, names, &dir)?;
     let other = 1 - holder;
-    let Some(partition) = task.strip_prefix("0_").and_then(|p| p.parse().ok()) else {
-        return Err(failed(format!("{task} is not a task of subtopology 0")));
-    };
     let measured_parts: Vec<i32> = running(&views[other])
         .iter()
         .filter_map(|t| t.strip_prefix("0_")?.parse().ok())
@@ -232,25 +218,7 @@ async fn one(
     tokio::time::sleep(Duration::from_secs(args.baseline_s)).await;
     let drained = baton_kafka::member::epoch_ms();
     let name = both[holder].name;
-    let drain = Command::new(&exe)
-        .args([
-            "drain",
-            "--bootstrap",
-            bootstrap,
-            "--group",
-            &app,
-            "--instance",
-            name,
-        ])
-        .output()
-        .await
-        .map_err(|e| failed(format!("running baton drain: {e}")))?;
-    if !drain.status.success() {
-        return Err(failed(format!(
-            "baton drain failed: {}",
-            String::from_utf8_lossy(&drain.stderr).trim()
-        )));
-    }
+    crate::demo::stage::run_drain(&exe, bootstrap, &app, name).await?;
     eprintln!(
         "{app}: {name} drained; {} warms up {task} beside {measured_parts:?}",
         both[other].name
@@ -286,6 +254,32 @@ async fn one(
         baseline,
         during,
     })
+}
+
+/// A task one instance runs whose store the other has never opened (it warms up there from
+/// scratch): (its holder, the task, its partition).
+fn pick_fresh_task(
+    views: &[InstanceView],
+    names: [&str; 2],
+    dir: &std::path::Path,
+) -> Result<(usize, String, i32), Failure> {
+    let pick = (0..2).find_map(|holder| {
+        let other = 1 - holder;
+        let never_held = |t: &&String| !dir.join(names[other]).join(t.as_str()).exists();
+        let task = running(&views[holder])
+            .into_iter()
+            .find(|t| never_held(&t))?;
+        Some((holder, task))
+    });
+    let Some((holder, task)) = pick else {
+        return Err(failed(
+            "each instance has held every task of the other: no task would warm up from scratch",
+        ));
+    };
+    let Some(partition) = task.strip_prefix("0_").and_then(|p| p.parse().ok()) else {
+        return Err(failed(format!("{task} is not a task of subtopology 0")));
+    };
+    Ok((holder, task, partition))
 }
 
 /// The tasks the instance runs as actives.

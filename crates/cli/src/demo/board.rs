@@ -86,17 +86,7 @@ impl Board {
         views: &BTreeMap<String, InstanceView>,
         output_ends: &BTreeMap<i32, i64>,
     ) {
-        let now = Instant::now();
-        for (&p, &end) in output_ends {
-            let entry = self.output.entry(p).or_insert((end, now));
-            if end > entry.0 {
-                *entry = (end, now);
-            } else if self.measuring {
-                let gap = now.duration_since(entry.1).as_secs_f64();
-                let longest = self.longest_gap_s.entry(p).or_insert(0.0);
-                *longest = longest.max(gap);
-            }
-        }
+        self.track_output(output_ends);
         let mut events = Vec::new();
         for (instance, view) in views {
             for (task, held) in &view.held {
@@ -114,35 +104,7 @@ impl Board {
                             _ => {}
                         }
                     }
-                    "warmup" => {
-                        let key = (instance.clone(), task.clone());
-                        match self.warmups.get_mut(&key) {
-                            Some(w) => {
-                                w.lag = held.lag;
-                                w.rate = held.rate;
-                            }
-                            None => {
-                                self.warmups_seen += 1;
-                                // A lag of 0 is "not measured yet": the store has not
-                                // read its changelog's end.
-                                events.push(if held.lag > 0 {
-                                    format!(
-                                        "{task}: warm-up on {instance} starts, {} records behind",
-                                        held.lag
-                                    )
-                                } else {
-                                    format!("{task}: warm-up on {instance} starts")
-                                });
-                                self.warmups.insert(
-                                    key,
-                                    Warmup {
-                                        lag: held.lag,
-                                        rate: held.rate,
-                                    },
-                                );
-                            }
-                        }
-                    }
+                    "warmup" => self.warmup_seen(instance, task, held, &mut events),
                     _ => {}
                 }
             }
@@ -182,6 +144,58 @@ impl Board {
         }
         self.erase();
         self.draw();
+    }
+
+    /// When each output partition last grew; while measuring, the longest it stood still.
+    fn track_output(&mut self, output_ends: &BTreeMap<i32, i64>) {
+        let now = Instant::now();
+        for (&p, &end) in output_ends {
+            let entry = self.output.entry(p).or_insert((end, now));
+            if end > entry.0 {
+                *entry = (end, now);
+            } else if self.measuring {
+                let gap = now.duration_since(entry.1).as_secs_f64();
+                let longest = self.longest_gap_s.entry(p).or_insert(0.0);
+                *longest = longest.max(gap);
+            }
+        }
+    }
+
+    /// A warm-up in a round's view: its progress, or its start (an event).
+    fn warmup_seen(
+        &mut self,
+        instance: &str,
+        task: &str,
+        held: &crate::demo::scrape::Held,
+        events: &mut Vec<String>,
+    ) {
+        let key = (instance.to_owned(), task.to_owned());
+        match self.warmups.get_mut(&key) {
+            Some(w) => {
+                w.lag = held.lag;
+                w.rate = held.rate;
+            }
+            None => {
+                self.warmups_seen += 1;
+                // A lag of 0 is "not measured yet": the store has not
+                // read its changelog's end.
+                events.push(if held.lag > 0 {
+                    format!(
+                        "{task}: warm-up on {instance} starts, {} records behind",
+                        held.lag
+                    )
+                } else {
+                    format!("{task}: warm-up on {instance} starts")
+                });
+                self.warmups.insert(
+                    key,
+                    Warmup {
+                        lag: held.lag,
+                        rate: held.rate,
+                    },
+                );
+            }
+        }
     }
 
     fn erase(&mut self) {

@@ -78,21 +78,14 @@ fn free_port() -> Result<SocketAddr, Failure> {
 
 pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
     let app = format!("baton-demo-{}", plan.assignor.name());
-    let input = format!("{app}-events");
-    let output = format!("{app}-counts");
-    let changelog = format!("{app}-counts-changelog");
+    let [input, output, changelog] =
+        ["events", "counts", "counts-changelog"].map(|t| format!("{app}-{t}"));
     let dir = plan.dir.join(&app);
     std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
     let client = Client::new(&[&plan.bootstrap], "baton-demo");
     let mut board = Board::new(plan.assignor.name(), plan.partitions, plan.tty);
 
-    board.step(&format!(
-        "creating {input} and {output} ({} partitions), and {} records of state per task",
-        plan.partitions, plan.state_records
-    ));
-    create_topics(&client, [&input, &output, &changelog], plan.partitions).await?;
-    let every: Vec<i32> = (0..plan.partitions as i32).collect();
-    preload(&client, &changelog, &every, plan.state_records, plan.tty).await?;
+    prepare(plan, &client, &mut board, [&input, &output, &changelog]).await?;
 
     let exe = std::env::current_exe().map_err(|e| failed(format!("finding baton: {e}")))?;
     let mut producer = spawn_producer(&exe, &plan.bootstrap, &input, plan.rate, plan.keys)?;
@@ -128,10 +121,8 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         )
         .await?;
     board.log(&format!("a and b process every task ({took:.1} s)"));
-    board.log(&format!(
-        "query the counts while it scales, from another terminal: baton query --server {} counts key-7",
-        instances[0].queries
-    ));
+    let hint = "query the counts while it scales, from another terminal: baton query --server";
+    board.log(&format!("{hint} {} counts key-7", instances[0].queries));
     tokio::time::sleep(plan.pause).await;
 
     board.start_measuring();
@@ -152,38 +143,7 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
     ));
     tokio::time::sleep(plan.pause).await;
 
-    if plan.assignor.drains() {
-        board.step("draining a: its tasks move off through warm-ups, then it exits");
-        let drain = Command::new(&exe)
-            .args([
-                "drain",
-                "--bootstrap",
-                &plan.bootstrap,
-                "--group",
-                &app,
-                "--instance",
-                "a",
-            ])
-            .output()
-            .await
-            .map_err(|e| failed(format!("running baton drain: {e}")))?;
-        if !drain.status.success() {
-            return Err(failed(format!(
-                "baton drain failed: {}",
-                String::from_utf8_lossy(&drain.stderr).trim()
-            )));
-        }
-    } else {
-        // Before KIP-441 there is no drain: an instance leaves by shutting down, and its
-        // tasks restart wherever the assignor puts them.
-        board.step(&format!(
-            "stopping a (SIGTERM): {} has no drain, its tasks move at once",
-            plan.assignor.name()
-        ));
-        if let Some(a) = instances.iter().find(|i| i.name == "a") {
-            terminate(&a.child);
-        }
-    }
+    remove_a(plan, &exe, &app, &mut board, &instances).await?;
     let drained_after_s = watch
         .until(
             &mut board,
@@ -204,19 +164,47 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
     let _ = producer.wait().await;
     board.stop_measuring();
     let (events, keys, wrong) = settle(&client, &input, &output, plan).await?;
-    let gaps = longest_gaps(
-        &client,
-        &output,
-        plan.partitions,
-        measured_from,
-        measured_to,
-    )
-    .await?;
+    let span = (measured_from, measured_to);
+    let gaps = longest_gaps(&client, &output, plan.partitions, span.0, span.1).await?;
     stop(&mut instances).await;
     board.finish();
+    outcome(
+        plan,
+        board,
+        gaps,
+        (balanced_after_s, drained_after_s),
+        (events, keys, wrong),
+    )
+}
+
+/// The input, output and changelog topics, and `state_records` of state per task in the
+/// changelog for the instances to restore.
+async fn prepare(
+    plan: &Plan,
+    client: &Client,
+    board: &mut Board,
+    [input, output, changelog]: [&String; 3],
+) -> Result<(), Failure> {
+    board.step(&format!(
+        "creating {input} and {output} ({} partitions), and {} records of state per task",
+        plan.partitions, plan.state_records
+    ));
+    create_topics(client, [input, output, changelog], plan.partitions).await?;
+    let every: Vec<i32> = (0..plan.partitions as i32).collect();
+    preload(client, changelog, &every, plan.state_records, plan.tty).await
+}
+
+/// What one stage measured.
+fn outcome(
+    plan: &Plan,
+    board: Board,
+    longest_gap: Gap,
+    (balanced_after_s, drained_after_s): (f64, f64),
+    (events, keys, wrong): (u64, usize, Vec<String>),
+) -> Result<Outcome, Failure> {
     Ok(Outcome {
         assignor: plan.assignor,
-        longest_gap: gaps,
+        longest_gap,
         balanced_after_s,
         drained_after_s,
         events,
@@ -226,6 +214,60 @@ pub async fn run(plan: &Plan) -> Result<Outcome, Failure> {
         handovers: board.handovers,
         rebalances: board.rebalances(),
     })
+}
+
+/// Instance a leaves: drained (`baton drain`, its tasks moving off through warm-ups), or
+/// under an assignor without drains (before KIP-441) stopped with SIGTERM, its tasks
+/// restarting wherever the assignor puts them.
+async fn remove_a(
+    plan: &Plan,
+    exe: &std::path::Path,
+    app: &str,
+    board: &mut Board,
+    instances: &[Instance],
+) -> Result<(), Failure> {
+    if !plan.assignor.drains() {
+        board.step(&format!(
+            "stopping a (SIGTERM): {} has no drain, its tasks move at once",
+            plan.assignor.name()
+        ));
+        if let Some(a) = instances.iter().find(|i| i.name == "a") {
+            terminate(&a.child);
+        }
+        return Ok(());
+    }
+    board.step("draining a: its tasks move off through warm-ups, then it exits");
+    run_drain(exe, &plan.bootstrap, app, "a").await
+}
+
+/// `baton drain` of `instance` of group `app`, as an operator runs it.
+pub(crate) async fn run_drain(
+    exe: &std::path::Path,
+    bootstrap: &str,
+    app: &str,
+    instance: &str,
+) -> Result<(), Failure> {
+    let args = [
+        "drain",
+        "--bootstrap",
+        bootstrap,
+        "--group",
+        app,
+        "--instance",
+        instance,
+    ];
+    let drain = Command::new(exe)
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| failed(format!("running baton drain: {e}")))?;
+    if !drain.status.success() {
+        return Err(failed(format!(
+            "baton drain failed: {}",
+            String::from_utf8_lossy(&drain.stderr).trim()
+        )));
+    }
+    Ok(())
 }
 
 /// What starting one `baton run` instance needs.

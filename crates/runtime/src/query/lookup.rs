@@ -168,9 +168,7 @@ impl Engine {
         let source = self.source(store, task)?;
         let (at_least, upstream) = match at_least {
             None => (None, None),
-            Some(a) => self
-                .at_least(a, &source, info.subtopology)
-                .map_err(|e| QueryError::bad(format!("at_least: {e}")))?,
+            Some(a) => self.at_least(a, &source, info.subtopology)?,
         };
         Ok(Lookup {
             store: store.to_owned(),
@@ -275,14 +273,15 @@ impl Engine {
         text: &str,
         source: &TopicPartition,
         sub: u32,
-    ) -> std::result::Result<(Option<i64>, Option<Upstream>), String> {
+    ) -> QueryResult<(Option<i64>, Option<Upstream>)> {
+        let bad = |e: String| QueryError::bad(format!("at_least: {e}"));
         let (input, offset) = parse_position(text)?;
         if input.topic == source.topic {
             if input.partition != source.partition {
-                return Err(format!(
+                return Err(bad(format!(
                     "{}:{} is not where this key lives ({}:{})",
                     input.topic, input.partition, source.topic, source.partition
-                ));
+                )));
             }
             return Ok((Some(offset), None));
         }
@@ -293,18 +292,18 @@ impl Engine {
                 .into_iter()
                 .filter(|t| topology.path_from(t, sub).is_some())
                 .collect();
-            return Err(format!(
+            return Err(bad(format!(
                 "topic {:?} does not feed this store; these do: {inputs:?}",
                 input.topic
-            ));
+            )));
         };
         if path.last().is_none_or(|(_, t)| *t != source.topic) {
-            return Err(format!(
+            return Err(bad(format!(
                 "topic {:?} reaches this store through {:?}, not its source {:?}: not supported",
                 input.topic,
                 path.last().map(|(_, t)| t),
                 source.topic
-            ));
+            )));
         }
         let partitions = self
             .ctx
@@ -313,12 +312,12 @@ impl Engine {
             .get(&path[0].0)
             .map_or(0, |s| s.partitions);
         if input.partition < 0 || input.partition as u32 >= partitions {
-            return Err(format!(
+            return Err(bad(format!(
                 "partition {} of {:?}: it has partitions 0 to {}",
                 input.partition,
                 input.topic,
                 partitions.saturating_sub(1)
-            ));
+            )));
         }
         Ok((
             None,
@@ -360,19 +359,20 @@ fn key_bytes(info: &StoreInfo, key: KeyArg<'_>) -> QueryResult<Vec<u8>> {
     .map_err(QueryError::bad)
 }
 
-/// `TOPIC:PARTITION:OFFSET` (a topic's name may hold colons).
-fn parse_position(text: &str) -> std::result::Result<(TopicPartition, i64), String> {
+/// `TOPIC:PARTITION:OFFSET` (a topic's name may hold colons), as `at_least=` gives it.
+fn parse_position(text: &str) -> QueryResult<(TopicPartition, i64)> {
+    let bad = |e: String| QueryError::bad(format!("at_least: {e}"));
     let mut parts = text.rsplitn(3, ':');
     let (offset, partition, topic) = (parts.next(), parts.next(), parts.next());
     let (Some(offset), Some(partition), Some(topic)) = (offset, partition, topic) else {
-        return Err(format!("{text:?} is not TOPIC:PARTITION:OFFSET"));
+        return Err(bad(format!("{text:?} is not TOPIC:PARTITION:OFFSET")));
     };
     let offset: i64 = offset
         .parse()
-        .map_err(|_| format!("offset {offset:?} is not a number"))?;
+        .map_err(|_| bad(format!("offset {offset:?} is not a number")))?;
     let partition: i32 = partition
         .parse()
-        .map_err(|_| format!("partition {partition:?} is not a number"))?;
+        .map_err(|_| bad(format!("partition {partition:?} is not a number")))?;
     Ok((TopicPartition::new(topic, partition), offset))
 }
 
@@ -386,14 +386,9 @@ mod tests {
             parse_position("ev:ents:2:41"),
             Ok((TopicPartition::new("ev:ents", 2), 41))
         );
-        assert!(parse_position("41")
-            .unwrap_err()
-            .contains("TOPIC:PARTITION:OFFSET"));
-        assert!(parse_position("ev:ents:2:x")
-            .unwrap_err()
-            .contains("offset"));
-        assert!(parse_position("ev:x:41")
-            .unwrap_err()
-            .contains("partition \"x\""));
+        let refused = |text: &str| parse_position(text).unwrap_err().message;
+        assert!(refused("41").contains("TOPIC:PARTITION:OFFSET"));
+        assert!(refused("ev:ents:2:x").contains("offset"));
+        assert!(refused("ev:x:41").starts_with("at_least: partition \"x\""));
     }
 }

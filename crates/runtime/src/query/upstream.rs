@@ -27,6 +27,25 @@ use crate::query::lookup::Lookup;
 use crate::query::routing::endpoint;
 use crate::status::Role;
 
+/// Why an upstream `at_least` could not be resolved by the deadline.
+#[derive(Debug, thiserror::Error)]
+pub enum Unresolved {
+    #[error("listing the ends of {topic}: {source}")]
+    Ends {
+        topic: String,
+        source: baton_kafka::Error,
+    },
+    #[error("the broker listed no end for {0}")]
+    NoEnd(TopicPartition),
+    #[error("input {tp} was not processed past {offset} by the deadline ({last})")]
+    NotProcessed {
+        tp: TopicPartition,
+        offset: i64,
+        /// What the last attempt to reach the task's active said.
+        last: String,
+    },
+}
+
 /// Between two attempts to reach the task reading a partition (it may be moving).
 const RETRY_EVERY: Duration = Duration::from_millis(100);
 
@@ -37,9 +56,9 @@ impl Engine {
         let Some(up) = &q.upstream else {
             return Ok(None);
         };
-        let unavailable = |why: String| {
+        let unavailable = |why: Unresolved| {
             Answer::Unavailable(json!({
-                "error": why,
+                "error": why.to_string(),
                 "store": q.store,
                 "partition": q.task.partition,
                 "at_least": format!("{}:{}:{}", up.input.topic, up.input.partition, up.offset),
@@ -74,7 +93,7 @@ impl Engine {
     }
 
     /// The end of every partition of `topic`, which sub-topology `sub` reads.
-    async fn ends(&self, topic: &str, sub: u32) -> Result<Vec<i64>, String> {
+    async fn ends(&self, topic: &str, sub: u32) -> Result<Vec<i64>, Unresolved> {
         let partitions = self
             .ctx
             .wire
@@ -89,12 +108,15 @@ impl Engine {
             .client
             .end_offsets(&tps)
             .await
-            .map_err(|e| format!("listing the ends of {topic}: {e}"))?;
+            .map_err(|source| Unresolved::Ends {
+                topic: topic.to_owned(),
+                source,
+            })?;
         tps.iter()
             .map(|tp| {
                 ends.get(tp)
                     .copied()
-                    .ok_or_else(|| format!("the broker listed no end for {tp}"))
+                    .ok_or_else(|| Unresolved::NoEnd(tp.clone()))
             })
             .collect()
     }
@@ -107,7 +129,7 @@ impl Engine {
         tp: &TopicPartition,
         offset: i64,
         deadline: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), Unresolved> {
         let mut last = String::from("no active of the task is known yet");
         loop {
             if self.processed_here(task, tp, offset, deadline).await == Some(true) {
@@ -132,9 +154,11 @@ impl Engine {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!(
-                    "input {tp} was not processed past {offset} by the deadline ({last})"
-                ));
+                return Err(Unresolved::NotProcessed {
+                    tp: tp.clone(),
+                    offset,
+                    last,
+                });
             }
             tokio::time::sleep(left.min(RETRY_EVERY)).await;
         }

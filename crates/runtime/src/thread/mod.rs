@@ -661,7 +661,10 @@ impl Driver {
             Ok(stores) => {
                 older = match self.changelog_ids(task, &stores) {
                     Ok(o) => o,
-                    Err(error) => return (Event::OpenFailed { task, error }, Vec::new()),
+                    Err(e) => {
+                        let error = format!("recording the changelog's id: {e}");
+                        return (Event::OpenFailed { task, error }, Vec::new());
+                    }
                 };
                 stores
                     .into_iter()

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::layout::from_changelog;
+use crate::store::StoreError;
 
 /// How often a thread with running actives asks the broker whether their changelogs are still
 /// the topics it knows. An active writes its changelog only when input comes: without this, a
@@ -373,7 +374,7 @@ impl Driver {
         &mut self,
         task: TaskId,
         stores: &[OpenedStore],
-    ) -> std::result::Result<Vec<(usize, uuid::Uuid)>, String> {
+    ) -> std::result::Result<Vec<(usize, uuid::Uuid)>, StoreError> {
         let tps = self.ctx.wire.changelog_partitions(task);
         let mut older = Vec::new();
         for (i, s) in stores.iter().enumerate() {
@@ -385,7 +386,7 @@ impl Driver {
                         let (what, root) =
                             ("recording the changelog's id", &self.ctx.cfg.state_dir);
                         self.store_failures.failed(task, what, &e.to_string(), root);
-                        return Err(format!("store {}: {what}: {e}", s.name));
+                        return Err(e);
                     }
                 }
                 _ => {}
