@@ -66,12 +66,12 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         };
         let mut reports = Vec::new();
         for spec in &specs {
-            let run = RunSpec::parse(spec).map_err(Failure::bad_input)?;
+            let run = RunSpec::parse(spec).map_err(|e| Failure::bad_input(e.to_string()))?;
             reports.push(with_progress(&scenario, &run));
         }
         if let Some(plot_path) = &args.plot {
             plot(&reports, plot_path).map_err(|e| Failure {
-                message: e,
+                message: e.to_string(),
                 status: 1,
             })?;
             eprintln!("plot written to {}", plot_path.display());

@@ -12,6 +12,15 @@ use baton_assignor::{AssignorKind, UnknownAssignor};
 pub use report::Report;
 pub use scenario::{Protocol, Scenario, ScenarioError};
 
+/// Why a run spec does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunSpecError {
+    #[error("unknown protocol {protocol:?} in {spec:?} (eager or cooperative)")]
+    UnknownProtocol { protocol: String, spec: String },
+    #[error(transparent)]
+    UnknownAssignor(#[from] UnknownAssignor),
+}
+
 /// One run: an assignor, optionally with a rebalance protocol other than the scenario's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSpec {
@@ -21,18 +30,19 @@ pub struct RunSpec {
 
 impl RunSpec {
     /// `NAME` or `NAME@eager` / `NAME@cooperative`.
-    pub fn parse(text: &str) -> Result<RunSpec, String> {
+    pub fn parse(text: &str) -> Result<RunSpec, RunSpecError> {
         let (name, protocol) = match text.split_once('@') {
             None => (text, None),
             Some((n, "eager")) => (n, Some(Protocol::Eager)),
             Some((n, "cooperative")) => (n, Some(Protocol::Cooperative)),
             Some((_, p)) => {
-                return Err(format!(
-                    "unknown protocol {p:?} in {text:?} (eager or cooperative)"
-                ))
+                return Err(RunSpecError::UnknownProtocol {
+                    protocol: p.to_owned(),
+                    spec: text.to_owned(),
+                })
             }
         };
-        let assignor: AssignorKind = name.parse().map_err(|e: UnknownAssignor| e.to_string())?;
+        let assignor: AssignorKind = name.parse()?;
         Ok(RunSpec { assignor, protocol })
     }
 }

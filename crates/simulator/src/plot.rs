@@ -8,8 +8,18 @@ use plotters::prelude::*;
 
 use crate::report::Report;
 
+/// Why a plot was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("{0}: the plot must be a .png or .svg file")]
+    Format(std::path::PathBuf),
+    /// The drawing backend failed (a file that cannot be written, say).
+    #[error("drawing the plot: {0}")]
+    Drawing(String),
+}
+
 /// Writes a PNG or SVG (by the file's extension).
-pub fn plot(reports: &[Report], path: &Path) -> Result<(), String> {
+pub fn plot(reports: &[Report], path: &Path) -> Result<(), PlotError> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -19,10 +29,7 @@ pub fn plot(reports: &[Report], path: &Path) -> Result<(), String> {
     match ext.as_str() {
         "svg" => draw(SVGBackend::new(path, size).into_drawing_area(), reports),
         "png" => draw(BitMapBackend::new(path, size).into_drawing_area(), reports),
-        _ => Err(format!(
-            "{}: the plot must be a .png or .svg file",
-            path.display()
-        )),
+        _ => Err(PlotError::Format(path.to_owned())),
     }
 }
 
@@ -72,8 +79,8 @@ fn style(i: usize) -> ShapeStyle {
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     reports: &[Report],
-) -> Result<(), String> {
-    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+) -> Result<(), PlotError> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Drawing(x.to_string());
     root.fill(&WHITE).map_err(e)?;
     let title = reports
         .first()
@@ -145,12 +152,12 @@ fn panel<DB: DrawingBackend, X>(
     series: &[Vec<(f64, f64)>],
     y_label: &str,
     t_min: f64,
-) -> Result<(), String>
+) -> Result<(), PlotError>
 where
     X: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
     X::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
 {
-    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| PlotError::Drawing(x.to_string());
     let y_max = series.iter().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(area)
         .margin(12)
