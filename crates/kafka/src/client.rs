@@ -189,12 +189,10 @@ impl Client {
     /// The ids of `topics` (Metadata v10+); a topic that is missing, or that the broker gives
     /// no id, is left out.
     pub async fn topic_ids(&self, topics: &[String]) -> Result<BTreeMap<String, uuid::Uuid>> {
-        let resp = self.metadata(Some(topics)).await?;
-        Ok(resp
-            .topics
-            .iter()
-            .filter(|t| t.error_code == 0 && !t.topic_id.is_nil())
-            .filter_map(|t| Some((t.name.as_ref()?.to_string(), t.topic_id)))
+        let presence = self.topic_presence(topics).await?;
+        Ok(presence
+            .into_iter()
+            .filter_map(|(name, id)| Some((name, id?)))
             .collect())
     }
 

@@ -33,7 +33,7 @@ pub struct TaskState {
     pub lag: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct MemberView {
     pub member_id: String,
     pub client_id: String,
@@ -276,20 +276,8 @@ fn member_view(
             .flatten()
             .find_map(instance_of)
             .map(str::to_owned),
-        error: None,
         source: "broker".into(),
-        process_id: None,
-        subscription_version: None,
-        generation: None,
-        endpoint: None,
-        rack: None,
-        client_tags: BTreeMap::new(),
-        leaving: false,
-        reported: Vec::new(),
-        active: Vec::new(),
-        standby: Vec::new(),
-        warmup: Vec::new(),
-        next_rebalance_ms: None,
+        ..MemberView::default()
     };
     let (metadata, assignment, assigned_in) = match reported.get(m.member_id.as_str()) {
         Some(r) if m.member_metadata.is_empty() => {
@@ -664,24 +652,11 @@ mod tests {
     fn pending_moves_carry_eta_or_say_they_do_not_catch_up() {
         let member = |instance: &str, active: Vec<TaskId>, warmup: Vec<TaskId>| MemberView {
             member_id: format!("{instance}-m"),
-            client_id: String::new(),
-            client_host: String::new(),
-            group_instance_id: None,
             instance: Some(instance.into()),
-            error: None,
             source: "report".into(),
-            process_id: None,
-            subscription_version: None,
-            generation: None,
-            endpoint: None,
-            rack: None,
-            client_tags: BTreeMap::new(),
-            leaving: false,
-            reported: Vec::new(),
             active,
-            standby: Vec::new(),
             warmup,
-            next_rebalance_ms: None,
+            ..MemberView::default()
         };
         let (t1, t2) = (TaskId::new(0, 1), TaskId::new(0, 2));
         let members = vec![

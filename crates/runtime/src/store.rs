@@ -538,16 +538,9 @@ impl TaskStore {
             .checkpoint
             .get(CHANGELOG_ID)
             .map_err(|e| err(&self.path, e))?;
-        match v {
-            None => Ok(None),
-            Some(b) => {
-                let bytes: [u8; 16] = b.as_ref().try_into().map_err(|_| StoreError::Corrupt {
-                    path: self.path.display().to_string(),
-                    message: format!("a changelog topic id of {} bytes", b.len()),
-                })?;
-                Ok(Some(uuid::Uuid::from_bytes(bytes)))
-            }
-        }
+        Ok(self
+            .fixed::<16>(v, "changelog topic id")?
+            .map(uuid::Uuid::from_bytes))
     }
 
     /// Records, durably and in one batch, that the store holds changelog `id` below `next`.
@@ -570,16 +563,19 @@ impl TaskStore {
     }
 
     fn parse_checkpoint(&self, v: Option<Slice>) -> Result<Option<i64>> {
-        match v {
-            None => Ok(None),
-            Some(b) => {
-                let bytes: [u8; 8] = b.as_ref().try_into().map_err(|_| StoreError::Corrupt {
-                    path: self.path.display().to_string(),
-                    message: format!("a checkpoint of {} bytes", b.len()),
-                })?;
-                Ok(Some(i64::from_be_bytes(bytes)))
-            }
-        }
+        Ok(self.fixed::<8>(v, "checkpoint")?.map(i64::from_be_bytes))
+    }
+
+    /// A value of the checkpoint keyspace, which is `N` bytes when there is one: another
+    /// length is a corrupt store.
+    fn fixed<const N: usize>(&self, v: Option<Slice>, what: &str) -> Result<Option<[u8; N]>> {
+        v.map(|b| {
+            b.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                path: self.path.display().to_string(),
+                message: format!("a {what} of {} bytes", b.len()),
+            })
+        })
+        .transpose()
     }
 }
 

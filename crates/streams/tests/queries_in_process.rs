@@ -24,20 +24,6 @@ const INPUT: &str = "iq-events";
 const OUTPUT: &str = "iq-counts";
 const STORE: &str = "counts";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Instance `name`'s configuration, as its command line would give it.
-fn config(broker: &str, dir: &std::path::Path, name: &str) -> baton_runtime::RuntimeConfig {
-    let server = format!("127.0.0.1:{}", free_port());
-    common::runtime_config(broker, dir, APP, name, &["--application-server", &server])
-}
-
 fn topology() -> baton_runtime::Topology {
     let builder = StreamsBuilder::new(APP);
     builder
@@ -96,7 +82,7 @@ fn typed_queries_answer_in_process_locally_and_forwarded() {
 
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str, q: &Queries| {
-        let cfg = config(&broker.addr, &dir, name);
+        let cfg = common::serving_config(&broker.addr, &dir, APP, name);
         let (q, shutdown) = (q.clone(), shutdown.clone());
         setup.rt.spawn(baton_runtime::instance::run_with_queries(
             cfg,

@@ -23,19 +23,6 @@ const INPUT: &str = "iq-lines";
 const OUTPUT: &str = "iq-word-counts";
 const STORE: &str = "counts";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn config(broker: &str, dir: &std::path::Path, name: &str) -> baton_runtime::RuntimeConfig {
-    let server = format!("127.0.0.1:{}", free_port());
-    common::runtime_config(broker, dir, APP, name, &["--application-server", &server])
-}
-
 /// The wordcount example's topology.
 fn topology() -> baton_runtime::Topology {
     let builder = StreamsBuilder::new(APP);
@@ -80,7 +67,7 @@ fn at_least_on_the_input_reads_a_count_behind_a_repartition_topic() {
     ];
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str, q: &Queries| {
-        let cfg = config(&broker.addr, &dir, name);
+        let cfg = common::serving_config(&broker.addr, &dir, APP, name);
         let (q, shutdown) = (q.clone(), shutdown.clone());
         setup.rt.spawn(baton_runtime::instance::run_with_queries(
             cfg,

@@ -119,14 +119,6 @@ impl Lines for Setup {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A broker with the input and output topics, and a directory for the instances.
 fn start(name: &str) -> (baton_kafka::testing::Broker, std::path::PathBuf, Setup) {
     common::start(name, &[INPUT], OUTPUT, PARTITIONS)
@@ -151,7 +143,7 @@ fn wordcount_counts_every_word_exactly_through_a_scale_out_and_a_drain() {
 
     // Every instance serves queries; b also reads "kafka"'s count in-process every 2 s.
     let servers: Vec<String> = (0..3)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .map(|_| format!("127.0.0.1:{}", common::free_port()))
         .collect();
     let serve = |i: usize| ["--application-server", servers[i].as_str()];
     let mut a = spawn(&broker.addr, &dir, "a", APP, OUTPUT, &serve(0));

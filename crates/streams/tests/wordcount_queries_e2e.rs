@@ -38,17 +38,8 @@ const RATE: u64 = 250;
 const PLAIN_MS: u64 = 5_000;
 const AT_LEAST_MS: u64 = 20_000;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Lines written so far with each word (counted before the write is sent, so never below
 /// what the application may have counted), and each partition's probe offsets.
-#[derive(Default)]
 struct Written {
     words: BTreeMap<String, AtomicU64>,
     probes: Mutex<BTreeMap<i32, Vec<i64>>>,
@@ -279,7 +270,11 @@ fn spawn(broker: &str, dir: &std::path::Path, name: &str, state: &str, port: u16
 #[test]
 fn queries_on_wordcount_answer_through_scale_out_drain_and_kill_checked_against_the_input() {
     let (broker, dir, setup) = common::start("wc-queries", &[INPUT], OUTPUT, PARTITIONS);
-    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let (pa, pb, pc) = (
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+    );
     let run = Run {
         setup,
         written: Arc::new(Written::new()),

@@ -897,18 +897,24 @@ fn active_behind_its_changelog(m: &mut ThreadMachine) -> Vec<Command> {
     opened_behind(m, assigned(1, &[0], &[], &[], S), "app-counts-changelog")
 }
 
+/// Starts `m`, gives it `assignment`, and opens task 0's stores at `checkpoints`: the
+/// commands after the open.
+fn open_task0(m: &mut ThreadMachine, assignment: Event, checkpoints: Vec<i64>) -> Vec<Command> {
+    m.start();
+    m.handle(assignment, S);
+    m.handle(
+        Event::Opened {
+            task: task(0),
+            checkpoints,
+        },
+        S,
+    )
+}
+
 /// Task 0, given by `assignment`, opened at checkpoint 500, and its changelog `changelog`
 /// found to end at 20: the commands after that fetch.
 fn opened_behind(m: &mut ThreadMachine, assignment: Event, changelog: &str) -> Vec<Command> {
-    m.start();
-    m.handle(assignment, S);
-    let cmds = m.handle(
-        Event::Opened {
-            task: task(0),
-            checkpoints: vec![500],
-        },
-        S,
-    );
+    let cmds = open_task0(m, assignment, vec![500]);
     let (f, _) = fetch_of(&cmds).unwrap();
     m.handle(
         Event::Fetched {
@@ -1056,15 +1062,7 @@ fn a_checkpoint_past_the_changelogs_end_with_positions_committed_reseeds_it() {
 #[test]
 fn an_out_of_range_changelog_is_decided_the_same_way() {
     let mut m = machine();
-    m.start();
-    m.handle(assigned(1, &[0], &[], &[], S), S);
-    m.handle(
-        Event::Opened {
-            task: task(0),
-            checkpoints: vec![500],
-        },
-        S,
-    );
+    open_task0(&mut m, assigned(1, &[0], &[], &[], S), vec![500]);
     let stale = m.handle(
         Event::ChangelogOutOfRange {
             task: task(0),
@@ -1215,15 +1213,7 @@ fn stores_from_older_changelogs_are_written_into_the_new_ones() {
         s.changelog_topics.push("app-totals-changelog".into());
     }
     let mut m = ThreadMachine::new(machine().cfg.clone(), wire, Duration::ZERO);
-    m.start();
-    m.handle(assigned(1, &[0], &[], &[], S), S);
-    m.handle(
-        Event::Opened {
-            task: task(0),
-            checkpoints: vec![40, 7],
-        },
-        S,
-    );
+    open_task0(&mut m, assigned(1, &[0], &[], &[], S), vec![40, 7]);
     let recreated = |changelog| Event::ChangelogRecreated {
         task: task(0),
         changelog,
@@ -1254,15 +1244,7 @@ fn stores_from_older_changelogs_are_written_into_the_new_ones() {
 #[test]
 fn a_copy_that_took_nothing_from_a_recreated_changelog_starts_again() {
     let mut m = machine();
-    m.start();
-    m.handle(assigned(1, &[], &[0], &[], S), S);
-    m.handle(
-        Event::Opened {
-            task: task(0),
-            checkpoints: vec![0],
-        },
-        S,
-    );
+    open_task0(&mut m, assigned(1, &[], &[0], &[], S), vec![0]);
     let cmds = m.handle(
         Event::ChangelogRecreated {
             task: task(0),

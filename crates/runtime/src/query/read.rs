@@ -3,8 +3,6 @@
 //! Answers carry each value in its serde's JSON form and as hex (`value_hex`), so a caller
 //! with any serde, and the in-process API, reads the stored bytes.
 
-use std::time::{Duration, Instant};
-
 use baton_assignor::TaskId;
 use serde_json::{json, Value};
 
@@ -20,19 +18,9 @@ impl Engine {
     /// asked); `None` when the copy is gone, not consistent now, or the wait ran out.
     pub(crate) async fn local(&self, q: &Lookup) -> Option<Value> {
         if let Some(offset) = q.at_least {
-            loop {
-                let advanced = self.ctx.copies.advanced();
-                let done = self
-                    .ctx
-                    .copies
-                    .processed_to(q.task, &q.source)
-                    .is_some_and(|next| next > offset);
-                if done {
-                    break;
-                }
-                let left = q.deadline.checked_duration_since(Instant::now())?;
-                // Woken when any active moves; bounded so a missed wake costs 50 ms at most.
-                let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), advanced).await;
+            let processed = self.processed_here(q.task, &q.source, offset, q.deadline);
+            if processed.await != Some(true) {
+                return None;
             }
         }
         let held = self.held(q.task)?;

@@ -72,18 +72,28 @@ impl Engine {
         let mut resolved = q.clone();
         resolved.upstream = None;
         for (hop, (sub, topic)) in up.path.iter().enumerate().skip(1) {
-            let ends = self.ends(topic, *sub).await.map_err(unavailable)?;
             if hop + 1 == up.path.len() {
-                let end = ends.get(q.source.partition as usize).copied().unwrap_or(0);
+                // The store's own partition is the only one it waits on.
+                let end = self.ends(std::slice::from_ref(&q.source)).await;
+                let end = end.map_err(unavailable)?[0];
                 // Nothing below the end yet: nothing to wait for.
                 resolved.at_least = (end > 0).then_some(end - 1);
                 return Ok(Some(resolved));
             }
-            for (partition, end) in ends.into_iter().enumerate() {
+            let partitions = self
+                .ctx
+                .wire
+                .subtopologies
+                .get(sub)
+                .map_or(0, |s| s.partitions);
+            let tps: Vec<TopicPartition> = (0..partitions as i32)
+                .map(|p| TopicPartition::new(topic.as_str(), p))
+                .collect();
+            let ends = self.ends(&tps).await.map_err(unavailable)?;
+            for (tp, end) in tps.iter().zip(ends) {
                 if end > 0 {
-                    let tp = TopicPartition::new(topic.as_str(), partition as i32);
-                    let task = TaskId::new(*sub, partition as u32);
-                    self.await_processed(task, &tp, end - 1, q.deadline)
+                    let task = TaskId::new(*sub, tp.partition as u32);
+                    self.await_processed(task, tp, end - 1, q.deadline)
                         .await
                         .map_err(unavailable)?;
                 }
@@ -92,24 +102,15 @@ impl Engine {
         Ok(Some(resolved))
     }
 
-    /// The end of every partition of `topic`, which sub-topology `sub` reads.
-    async fn ends(&self, topic: &str, sub: u32) -> Result<Vec<i64>, Unresolved> {
-        let partitions = self
-            .ctx
-            .wire
-            .subtopologies
-            .get(&sub)
-            .map_or(0, |s| s.partitions);
-        let tps: Vec<TopicPartition> = (0..partitions as i32)
-            .map(|p| TopicPartition::new(topic, p))
-            .collect();
+    /// The end of each of `tps`, in their order.
+    async fn ends(&self, tps: &[TopicPartition]) -> Result<Vec<i64>, Unresolved> {
         let ends = self
             .ctx
             .client
-            .end_offsets(&tps)
+            .end_offsets(tps)
             .await
             .map_err(|source| Unresolved::Ends {
-                topic: topic.to_owned(),
+                topic: tps.first().map_or(String::new(), |tp| tp.topic.clone()),
                 source,
             })?;
         tps.iter()

@@ -927,6 +927,7 @@ impl Driver {
             origins: run.origins,
             records: run.records,
             dead_letters: run.dead_letters,
+            sources,
         };
         self.finish(m, task, batch, inputs, done).await
     }
@@ -942,7 +943,6 @@ impl Driver {
         done: Done,
     ) -> Event {
         let ctx = self.ctx.clone();
-        let sources = ctx.wire.source_partitions(task);
         let failed = |output_acknowledged| Event::BatchFailed {
             task,
             batch,
@@ -958,6 +958,7 @@ impl Driver {
             mut origins,
             records,
             dead_letters,
+            sources,
         } = done;
         if ctx.cfg.cache_max_bytes > 0 {
             let table = |sink| ctx.topology.sink_is_table(task.subtopology, sink);
@@ -1438,6 +1439,8 @@ struct Done {
     origins: Vec<(usize, i64, usize)>,
     records: u64,
     dead_letters: Vec<(String, KeyValue)>,
+    /// The task's source partitions, as the batch's inputs index them.
+    sources: Vec<TopicPartition>,
 }
 
 /// The records of each of a batch's inputs, taken from what the last fetch brought; `None`

@@ -35,6 +35,26 @@ pub fn await_shutdown(
     }
 }
 
+/// A loopback port free now, for an instance's query server.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// As [`runtime_config`], serving interactive queries on a free loopback port.
+pub fn serving_config(
+    broker: &str,
+    dir: &Path,
+    app: &str,
+    name: &str,
+) -> baton_runtime::RuntimeConfig {
+    let server = format!("127.0.0.1:{}", free_port());
+    runtime_config(broker, dir, app, name, &["--application-server", &server])
+}
+
 /// Instance `name` of `app`, configured as its command line would give it: state under `dir`,
 /// heartbeats, sessions and commits short for a test, then `extra` flags.
 pub fn runtime_config(
