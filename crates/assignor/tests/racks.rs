@@ -84,38 +84,99 @@ proptest! {
 
     /// A running application: racks never make traffic worse than without them, never move
     /// state that would not move anyway (every extra move promotes a caught-up standby), and
-    /// keep actives balanced (stateful and stateless each within one task per client, so at
-    /// most two apart in total).
+    /// keep actives balanced (see [`balance`]).
     #[test]
     fn racks_cost_no_state_moves(
         tasks in 20usize..120, clients in 3usize..16, racks in 2usize..4, standbys in 0u32..2,
         seed in any::<u64>(),
     ) {
-        let state = rack_case(tasks, clients, racks, standbys, true, seed);
-        let (cluster, ha) = run(&state, AssignorKind::HighAvailability);
-        let plain = without_racks(&state);
-        let (plain_cluster, plain_ha) = run(&plain, AssignorKind::HighAvailability);
-        let plain_cost = baton_assignor::rack::RackCosts::new(&cluster).unwrap().map(|c| {
-            baton_assignor::rack::traffic(&c, cluster.task_ixs().filter_map(|t| {
-                let id = cluster.tasks[t as usize].id;
-                let c = active_of(&plain_ha, id)?;
-                Some((t, cluster.clients.iter().position(|x| &x.id == c).unwrap() as u32))
-            })).cost
-        }).unwrap();
-        prop_assert!(cost(&ha) <= plain_cost, "{} > {plain_cost}", cost(&ha));
-        prop_assert_eq!(restores(&cluster, &ha), restores(&plain_cluster, &plain_ha));
-        // Of the target: actives run where they are until pending moves' warm-ups catch up.
-        let spread = |a: &Assignment| {
-            let mut counts: std::collections::BTreeMap<&baton_assignor::ClientId, i64> =
-                a.clients.iter().map(|(id, c)| (id, c.active.len() as i64)).collect();
-            for m in &a.pending {
-                *counts.get_mut(&m.from).unwrap() -= 1;
-                *counts.get_mut(&m.to).unwrap() += 1;
-            }
-            counts.values().max().unwrap() - counts.values().min().unwrap()
-        };
-        prop_assert!(spread(&ha) <= spread(&plain_ha).max(2), "{} > {}", spread(&ha), spread(&plain_ha));
+        check_running(tasks, clients, racks, standbys, seed)?;
     }
+}
+
+/// Cases the property found once, run every time whatever proptest draws.
+#[test]
+fn racks_cost_no_state_moves_found_cases() {
+    for (tasks, clients, racks, standbys, seed) in [
+        (118, 11, 2, 1, 16759151444472566974u64),
+        (25, 4, 2, 0, 11451139019298310266),
+    ] {
+        check_running(tasks, clients, racks, standbys, seed).unwrap();
+    }
+}
+
+fn check_running(
+    tasks: usize,
+    clients: usize,
+    racks: usize,
+    standbys: u32,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let state = rack_case(tasks, clients, racks, standbys, true, seed);
+    let (cluster, ha) = run(&state, AssignorKind::HighAvailability);
+    let plain = without_racks(&state);
+    let (plain_cluster, plain_ha) = run(&plain, AssignorKind::HighAvailability);
+    let plain_cost = baton_assignor::rack::RackCosts::new(&cluster)
+        .unwrap()
+        .map(|c| {
+            baton_assignor::rack::traffic(
+                &c,
+                cluster.task_ixs().filter_map(|t| {
+                    let id = cluster.tasks[t as usize].id;
+                    let c = active_of(&plain_ha, id)?;
+                    Some((
+                        t,
+                        cluster.clients.iter().position(|x| &x.id == c).unwrap() as u32,
+                    ))
+                }),
+            )
+            .cost
+        })
+        .unwrap();
+    prop_assert!(cost(&ha) <= plain_cost, "{} > {plain_cost}", cost(&ha));
+    prop_assert_eq!(restores(&cluster, &ha), restores(&plain_cluster, &plain_ha));
+    let (stateful, load) = balance(&cluster, &ha);
+    let (_, plain_load) = balance(&plain_cluster, &plain_ha);
+    prop_assert!(stateful <= 1, "stateful targets {stateful} apart");
+    prop_assert!(
+        load <= plain_load.max(1),
+        "loads {load} apart, {plain_load} without racks"
+    );
+    Ok(())
+}
+
+/// How far apart clients are (equal capacities): the spread of stateful targets (actives once
+/// pending moves' warm-ups catch up), and of loads as stateless tasks level them: the larger of
+/// the stateful actives a client runs now and its target, plus its stateless tasks, among
+/// clients that run one against every client (a client still running what it will hand over
+/// takes no stateless task, so its load may be above the level and its target below it).
+/// Owners keep stateless tasks up to an even share of all loads, so a client handing over
+/// many tasks can leave the others two or more apart, with racks or without.
+fn balance(cluster: &Cluster, a: &Assignment) -> (i64, i64) {
+    let stateful =
+        |t: &baton_assignor::TaskId| cluster.tasks.iter().any(|x| x.id == *t && x.stateful);
+    let mut target = std::collections::BTreeMap::new();
+    let mut load = std::collections::BTreeMap::new();
+    for (id, c) in &a.clients {
+        let now = c.active.iter().filter(|t| stateful(t)).count() as i64;
+        let out = a.pending.iter().filter(|m| &m.from == id).count() as i64;
+        let came = a.pending.iter().filter(|m| &m.to == id).count() as i64;
+        let less = c.active.len() as i64 - now;
+        target.insert(id, now - out + came);
+        load.insert(id, (now.max(now - out + came), less));
+    }
+    let spread = |v: &mut dyn Iterator<Item = i64>| {
+        let v: Vec<i64> = v.collect();
+        v.iter().max().unwrap() - v.iter().min().unwrap()
+    };
+    let lowest = load.values().map(|(s, l)| s + l).min().unwrap();
+    let highest = load
+        .values()
+        .filter(|(_, l)| *l > 0)
+        .map(|(s, l)| s + l)
+        .max()
+        .unwrap_or(lowest);
+    (spread(&mut target.values().copied()), highest - lowest)
 }
 
 /// Stateful tasks whose active shares its rack with one of its standbys.
