@@ -1200,7 +1200,7 @@ impl World {
         }
         let mut owner: BTreeMap<TaskId, String> = BTreeMap::new();
         for (id, blob) in &out.assignments {
-            let (_, info) = leader::decode_assignment(blob)?;
+            let (_, info) = leader::decode_assignment(blob).map_err(|e| e.to_string())?;
             let probe = (info.next_rebalance_ms > 0)
                 .then(|| Duration::from_millis(info.next_rebalance_ms as u64));
             let assigned = Assigned::from_info(generation, id, &info, probe, now);

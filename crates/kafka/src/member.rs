@@ -605,7 +605,7 @@ fn static_id(cfg: &MemberConfig, version: i16, since: i16) -> Option<StrBytes> {
 
 /// A member's SyncGroup assignment; empty bytes mean "nothing this round".
 pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, AssignmentInfo)> {
-    leader::decode_assignment(bytes).map_err(Error::Protocol)
+    leader::decode_assignment(bytes).map_err(|e| Error::Protocol(e.to_string()))
 }
 
 /// Milliseconds since the Unix epoch, by this host's clock.

@@ -28,7 +28,7 @@ use baton_assignor::TaskId;
 pub use baton_assignor::TopicPartition;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Blob, DecodeError, EncodeError, Reader, Writer};
+use crate::codec::{Blob, DecodeError, EncodeError, Reader, Unwritable, Writer};
 use crate::{BATON_VERSION, UNKNOWN_VERSION};
 
 /// A member's interactive-query endpoint.
@@ -240,13 +240,13 @@ impl AssignmentInfo {
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let v = self.version;
         self.check_fields()?;
-        let fail = |problem: String| EncodeError {
+        let fail = |problem: Unwritable| EncodeError {
             blob: Blob::Assignment,
             version: v,
             problem,
         };
         let mut w = Writer::default();
-        let wr = |r: Result<(), String>| r.map_err(fail);
+        let wr = |r: Result<(), Unwritable>| r.map_err(fail);
         w.i32(v);
         if v >= 3 {
             w.i32(self.commonly_supported_version);
@@ -326,7 +326,7 @@ impl AssignmentInfo {
 
     /// The host maps: by topic name (versions 2 to 4), or through a topic dictionary (5 and
     /// later, the standby map from 6).
-    fn write_host_maps(&self, w: &mut Writer, v: i32) -> Result<(), String> {
+    fn write_host_maps(&self, w: &mut Writer, v: i32) -> Result<(), Unwritable> {
         if (2..=4).contains(&v) {
             w.len(self.partitions_by_host.len())?;
             for hp in &self.partitions_by_host {
@@ -364,7 +364,7 @@ impl AssignmentInfo {
     /// The topic dictionary to write, in order: the one decoded (checked to name every topic
     /// of the host maps once), or every such topic in sorted order, numbered from 0, so the
     /// same assignment always gives the same bytes.
-    fn dictionary(&self) -> Result<Vec<(i32, String)>, String> {
+    fn dictionary(&self) -> Result<Vec<(i32, String)>, Unwritable> {
         let used: BTreeSet<&str> = self
             .partitions_by_host
             .iter()
@@ -382,19 +382,14 @@ impl AssignmentInfo {
         let mut topics = BTreeSet::new();
         for e in &self.topic_dictionary {
             if !indexes.insert(e.index) {
-                return Err(format!("topic_dictionary: index {} appears twice", e.index));
+                return Err(Unwritable::DictionaryIndexTwice(e.index));
             }
             if !topics.insert(e.topic.as_str()) {
-                return Err(format!(
-                    "topic_dictionary: topic {:?} appears twice",
-                    e.topic
-                ));
+                return Err(Unwritable::DictionaryTopicTwice(e.topic.clone()));
             }
         }
         if let Some(missing) = used.iter().find(|t| !topics.contains(*t)) {
-            return Err(format!(
-                "topic_dictionary: topic {missing:?} of a host map is not in it"
-            ));
+            return Err(Unwritable::NotInDictionary((*missing).to_owned()));
         }
         Ok(self
             .topic_dictionary
@@ -410,7 +405,7 @@ fn read_host(r: &mut Reader) -> Result<HostInfo, DecodeError> {
     Ok(HostInfo { host, port })
 }
 
-fn write_host(w: &mut Writer, h: &HostInfo) -> Result<(), String> {
+fn write_host(w: &mut Writer, h: &HostInfo) -> Result<(), Unwritable> {
     w.java_utf(&h.host)?;
     w.i32(h.port);
     Ok(())
@@ -430,7 +425,7 @@ fn read_named_partitions(
     Ok(out)
 }
 
-fn write_named_partitions(w: &mut Writer, ps: &[TopicPartition]) -> Result<(), String> {
+fn write_named_partitions(w: &mut Writer, ps: &[TopicPartition]) -> Result<(), Unwritable> {
     w.len(ps.len())?;
     for p in ps {
         w.java_utf(&p.topic)?;

@@ -38,7 +38,31 @@ pub struct DecodeError {
 pub struct EncodeError {
     pub blob: Blob,
     pub version: i32,
-    pub problem: String,
+    pub problem: Unwritable,
+}
+
+/// Why a value cannot be written: a version or field the layout lacks, a value too large
+/// for the field Kafka gives it, or parts that disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unwritable {
+    #[error("can only write versions 1 to {0}")]
+    Version(i32),
+    #[error("{0} cannot be written at this version")]
+    Field(&'static str),
+    #[error("{0} entries do not fit an int32 length")]
+    Entries(usize),
+    #[error("string of {0} bytes is too long")]
+    String(usize),
+    #[error("string of {0} bytes exceeds Java's writeUTF limit of 65535")]
+    JavaUtf(usize),
+    #[error("{0} does not fit an int32")]
+    Id(u32),
+    #[error("topic_dictionary: index {0} appears twice")]
+    DictionaryIndexTwice(i32),
+    #[error("topic_dictionary: topic {0:?} appears twice")]
+    DictionaryTopicTwice(String),
+    #[error("topic_dictionary: topic {0:?} of a host map is not in it")]
+    NotInDictionary(String),
 }
 
 impl EncodeError {
@@ -47,22 +71,19 @@ impl EncodeError {
     pub fn check(
         blob: Blob,
         version: i32,
-        fields: &[(std::ops::RangeInclusive<i32>, bool, &str)],
+        fields: &[(std::ops::RangeInclusive<i32>, bool, &'static str)],
     ) -> Result<(), EncodeError> {
-        let fail = |problem: String| EncodeError {
+        let fail = |problem: Unwritable| EncodeError {
             blob,
             version,
             problem,
         };
         if !(1..=crate::BATON_VERSION).contains(&version) {
-            return Err(fail(format!(
-                "can only write versions 1 to {}",
-                crate::BATON_VERSION
-            )));
+            return Err(fail(Unwritable::Version(crate::BATON_VERSION)));
         }
         for (versions, set, name) in fields {
             if *set && !versions.contains(&version) {
-                return Err(fail(format!("{name} cannot be written at this version")));
+                return Err(fail(Unwritable::Field(name)));
             }
         }
         Ok(())
@@ -307,24 +328,23 @@ impl Writer {
         self.buf.extend_from_slice(v.as_bytes());
     }
 
-    pub fn len(&mut self, n: usize) -> Result<(), String> {
-        let n = i32::try_from(n).map_err(|_| format!("{n} entries do not fit an int32 length"))?;
+    pub fn len(&mut self, n: usize) -> Result<(), Unwritable> {
+        let n = i32::try_from(n).map_err(|_| Unwritable::Entries(n))?;
         self.i32(n);
         Ok(())
     }
 
-    pub fn bytes(&mut self, b: &[u8]) -> Result<(), String> {
+    pub fn bytes(&mut self, b: &[u8]) -> Result<(), Unwritable> {
         self.len(b.len())?;
         self.buf.extend_from_slice(b);
         Ok(())
     }
 
-    pub fn nullable_string(&mut self, s: Option<&str>) -> Result<(), String> {
+    pub fn nullable_string(&mut self, s: Option<&str>) -> Result<(), Unwritable> {
         match s {
             None => self.i16(-1),
             Some(s) => {
-                let n = i16::try_from(s.len())
-                    .map_err(|_| format!("string of {} bytes is too long", s.len()))?;
+                let n = i16::try_from(s.len()).map_err(|_| Unwritable::String(s.len()))?;
                 self.i16(n);
                 self.buf.extend_from_slice(s.as_bytes());
             }
@@ -332,27 +352,22 @@ impl Writer {
         Ok(())
     }
 
-    pub fn java_utf(&mut self, s: &str) -> Result<(), String> {
+    pub fn java_utf(&mut self, s: &str) -> Result<(), Unwritable> {
         let b = crate::java_utf::encode(s);
-        let n = u16::try_from(b.len()).map_err(|_| {
-            format!(
-                "string of {} bytes exceeds Java's writeUTF limit of 65535",
-                b.len()
-            )
-        })?;
+        let n = u16::try_from(b.len()).map_err(|_| Unwritable::JavaUtf(b.len()))?;
         self.buf.extend_from_slice(&n.to_be_bytes());
         self.buf.extend_from_slice(&b);
         Ok(())
     }
 
     /// A subtopology or partition number, which Kafka holds in an `int32`.
-    pub fn id(&mut self, v: u32) -> Result<(), String> {
-        let v = i32::try_from(v).map_err(|_| format!("{v} does not fit an int32"))?;
+    pub fn id(&mut self, v: u32) -> Result<(), Unwritable> {
+        let v = i32::try_from(v).map_err(|_| Unwritable::Id(v))?;
         self.i32(v);
         Ok(())
     }
 
-    pub fn task_id(&mut self, t: TaskId, version: i32) -> Result<(), String> {
+    pub fn task_id(&mut self, t: TaskId, version: i32) -> Result<(), Unwritable> {
         self.id(t.subtopology)?;
         self.id(t.partition)?;
         if version >= 10 {

@@ -10,7 +10,7 @@
 //!
 //! Newer versions only append fields, so a newer blob is read as version 3 and the rest ignored.
 
-use crate::codec::{Blob, DecodeError, Reader, Writer};
+use crate::codec::{Blob, DecodeError, Reader, Unwritable, Writer};
 use crate::TopicPartition;
 
 /// The newest consumer protocol version this module writes and fully reads.
@@ -63,7 +63,7 @@ fn read_partitions(
     Ok(out)
 }
 
-fn write_partitions(w: &mut Writer, ps: &[TopicPartition]) -> Result<(), String> {
+fn write_partitions(w: &mut Writer, ps: &[TopicPartition]) -> Result<(), Unwritable> {
     let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
     for p in ps {
         by_topic.entry(&p.topic).or_default().push(p.partition);
@@ -79,7 +79,7 @@ fn write_partitions(w: &mut Writer, ps: &[TopicPartition]) -> Result<(), String>
     Ok(())
 }
 
-fn write_nullable_bytes(w: &mut Writer, b: Option<&[u8]>) -> Result<(), String> {
+fn write_nullable_bytes(w: &mut Writer, b: Option<&[u8]>) -> Result<(), Unwritable> {
     match b {
         None => {
             w.i32(-1);
@@ -122,7 +122,7 @@ impl ConsumerSubscription {
         Ok(s)
     }
 
-    pub fn encode(&self) -> Result<Vec<u8>, String> {
+    pub fn encode(&self) -> Result<Vec<u8>, Unwritable> {
         let mut w = Writer::default();
         w.i16(CONSUMER_PROTOCOL_VERSION);
         w.len(self.topics.len())?;
@@ -156,7 +156,7 @@ impl ConsumerAssignment {
         })
     }
 
-    pub fn encode(&self) -> Result<Vec<u8>, String> {
+    pub fn encode(&self) -> Result<Vec<u8>, Unwritable> {
         let mut w = Writer::default();
         w.i16(CONSUMER_PROTOCOL_VERSION);
         write_partitions(&mut w, &self.partitions)?;

@@ -17,6 +17,7 @@ use crate::bridge::{
     add_replica_racks, cluster_state_at, member_assignments, BridgeError, Member, MemberAssignment,
     ReplicaRacks, Topology,
 };
+use crate::codec::DecodeError;
 use crate::consumer::{ConsumerAssignment, ConsumerSubscription};
 use crate::sizing::fit_to_limit;
 use crate::{AssignmentInfo, StandbyTask, SubscriptionInfo, TopicPartition, BATON_VERSION};
@@ -187,16 +188,22 @@ pub fn encode_subscription(topology: &Topology, r: &MemberReport<'_>) -> Vec<u8>
     .unwrap_or_default()
 }
 
+/// Why a member's JoinGroup metadata was not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error("consumer protocol subscription: no user data")]
+    NoUserData,
+}
+
 /// A member's JoinGroup metadata: the consumer protocol subscription and, inside it, Streams'.
 pub fn decode_subscription(
     metadata: &[u8],
-) -> Result<(ConsumerSubscription, SubscriptionInfo), String> {
-    let sub = ConsumerSubscription::decode(metadata).map_err(|e| e.to_string())?;
-    let user_data = sub
-        .user_data
-        .as_deref()
-        .ok_or("consumer protocol subscription: no user data")?;
-    let info = SubscriptionInfo::decode(user_data).map_err(|e| e.to_string())?;
+) -> Result<(ConsumerSubscription, SubscriptionInfo), MetadataError> {
+    let sub = ConsumerSubscription::decode(metadata)?;
+    let user_data = sub.user_data.as_deref().ok_or(MetadataError::NoUserData)?;
+    let info = SubscriptionInfo::decode(user_data)?;
     Ok((sub, info))
 }
 
@@ -212,16 +219,18 @@ pub fn encode_assignment(partitions: &[TopicPartition], info: &AssignmentInfo) -
 }
 
 /// A member's SyncGroup assignment; empty bytes mean "nothing this round".
-pub fn decode_assignment(bytes: &[u8]) -> Result<(Vec<TopicPartition>, AssignmentInfo), String> {
+pub fn decode_assignment(
+    bytes: &[u8],
+) -> Result<(Vec<TopicPartition>, AssignmentInfo), DecodeError> {
     if bytes.is_empty() {
         return Ok((
             Vec::new(),
             AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
         ));
     }
-    let a = ConsumerAssignment::decode(bytes).map_err(|e| format!("assignment: {e}"))?;
+    let a = ConsumerAssignment::decode(bytes)?;
     let info = match a.user_data {
-        Some(d) => AssignmentInfo::decode(&d).map_err(|e| format!("assignment: {e}"))?,
+        Some(d) => AssignmentInfo::decode(&d)?,
         None => AssignmentInfo::new(BATON_VERSION, BATON_VERSION),
     };
     Ok((a.partitions, info))
@@ -349,7 +358,7 @@ fn read_members(input: &LeaderInput<'_>, out: &mut LeaderOutput) -> Vec<Member> 
                     rack: sub.rack_id,
                 });
             }
-            Err(e) => out.rejected.push((m.member_id.clone(), e)),
+            Err(e) => out.rejected.push((m.member_id.clone(), e.to_string())),
         }
     }
     let newest = generations.values().copied().max().unwrap_or(-1);

@@ -23,7 +23,7 @@ use baton_assignor::TaskId;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::codec::{Blob, DecodeError, EncodeError, Reader, Writer};
+use crate::codec::{Blob, DecodeError, EncodeError, Reader, Unwritable, Writer};
 use crate::{BATON_VERSION, UNKNOWN_VERSION};
 
 /// Offset sum of a running, caught-up active (Kafka's `Task.LATEST_OFFSET`).
@@ -267,13 +267,13 @@ impl SubscriptionInfo {
                 (11..=max, !self.client_tags.is_empty(), "client_tags"),
             ],
         )?;
-        let fail = |problem: String| EncodeError {
+        let fail = |problem: Unwritable| EncodeError {
             blob: Blob::Subscription,
             version: v,
             problem,
         };
         let mut w = Writer::default();
-        let wr = |r: Result<(), String>| r.map_err(fail);
+        let wr = |r: Result<(), Unwritable>| r.map_err(fail);
         w.i32(v);
         if v >= 3 {
             w.i32(self.latest_supported_version);
