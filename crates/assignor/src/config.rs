@@ -79,16 +79,27 @@ impl RackStrategy {
     }
 }
 
+/// A name that is not one of the listed choices of a setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?} is not {what} ({choices})")]
+pub struct UnknownChoice {
+    pub given: String,
+    /// What the setting names, e.g. "a rejoin mode".
+    pub what: &'static str,
+    /// The choices, e.g. "eager, stable or probing".
+    pub choices: &'static str,
+}
+
 impl std::str::FromStr for RackStrategy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         RackStrategy::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "{s:?} is not a rack-aware strategy (none, min_traffic or balance_subtopology)"
-                )
+            .ok_or_else(|| UnknownChoice {
+                given: s.to_owned(),
+                what: "a rack-aware strategy",
+                choices: "none, min_traffic or balance_subtopology",
             })
     }
 }
@@ -115,15 +126,17 @@ pub enum RejoinMode {
 }
 
 impl std::str::FromStr for RejoinMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         match s {
             "eager" => Ok(RejoinMode::Eager),
             "stable" => Ok(RejoinMode::Stable),
             "probing" => Ok(RejoinMode::Probing),
-            other => Err(format!(
-                "{other:?} is not a rejoin mode (eager, stable or probing)"
-            )),
+            other => Err(UnknownChoice {
+                given: other.to_owned(),
+                what: "a rejoin mode",
+                choices: "eager, stable or probing",
+            }),
         }
     }
 }
@@ -236,6 +249,7 @@ mod tests {
         assert!("fastest"
             .parse::<RackStrategy>()
             .unwrap_err()
+            .to_string()
             .contains("none, min_traffic or balance_subtopology"));
     }
 }

@@ -37,7 +37,7 @@ impl TaskAssignor for KafkaAssignor {
         let racks = match RackCosts::new(cluster) {
             Ok(costs) => costs,
             Err(why) => {
-                warnings.push(why);
+                warnings.push(why.to_string());
                 None
             }
         };

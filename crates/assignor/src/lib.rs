@@ -27,7 +27,7 @@ pub mod sticky;
 
 pub use assignment::{Assignment, ClientAssignment, PendingMove};
 pub use cluster::{ClientSpec, Cluster, ClusterState, InputError, SourcePartition, TaskSpec};
-pub use config::{AssignmentConfig, RackStrategy, RejoinMode};
+pub use config::{AssignmentConfig, RackStrategy, RejoinMode, UnknownChoice};
 pub use high_availability::HighAvailabilityAssignor;
 pub use kafka::KafkaAssignor;
 pub use kind::{AssignorKind, UnknownAssignor};

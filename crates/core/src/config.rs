@@ -33,15 +33,17 @@ impl OffsetReset {
 }
 
 impl std::str::FromStr for OffsetReset {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = baton_assignor::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "earliest" => Ok(OffsetReset::Earliest),
             "latest" => Ok(OffsetReset::Latest),
             "none" => Ok(OffsetReset::None),
-            other => Err(format!(
-                "{other:?} is not an offset reset: earliest, latest or none"
-            )),
+            other => Err(baton_assignor::UnknownChoice {
+                given: other.to_owned(),
+                what: "an offset reset",
+                choices: "earliest, latest or none",
+            }),
         }
     }
 }

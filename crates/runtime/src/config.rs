@@ -94,13 +94,39 @@ pub enum OversizedRecord {
     Skip,
 }
 
+/// A setting the types allow but the runtime cannot use: which, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct ConfigError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn new(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// A policy flag's value that names no policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{0:?} is not a policy: {1}")]
+    Unknown(String, &'static str),
+    #[error("dead-letter= needs a topic: dead-letter=TOPIC")]
+    NoDeadLetterTopic,
+}
+
 impl std::str::FromStr for OversizedRecord {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Self, PolicyError> {
         match s {
             "fail" => Ok(OversizedRecord::Fail),
             "skip" => Ok(OversizedRecord::Skip),
-            other => Err(format!("{other:?} is not a policy: fail or skip")),
+            other => Err(PolicyError::Unknown(other.to_owned(), "fail or skip")),
         }
     }
 }
@@ -121,16 +147,17 @@ pub enum ProcessingErrorPolicy {
 }
 
 impl std::str::FromStr for ProcessingErrorPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Self, PolicyError> {
         match s {
             "fail" => Ok(ProcessingErrorPolicy::Fail),
             "skip" => Ok(ProcessingErrorPolicy::Skip),
             other => match other.strip_prefix("dead-letter=") {
-                Some("") => Err("dead-letter= needs a topic: dead-letter=TOPIC".into()),
+                Some("") => Err(PolicyError::NoDeadLetterTopic),
                 Some(topic) => Ok(ProcessingErrorPolicy::DeadLetter(topic.to_owned())),
-                None => Err(format!(
-                    "{other:?} is not a policy: fail, skip or dead-letter=TOPIC"
+                None => Err(PolicyError::Unknown(
+                    other.to_owned(),
+                    "fail, skip or dead-letter=TOPIC",
                 )),
             },
         }
@@ -206,73 +233,90 @@ impl RuntimeConfig {
         (self.session_timeout / 3).clamp(Duration::from_millis(500), Duration::from_secs(30))
     }
 
-    /// Checks what the types cannot: returns `field: problem`.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks what the types cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.bootstrap.is_empty() {
-            return Err("bootstrap: at least one broker address".into());
+            return Err(ConfigError::new("bootstrap", "at least one broker address"));
         }
         if !self.user_endpoint.is_empty()
             && crate::query::routing::parse_endpoint(&self.user_endpoint).is_none()
         {
-            return Err(format!(
-                "application_server: {:?} is not HOST:PORT",
-                self.user_endpoint
+            return Err(ConfigError::new(
+                "application_server",
+                format!("{:?} is not HOST:PORT", self.user_endpoint),
             ));
         }
         let versions = MIN_PROTOCOL_VERSION..=baton_protocol::BATON_VERSION;
         if !versions.contains(&self.max_protocol_version) {
-            return Err(format!(
-                "max_protocol_version: {} is not between {} and {}",
-                self.max_protocol_version,
-                versions.start(),
-                versions.end()
+            return Err(ConfigError::new(
+                "max_protocol_version",
+                format!(
+                    "{} is not between {} and {}",
+                    self.max_protocol_version,
+                    versions.start(),
+                    versions.end()
+                ),
             ));
         }
         if self.instance_id.is_empty() {
-            return Err("instance_id: must not be empty".into());
+            return Err(ConfigError::new("instance_id", "must not be empty"));
         }
         if !(1..=64).contains(&self.threads) {
-            return Err(format!("threads: {} is not in 1..=64", self.threads));
+            return Err(ConfigError::new(
+                "threads",
+                format!("{} is not in 1..=64", self.threads),
+            ));
         }
         if self.heartbeat_interval >= self.session_timeout {
-            return Err("heartbeat_interval: must be shorter than session_timeout".into());
+            return Err(ConfigError::new(
+                "heartbeat_interval",
+                "must be shorter than session_timeout",
+            ));
         }
         if self.restore_fetch_bytes < 1024 || self.restore_fetch_bytes_beside_actives < 1024 {
-            return Err(
-                "restore_fetch_bytes and restore_fetch_bytes_beside_actives: at least 1024".into(),
-            );
+            return Err(ConfigError::new(
+                "restore_fetch_bytes and restore_fetch_bytes_beside_actives",
+                "at least 1024",
+            ));
         }
         if self.rack.as_deref() == Some("") {
-            return Err("client.rack: must not be empty when given".into());
+            return Err(ConfigError::new(
+                "client.rack",
+                "must not be empty when given",
+            ));
         }
         // Kafka Streams' limits (StreamsConfig): at most 5 tags, keys of at most 20 characters
         // and values of at most 30; `baton.` keys carry Baton's own flags.
         if self.client_tags.len() > 5 {
-            return Err(format!(
-                "client.tag: {} tags, at most 5",
-                self.client_tags.len()
+            return Err(ConfigError::new(
+                "client.tag",
+                format!("{} tags, at most 5", self.client_tags.len()),
             ));
         }
         let mut keys = std::collections::BTreeSet::new();
         for (i, (k, v)) in self.client_tags.iter().enumerate() {
             let at = format!("client.tag[{i}]");
             if k.is_empty() || k.chars().count() > 20 || v.chars().count() > 30 {
-                return Err(format!(
-                    "{at}: the key must be 1 to 20 characters and the value at most 30 ({k:?}={v:?})"
+                return Err(ConfigError::new(
+                    at,
+                    format!(
+                        "the key must be 1 to 20 characters and the value at most 30 ({k:?}={v:?})"
+                    ),
                 ));
             }
             if k.starts_with("baton.") {
-                return Err(format!(
-                    "{at}: key {k:?}: keys starting with \"baton.\" are reserved"
+                return Err(ConfigError::new(
+                    at,
+                    format!("key {k:?}: keys starting with \"baton.\" are reserved"),
                 ));
             }
             if !keys.insert(k.as_str()) {
-                return Err(format!("{at}: key {k:?} given twice"));
+                return Err(ConfigError::new(at, format!("key {k:?} given twice")));
             }
         }
         self.assignment
             .validate()
-            .map_err(|(field, e)| format!("assignment.{field}: {e}"))
+            .map_err(|(field, e)| ConfigError::new(format!("assignment.{field}"), e))
     }
 }
 
@@ -289,9 +333,13 @@ mod tests {
             p("dead-letter=dlq"),
             Ok(ProcessingErrorPolicy::DeadLetter("dlq".into()))
         );
-        assert!(p("dead-letter=").unwrap_err().contains("needs a topic"));
+        assert!(p("dead-letter=")
+            .unwrap_err()
+            .to_string()
+            .contains("needs a topic"));
         assert!(p("ignore")
             .unwrap_err()
+            .to_string()
             .contains("\"ignore\" is not a policy"));
     }
 }

@@ -5,6 +5,8 @@ use crate::topology::TopologyError;
 pub enum RuntimeError {
     #[error("config: {0}")]
     Config(String),
+    #[error("config: {0}")]
+    BadConfig(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Topology(#[from] TopologyError),
     #[error(transparent)]

@@ -35,7 +35,7 @@ pub async fn run_with_queries(
     shutdown: watch::Receiver<bool>,
     queries: Queries,
 ) -> Result<Exit> {
-    cfg.validate().map_err(RuntimeError::Config)?;
+    cfg.validate()?;
     #[cfg(feature = "failpoints")]
     arm_fail_points();
     let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();

@@ -218,9 +218,9 @@ pub struct RunError {
 }
 
 impl RunError {
-    pub fn bad_input(message: impl Into<String>) -> RunError {
+    pub fn bad_input(message: impl std::fmt::Display) -> RunError {
         RunError {
-            message: message.into(),
+            message: message.to_string(),
             status: 2,
         }
     }
@@ -456,7 +456,9 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
     let policy = |flag: &str, value: &str| {
         value
             .parse()
-            .map_err(|e: String| RunError::bad_input(format!("--{flag}: {e}")))
+            .map_err(|e: baton_runtime::config::PolicyError| {
+                RunError::bad_input(format!("--{flag}: {e}"))
+            })
     };
     let cfg = RuntimeConfig {
         bootstrap: args.bootstrap,

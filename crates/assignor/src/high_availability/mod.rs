@@ -55,7 +55,7 @@ impl TaskAssignor for HighAvailabilityAssignor {
             }
             Err(why) => {
                 let mut a = plan(cluster, None, None);
-                a.warnings.push(why);
+                a.warnings.push(why.to_string());
                 a
             }
         }

@@ -23,20 +23,24 @@ pub struct RackCosts {
     partitions: Vec<u32>,
 }
 
+/// Why racks asked for are not used: the input lacks what the costs need. Its message is
+/// the assignment's warning.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rack.aware.assignment.strategy is {} but {why}: actives are placed without racks", .strategy.name())]
+pub struct RacksUnused {
+    pub strategy: RackStrategy,
+    pub why: String,
+}
+
 impl RackCosts {
     /// The costs, when the strategy asks for them and the input has what they need; otherwise
-    /// `Err` with a warning that says why racks are not used (`Ok(None)` when not asked).
-    pub fn new(cluster: &Cluster) -> Result<Option<RackCosts>, String> {
+    /// why racks are not used (`Ok(None)` when not asked).
+    pub fn new(cluster: &Cluster) -> Result<Option<RackCosts>, RacksUnused> {
         let strategy = cluster.config.rack_aware_strategy;
         if strategy == RackStrategy::None {
             return Ok(None);
         }
-        let name = strategy.name();
-        let skip = |why: String| {
-            Err(format!(
-                "rack.aware.assignment.strategy is {name} but {why}: actives are placed without racks"
-            ))
-        };
+        let skip = |why: String| Err(RacksUnused { strategy, why });
         let mut index: BTreeMap<&str, RackIx> = BTreeMap::new();
         for (i, c) in cluster.clients.iter().enumerate() {
             match c.rack.as_deref() {

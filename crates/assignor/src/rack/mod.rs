@@ -7,7 +7,7 @@
 mod costs;
 mod exchange;
 
-pub use costs::{RackCosts, RackIx};
+pub use costs::{RackCosts, RackIx, RacksUnused};
 pub use exchange::{exchange, Item};
 
 use crate::cluster::{ClientIx, Cluster, TaskIx};

@@ -154,19 +154,19 @@ fn a_task_on_the_wrong_rack_swaps_with_one_that_reads_nothing_locally() {
 fn racks_are_skipped_with_a_reason_when_the_input_lacks_them() {
     let mut c = cluster(&[vec![vec![0]]], &[0, 1], RackStrategy::MinTraffic, (10, 1));
     c.clients[1].rack = None;
-    let why = RackCosts::new(&c).unwrap_err();
+    let why = RackCosts::new(&c).unwrap_err().to_string();
     assert!(
         why.contains("client c001 (clients[1]) has no rack"),
         "{why}"
     );
     let mut c = cluster(&[vec![vec![]]], &[0, 1], RackStrategy::MinTraffic, (10, 1));
-    let why = RackCosts::new(&c).unwrap_err();
+    let why = RackCosts::new(&c).unwrap_err().to_string();
     assert!(
         why.contains("partition in0-0 of task 0_0 has no replica rack"),
         "{why}"
     );
     c.tasks[0].partitions.clear();
-    let why = RackCosts::new(&c).unwrap_err();
+    let why = RackCosts::new(&c).unwrap_err().to_string();
     assert!(why.contains("no task lists its input partitions"), "{why}");
     c.config.rack_aware_strategy = RackStrategy::None;
     assert!(RackCosts::new(&c).unwrap().is_none());
