@@ -82,12 +82,15 @@ pub fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Decoded {
         match read_batch(base, &batch, offset, &mut out.records) {
             Ok(Some(end)) => out.next_offset = Some(out.next_offset.unwrap_or(offset).max(end)),
             Ok(None) => {}
-            Err(reason) => {
+            Err(e) => {
                 out.records.truncate(kept);
                 out.corrupt = Some(CorruptBatch {
                     base_offset: base,
                     end: trusted_end(base, &batch),
-                    reason,
+                    reason: match e {
+                        Error::Codec { message, .. } => message,
+                        e => e.to_string(),
+                    },
                 });
                 break;
             }
@@ -97,27 +100,18 @@ pub fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Decoded {
 }
 
 /// Appends one batch's records at or after `offset`; the offset after it.
-fn read_batch(
-    base: i64,
-    batch: &Bytes,
-    offset: i64,
-    out: &mut Vec<Record>,
-) -> std::result::Result<Option<i64>, String> {
-    let reason = |e: Error| match e {
-        Error::Codec { message, .. } => message,
-        e => e.to_string(),
-    };
-    match Batch::parse(base, batch).map_err(reason)? {
+fn read_batch(base: i64, batch: &Bytes, offset: i64, out: &mut Vec<Record>) -> Result<Option<i64>> {
+    match Batch::parse(base, batch)? {
         Some(header) if header.control => Ok(header.end()),
         Some(header) if header.compressed => {
-            through_kafka_protocol(batch.clone(), offset, out).map_err(reason)?;
+            through_kafka_protocol(batch.clone(), offset, out)?;
             Ok(header.end())
         }
         Some(header) => {
-            header.records(batch, offset, out).map_err(reason)?;
+            header.records(batch, offset, out)?;
             Ok(header.end())
         }
-        None => through_kafka_protocol(batch.clone(), offset, out).map_err(reason),
+        None => through_kafka_protocol(batch.clone(), offset, out),
     }
 }
 
@@ -216,11 +210,11 @@ impl Batch {
             end: batch.len(),
         };
         for i in 0..self.count {
-            let fail = |what: String| corrupt(self.base_offset, format!("record {i}: {what}"));
+            let fail = |what: Malformed| corrupt(self.base_offset, format!("record {i}: {what}"));
             let len = r
                 .length()
                 .map_err(fail)?
-                .ok_or_else(|| fail("null".into()))?;
+                .ok_or_else(|| fail(Malformed::Null))?;
             let mut rec = r.sub(len).map_err(fail)?;
             let _attributes = rec.take(1).map_err(fail)?;
             let timestamp_delta = rec.varlong().map_err(fail)?;
@@ -235,10 +229,10 @@ impl Batch {
                 rec.skip(value_len.unwrap_or(0)).map_err(fail)?;
             }
             if headers < 0 || rec.pos != rec.end {
-                return Err(fail(format!(
-                    "{headers} headers, {} bytes left over",
-                    rec.end - rec.pos
-                )));
+                return Err(fail(Malformed::LeftOver {
+                    headers,
+                    bytes: rec.end - rec.pos,
+                }));
             }
             let offset = self.base_offset + i64::from(offset_delta);
             if offset >= from {
@@ -304,13 +298,32 @@ struct Reader<'a> {
     end: usize,
 }
 
-type Step<T> = std::result::Result<T, String>;
+/// What is wrong inside a record's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Malformed {
+    #[error("{declared} bytes declared, {left} remain")]
+    Short { declared: usize, left: usize },
+    #[error("a varint runs past the end")]
+    VarintPastEnd,
+    #[error("a varint longer than 10 bytes")]
+    VarintTooLong,
+    #[error("a varint of {0} does not fit 32 bits")]
+    VarintTooWide(i64),
+    #[error("a length of {0}")]
+    Length(i32),
+    #[error("null")]
+    Null,
+    #[error("{headers} headers, {bytes} bytes left over")]
+    LeftOver { headers: i32, bytes: usize },
+}
+
+type Step<T> = std::result::Result<T, Malformed>;
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Step<std::ops::Range<usize>> {
         let left = self.end - self.pos;
         if n > left {
-            return Err(format!("{n} bytes declared, {left} remain"));
+            return Err(Malformed::Short { declared: n, left });
         }
         self.pos += n;
         Ok(self.pos - n..self.pos)
@@ -335,7 +348,7 @@ impl<'a> Reader<'a> {
         let mut raw = 0u64;
         for i in 0..10 {
             if self.pos >= self.end {
-                return Err("a varint runs past the end".into());
+                return Err(Malformed::VarintPastEnd);
             }
             let b = self.buf[self.pos];
             self.pos += 1;
@@ -344,13 +357,13 @@ impl<'a> Reader<'a> {
                 return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
             }
         }
-        Err("a varint longer than 10 bytes".into())
+        Err(Malformed::VarintTooLong)
     }
 
     /// A zigzag varint that must fit 32 bits.
     fn varint(&mut self) -> Step<i32> {
         let v = self.varlong()?;
-        i32::try_from(v).map_err(|_| format!("a varint of {v} does not fit 32 bits"))
+        i32::try_from(v).map_err(|_| Malformed::VarintTooWide(v))
     }
 
     /// A length: `None` for -1 (null), an error below that.
@@ -359,7 +372,7 @@ impl<'a> Reader<'a> {
             -1 => Ok(None),
             n => usize::try_from(n)
                 .map(Some)
-                .map_err(|_| format!("a length of {n}")),
+                .map_err(|_| Malformed::Length(n)),
         }
     }
 

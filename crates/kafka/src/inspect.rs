@@ -328,7 +328,7 @@ fn member_view(
                 }
             }
         }
-        Err(e) => view.error = Some(e),
+        Err(e) => view.error = Some(e.to_string()),
     }
     view
 }
@@ -591,19 +591,30 @@ type Decoded = (
     Option<AssignmentInfo>,
 );
 
-fn decode_member(metadata: &[u8], assignment: &[u8]) -> std::result::Result<Decoded, String> {
+/// Why a member's metadata or assignment could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemberUnreadable {
+    #[error("the broker returned no metadata for this member (see docs/BROKERS.md)")]
+    NoMetadata,
+    #[error(transparent)]
+    Decode(#[from] baton_protocol::DecodeError),
+}
+
+fn decode_member(
+    metadata: &[u8],
+    assignment: &[u8],
+) -> std::result::Result<Decoded, MemberUnreadable> {
     if metadata.is_empty() {
-        return Err("the broker returned no metadata for this member (see docs/BROKERS.md)".into());
+        return Err(MemberUnreadable::NoMetadata);
     }
-    let sub = ConsumerSubscription::decode(metadata).map_err(|e| e.to_string())?;
-    let info = SubscriptionInfo::decode(sub.user_data.as_deref().unwrap_or_default())
-        .map_err(|e| e.to_string())?;
+    let sub = ConsumerSubscription::decode(metadata)?;
+    let info = SubscriptionInfo::decode(sub.user_data.as_deref().unwrap_or_default())?;
     let assignment = if assignment.is_empty() {
         None
     } else {
-        let a = ConsumerAssignment::decode(assignment).map_err(|e| e.to_string())?;
+        let a = ConsumerAssignment::decode(assignment)?;
         match a.user_data {
-            Some(d) => Some(AssignmentInfo::decode(&d).map_err(|e| e.to_string())?),
+            Some(d) => Some(AssignmentInfo::decode(&d)?),
             None => None,
         }
     };

@@ -66,10 +66,10 @@ impl Broker {
     }
 
     /// As [`Broker::start`], with an error that says what to do instead of a panic.
-    pub fn try_start() -> Result<Broker, String> {
+    pub fn try_start() -> Result<Broker, BrokerError> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free loopback port: {e}"))?
+            .map_err(BrokerError::NoPort)?
             .port();
         Broker::try_start_on(port, "memory://baton/", &std::env::temp_dir())
     }
@@ -114,7 +114,11 @@ impl Broker {
         Broker::try_start_on(port, storage, dir).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_on(port: u16, storage: &str, dir: &std::path::Path) -> Result<Broker, String> {
+    fn try_start_on(
+        port: u16,
+        storage: &str,
+        dir: &std::path::Path,
+    ) -> Result<Broker, BrokerError> {
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(broker_binary())
             .current_dir(dir)
@@ -139,13 +143,7 @@ impl Broker {
                 Stdio::null()
             })
             .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start the broker {:?} ({e}): run scripts/install-broker.sh, or set \
-                     BATON_NISSHI to its path",
-                    broker_binary()
-                )
-            })?;
+            .map_err(|e| BrokerError::NotStarted(broker_binary(), e))?;
         let addr = format!("127.0.0.1:{port}");
         // Owned from here on, so Drop kills and reaps it even if it never listens.
         let broker = Broker {
@@ -160,12 +158,22 @@ impl Broker {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Err(format!(
-            "the broker {:?} did not listen on {} within 5 s",
+        Err(BrokerError::NotListening(
             broker_binary(),
-            broker.addr
+            broker.addr.clone(),
         ))
     }
+}
+
+/// Why a test broker did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("finding a free loopback port: {0}")]
+    NoPort(std::io::Error),
+    #[error("cannot start the broker {0:?} ({1}): run scripts/install-broker.sh, or set BATON_NISSHI to its path")]
+    NotStarted(String, std::io::Error),
+    #[error("the broker {0:?} did not listen on {1} within 5 s")]
+    NotListening(String, String),
 }
 
 impl Drop for Broker {

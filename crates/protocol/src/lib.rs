@@ -17,7 +17,7 @@ pub mod subscription;
 pub use assignment::{
     error_code, AssignmentInfo, HostInfo, HostPartitions, StandbyTask, TopicIndex, TopicPartition,
 };
-pub use codec::{DecodeError, EncodeError};
+pub use codec::{DecodeError, EncodeError, Unwritable};
 pub use subscription::{ClientTag, SubscriptionInfo, TaskOffsetSum};
 
 /// The newest version Kafka Streams speaks.

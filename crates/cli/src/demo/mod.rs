@@ -122,8 +122,10 @@ pub(crate) fn broker(
         Some(b) => (None, b.clone()),
         None => {
             install::ensure_broker(install)?;
-            let broker = baton_kafka::testing::Broker::try_start()
-                .map_err(|message| Failure { message, status: 1 })?;
+            let broker = baton_kafka::testing::Broker::try_start().map_err(|e| Failure {
+                message: e.to_string(),
+                status: 1,
+            })?;
             eprintln!("broker: nisshi at {}", broker.addr);
             let addr = broker.addr.clone();
             (Some(broker), addr)
