@@ -98,7 +98,7 @@ impl Reader {
                     }
                     let started = Instant::now();
                     // A caller whose instance is gone asks another: that is not a failed query.
-                    let mut answer = Err(String::new());
+                    let mut answer = Err(baton_runtime::query::forward::HopError::DeadlinePassed);
                     'asking: for _ in 0..20 {
                         let ports = live.lock().unwrap().clone();
                         let first = next() as usize;
@@ -110,13 +110,7 @@ impl Reader {
                             match &answer {
                                 // Refused, or dropped mid-answer: the instance is gone
                                 // (killed, or exited after its drain); GET is safe to repeat.
-                                Err(why)
-                                    if why.starts_with("connecting")
-                                        || why.starts_with("sending")
-                                        || why.starts_with("reading") =>
-                                {
-                                    reconnects += 1
-                                }
+                                Err(why) if why.server_gone() => reconnects += 1,
                                 _ => break 'asking,
                             }
                         }
@@ -124,7 +118,7 @@ impl Reader {
                     }
                     let (status, body) = match answer {
                         Ok((status, body)) => (status.as_u16(), body),
-                        Err(why) => (0, Value::String(why)),
+                        Err(why) => (0, Value::String(why.to_string())),
                     };
                     asked.push(Asked {
                         key,

@@ -119,7 +119,7 @@ pub fn open_stores(
     }
     if let Some(why) = rebuild {
         if let Err(e) = set_aside(state_dir, task, None, why) {
-            return fail(failures, e);
+            return fail(failures, e.to_string());
         }
     }
     match state_dir.check_owner(task, application) {
@@ -131,7 +131,7 @@ pub fn open_stores(
                 None,
                 "it holds another task's or application's state",
             ) {
-                return fail(failures, e);
+                return fail(failures, e.to_string());
             }
             if let Err(e) = state_dir.check_owner(task, application) {
                 return fail(failures, format!("marking the task directory: {e}"));
@@ -146,7 +146,7 @@ pub fn open_stores(
             Err(StoreError::Busy { .. }) => return Err(OpenError::Busy),
             Err(e) if e.is_corrupt() => {
                 if let Err(moved) = set_aside(state_dir, task, Some(name), &e.to_string()) {
-                    return fail(failures, moved);
+                    return fail(failures, moved.to_string());
                 }
                 match open_one(state_dir, task, name) {
                     Ok(s) => out.push(s),
@@ -172,13 +172,18 @@ fn open_one(state_dir: &StateDir, task: TaskId, name: &str) -> Result<OpenedStor
     })
 }
 
+/// A corrupt or foreign store that could not be moved out of the way.
+#[derive(Debug, thiserror::Error)]
+#[error("moving the task's state aside: {0}")]
+struct SetAsideFailed(std::io::Error);
+
 /// Moves a store (or a whole task directory) aside, logging why and where to.
 fn set_aside(
     state_dir: &StateDir,
     task: TaskId,
     store: Option<&str>,
     why: &str,
-) -> Result<(), String> {
+) -> Result<(), SetAsideFailed> {
     match state_dir.move_aside(task, store) {
         Ok(Some(to)) => {
             tracing::warn!(
@@ -191,7 +196,7 @@ fn set_aside(
             Ok(())
         }
         Ok(None) => Ok(()),
-        Err(e) => Err(format!("moving the task's state aside: {e}")),
+        Err(e) => Err(SetAsideFailed(e)),
     }
 }
 

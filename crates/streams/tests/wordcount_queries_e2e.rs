@@ -116,15 +116,11 @@ async fn ask(
         let port = ports[(pick + attempt) % ports.len()];
         match get(&format!("127.0.0.1:{port}"), path, timeout).await {
             Ok((status, body)) => return (status.as_u16(), body),
-            Err(why)
-                if why.starts_with("connecting")
-                    || why.starts_with("sending")
-                    || why.starts_with("reading") =>
-            {
-                last = why;
+            Err(why) if why.server_gone() => {
+                last = why.to_string();
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(why) => return (0, serde_json::Value::String(why)),
+            Err(why) => return (0, serde_json::Value::String(why.to_string())),
         }
     }
     (0, serde_json::Value::String(last))

@@ -138,9 +138,9 @@ impl Engine {
                                 "outcome": status.as_u16(),
                                 "there": body["here"],
                             })),
-                            Forwarded::Failed(why) => {
-                                tried.push(json!({ "served_by": endpoint(&to), "outcome": why }))
-                            }
+                            Forwarded::Failed(why) => tried.push(
+                                json!({ "served_by": endpoint(&to), "outcome": why.to_string() }),
+                            ),
                         }
                     }
                 }

@@ -48,8 +48,8 @@ impl Format {
 
     /// The bytes of a key given in this format's text form: the string itself, a decimal
     /// number, or a JSON document. Bytes keys have no text form (`key_hex` gives them).
-    pub fn parse_key(self, text: &str) -> Result<Vec<u8>, String> {
-        let number = |what: &str| format!("{text:?} is not {what}");
+    pub fn parse_key(self, text: &str) -> Result<Vec<u8>, BadKey> {
+        let number = |what: &'static str| BadKey::NotA(text.to_owned(), what);
         Ok(match self {
             Format::String => text.as_bytes().to_vec(),
             Format::Long => text
@@ -68,12 +68,10 @@ impl Format {
                 .to_be_bytes()
                 .to_vec(),
             Format::Json => {
-                serde_json::from_str::<Value>(text).map_err(|e| format!("not JSON: {e}"))?;
+                serde_json::from_str::<Value>(text).map_err(|e| BadKey::NotJson(e.to_string()))?;
                 text.as_bytes().to_vec()
             }
-            Format::Bytes => {
-                return Err("the store's keys are bytes: give the key as key_hex=".into())
-            }
+            Format::Bytes => return Err(BadKey::BytesNeedHex),
         })
     }
 
@@ -102,24 +100,36 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why a key's text form does not read in the store's key format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadKey {
+    #[error("{0:?} is not {1}")]
+    NotA(String, &'static str),
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("the store's keys are bytes: give the key as key_hex=")]
+    BytesNeedHex,
+    #[error("{0:?} at {1} is not a hex digit")]
+    NotHexDigit(char, usize),
+    #[error("{0} hex digits: an even number is needed")]
+    OddHexDigits(usize),
+}
+
 /// The bytes of a hex string (either case), or what is wrong with it.
-pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
+pub fn parse_hex(text: &str) -> Result<Vec<u8>, BadKey> {
     if let Some((at, c)) = text.char_indices().find(|(_, c)| !c.is_ascii_hexdigit()) {
-        return Err(format!("{c:?} at {at} is not a hex digit"));
+        return Err(BadKey::NotHexDigit(c, at));
     }
     if !text.len().is_multiple_of(2) {
-        return Err(format!(
-            "{} hex digits: an even number is needed",
-            text.len()
-        ));
+        return Err(BadKey::OddHexDigits(text.len()));
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&text[i..i + 2], 16)
-                .map_err(|_| format!("{:?} at {i} is not a hex byte", &text[i..i + 2]))
-        })
-        .collect()
+    // Every character is an ASCII hex digit: each pair is one byte.
+    let digit = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
+    Ok(text
+        .as_bytes()
+        .chunks(2)
+        .map(|pair| digit(pair[0]) << 4 | digit(pair[1]))
+        .collect())
 }
 
 /// What a store holds and how its bytes read.
@@ -141,12 +151,14 @@ mod tests {
         assert!(Format::Long
             .parse_key("x")
             .unwrap_err()
+            .to_string()
             .contains("not a 64-bit integer"));
         assert!(Format::Integer.parse_key("99999999999").is_err());
         assert!(Format::Json.parse_key("{").is_err());
         assert!(Format::Bytes
             .parse_key("ab")
             .unwrap_err()
+            .to_string()
             .contains("key_hex"));
     }
 
@@ -168,9 +180,9 @@ mod tests {
     #[test]
     fn hex_round_trips_and_names_bad_input() {
         assert_eq!(parse_hex("00fF10").unwrap(), vec![0, 255, 16]);
-        assert!(parse_hex("abc").unwrap_err().contains("even"));
-        assert!(parse_hex("zz").unwrap_err().contains("at 0"));
-        assert!(parse_hex("aé").unwrap_err().contains("at 1"));
+        assert!(parse_hex("abc").unwrap_err().to_string().contains("even"));
+        assert!(parse_hex("zz").unwrap_err().to_string().contains("at 0"));
+        assert!(parse_hex("aé").unwrap_err().to_string().contains("at 1"));
         assert_eq!(hex(&[0, 255]), "00ff");
     }
 }

@@ -20,17 +20,47 @@ pub enum Forwarded {
     /// The other instance answered, with this status and JSON body.
     Answer(StatusCode, Value),
     /// No answer: why, for the caller's 503.
-    Failed(String),
+    Failed(HopError),
+}
+
+/// Why another instance's query server gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HopError {
+    #[error("connecting: {0}")]
+    Connecting(std::io::Error),
+    #[error("handshake: {0}")]
+    Handshake(hyper::Error),
+    #[error("building the request: {0}")]
+    Request(axum::http::Error),
+    #[error("sending: {0}")]
+    Sending(hyper::Error),
+    #[error("reading the answer: {0}")]
+    Reading(Box<dyn std::error::Error + Send + Sync>),
+    #[error("the deadline passed")]
+    DeadlinePassed,
+    #[error("no answer within {0} ms")]
+    NoAnswerWithin(u128),
+}
+
+impl HopError {
+    /// The server is gone or went away mid-answer (killed, or exited after its drain): a GET
+    /// may be asked again of another instance.
+    pub fn server_gone(&self) -> bool {
+        matches!(
+            self,
+            HopError::Connecting(_) | HopError::Sending(_) | HopError::Reading(_)
+        )
+    }
 }
 
 pub async fn forward(to: &HostInfo, path: &str, deadline: Instant) -> Forwarded {
     let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-        return Forwarded::Failed("the deadline passed".into());
+        return Forwarded::Failed(HopError::DeadlinePassed);
     };
     match tokio::time::timeout(left, exchange(to, path, left.as_millis() as u64)).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(why)) => Forwarded::Failed(why),
-        Err(_) => Forwarded::Failed("no answer by the deadline".into()),
+        Err(_) => Forwarded::Failed(HopError::NoAnswerWithin(left.as_millis())),
     }
 }
 
@@ -40,15 +70,15 @@ pub async fn get(
     addr: &str,
     path: &str,
     timeout: std::time::Duration,
-) -> Result<(StatusCode, Value), String> {
+) -> Result<(StatusCode, Value), HopError> {
     match tokio::time::timeout(timeout, request(addr, path, &[])).await {
         Ok(Ok(Forwarded::Answer(status, body))) => Ok((status, body)),
         Ok(Ok(Forwarded::Failed(why))) | Ok(Err(why)) => Err(why),
-        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+        Err(_) => Err(HopError::NoAnswerWithin(timeout.as_millis())),
     }
 }
 
-async fn exchange(to: &HostInfo, path: &str, left_ms: u64) -> Result<Forwarded, String> {
+async fn exchange(to: &HostInfo, path: &str, left_ms: u64) -> Result<Forwarded, HopError> {
     let left = left_ms.to_string();
     request(
         &endpoint(to),
@@ -58,13 +88,13 @@ async fn exchange(to: &HostInfo, path: &str, left_ms: u64) -> Result<Forwarded, 
     .await
 }
 
-async fn request(addr: &str, path: &str, headers: &[(&str, &str)]) -> Result<Forwarded, String> {
+async fn request(addr: &str, path: &str, headers: &[(&str, &str)]) -> Result<Forwarded, HopError> {
     let stream = TcpStream::connect(addr)
         .await
-        .map_err(|e| format!("connecting: {e}"))?;
+        .map_err(HopError::Connecting)?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("handshake: {e}"))?;
+        .map_err(HopError::Handshake)?;
     let conn = tokio::spawn(conn);
     let mut request = Request::get(path).header("host", addr);
     for (name, value) in headers {
@@ -72,16 +102,16 @@ async fn request(addr: &str, path: &str, headers: &[(&str, &str)]) -> Result<For
     }
     let request = request
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("building the request: {e}"))?;
+        .map_err(HopError::Request)?;
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| format!("sending: {e}"))?;
+        .map_err(HopError::Sending)?;
     let status = response.status();
     let body = Limited::new(response.into_body(), LARGEST_ANSWER)
         .collect()
         .await
-        .map_err(|e| format!("reading the answer: {e}"))?
+        .map_err(HopError::Reading)?
         .to_bytes();
     conn.abort();
     let body = serde_json::from_slice(&body)

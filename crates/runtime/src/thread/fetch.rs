@@ -321,17 +321,19 @@ pub(super) async fn gone_or_made_again(
     }
 }
 
-/// What becomes of a task stopped by a record it cannot process, for its error line.
+/// The fault suite's armed `baton-unreadable` point, if any.
+fn armed_unreadable() -> Option<String> {
+    fail::fail_point!("baton-unreadable", |arg| arg);
+    None
+}
+
 /// The fault suite's unreadable batch, armed as `baton-unreadable=return(TOPIC-P@OFFSET)`:
 /// the record at OFFSET of that partition reads as a corrupt one-record batch. Brokers
 /// refuse such batches on produce (Kafka and nisshi both parse every record), so only a
 /// damaged disk makes one; the suite makes it here, where the decoder hands it over. Nothing
 /// without the `failpoints` feature.
 pub(super) fn inject_unreadable(want: &FetchWant, f: &mut Fetched) {
-    let armed: Option<String> = (|| {
-        fail::fail_point!("baton-unreadable", |arg| arg);
-        None
-    })();
+    let armed = armed_unreadable();
     let Some((tp, at)) = armed.as_deref().and_then(|a| a.rsplit_once('@')) else {
         return;
     };
