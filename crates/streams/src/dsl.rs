@@ -735,7 +735,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         let src = match join_refusal(table) {
             Ok(src) => src,
             Err(why) => {
-                g.errors.push(why);
+                g.errors.push(why.to_string());
                 drop(g);
                 return KStream {
                     graph: graph.clone(),
@@ -1132,14 +1132,23 @@ where
 
 /// The table a stream joins, or why it cannot be joined: only a table read with
 /// [`StreamsBuilder::table`], and once per joining stream.
-fn join_refusal<K, VT>(table: &KTable<K, VT>) -> Result<&TableSource, String> {
+fn join_refusal<K, VT>(table: &KTable<K, VT>) -> Result<&TableSource, JoinRefused> {
     let Some(src) = table.source.as_ref() else {
-        return Err("join: only a table read with StreamsBuilder::table can be joined (an aggregation's table cannot yet)".into());
+        return Err(JoinRefused::NotASourceTable);
     };
     if src.placed.replace(true) {
-        return Err(format!("join: table {:?} is joined twice; read it once per joining stream (a second StreamsBuilder::table)", src.topic));
+        return Err(JoinRefused::JoinedTwice(src.topic.clone()));
     }
     Ok(src)
+}
+
+/// Why a table cannot be joined (yet).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum JoinRefused {
+    #[error("join: only a table read with StreamsBuilder::table can be joined (an aggregation's table cannot yet)")]
+    NotASourceTable,
+    #[error("join: table {0:?} is joined twice; read it once per joining stream (a second StreamsBuilder::table)")]
+    JoinedTwice(String),
 }
 
 /// The join's nodes in the description: the table's source and processor in the joining

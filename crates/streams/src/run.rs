@@ -391,8 +391,41 @@ const PROPERTIES: &[(&str, &str)] = &[
     ("cache.max.bytes.buffering", "BATON_CACHE_MAX_BYTES"),
 ];
 
+/// What is wrong with a `--config` file: where, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("--config {}: {source}", .file.display())]
+    Unreadable {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: expected KEY=VALUE, found {text:?}", .file.display())]
+    NotASetting {
+        file: PathBuf,
+        line: usize,
+        text: String,
+    },
+    #[error("{}:{line}: {key:?} is not a setting Baton knows (known: {})", .file.display(), known_properties())]
+    Unknown {
+        file: PathBuf,
+        line: usize,
+        key: String,
+    },
+}
+
+fn known_properties() -> String {
+    PROPERTIES
+        .iter()
+        .map(|(k, _)| *k)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The `BATON_*` variables a properties file sets, in file order, or what is wrong with it.
-pub fn read_properties(text: &str, file: &Path) -> Result<Vec<(&'static str, String)>, String> {
+pub fn read_properties(
+    text: &str,
+    file: &Path,
+) -> Result<Vec<(&'static str, String)>, ConfigFileError> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -400,24 +433,19 @@ pub fn read_properties(text: &str, file: &Path) -> Result<Vec<(&'static str, Str
             continue;
         }
         let Some((key, value)) = line.split_once(['=', ':']) else {
-            return Err(format!(
-                "{}:{}: expected KEY=VALUE, found {line:?}",
-                file.display(),
-                n + 1
-            ));
+            return Err(ConfigFileError::NotASetting {
+                file: file.to_owned(),
+                line: n + 1,
+                text: line.to_owned(),
+            });
         };
         let key = key.trim();
         let Some(&(_, env)) = PROPERTIES.iter().find(|(k, _)| *k == key) else {
-            return Err(format!(
-                "{}:{}: {key:?} is not a setting Baton knows (known: {})",
-                file.display(),
-                n + 1,
-                PROPERTIES
-                    .iter()
-                    .map(|(k, _)| *k)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(ConfigFileError::Unknown {
+                file: file.to_owned(),
+                line: n + 1,
+                key: key.to_owned(),
+            });
         };
         out.push((env, value.trim().to_owned()));
     }
@@ -426,7 +454,9 @@ pub fn read_properties(text: &str, file: &Path) -> Result<Vec<(&'static str, Str
 
 /// Sets what `--config FILE` (or `BATON_CONFIG`) says, where the environment is silent.
 /// Call it before any thread starts (it sets environment variables).
-pub fn apply_config_file(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
+pub fn apply_config_file(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Result<(), ConfigFileError> {
     let mut args = args.into_iter().map(|a| a.to_string_lossy().into_owned());
     let mut file = std::env::var("BATON_CONFIG").ok().map(PathBuf::from);
     while let Some(a) = args.next() {
@@ -437,8 +467,10 @@ pub fn apply_config_file(args: impl IntoIterator<Item = std::ffi::OsString>) -> 
         }
     }
     let Some(file) = file else { return Ok(()) };
-    let text =
-        std::fs::read_to_string(&file).map_err(|e| format!("--config {}: {e}", file.display()))?;
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(source) => return Err(ConfigFileError::Unreadable { file, source }),
+    };
     for (env, value) in read_properties(&text, &file)? {
         if std::env::var_os(env).is_none() {
             std::env::set_var(env, value);
@@ -565,12 +597,16 @@ mod tests {
                 ("BATON_THREADS", "2".to_owned()),
             ]
         );
-        let e = read_properties("state.dir=/x\nno.such.thing=1\n", file).unwrap_err();
+        let e = read_properties("state.dir=/x\nno.such.thing=1\n", file)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("app.properties:2: \"no.such.thing\" is not a setting"),
             "{e}"
         );
-        let e = read_properties("just words\n", file).unwrap_err();
+        let e = read_properties("just words\n", file)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("app.properties:1: expected KEY=VALUE"), "{e}");
     }
 }
