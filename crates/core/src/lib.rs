@@ -13,4 +13,4 @@ pub mod config;
 pub mod machine;
 pub mod status;
 
-pub use backoff::Backoff;
+pub use backoff::{Backoff, Retrying};

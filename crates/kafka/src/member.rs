@@ -29,12 +29,29 @@ use kafka_protocol::ResponseError;
 use crate::client::Client;
 use crate::connection::Connection;
 use crate::error::{check, Error, Result};
+use baton_core::backoff::{Backoff, Retrying};
 
 /// Kafka Streams' protocol type and name.
 pub const PROTOCOL_TYPE: &str = "consumer";
 pub const PROTOCOL_NAME: &str = "stream";
-/// How many join attempts before giving up.
-const MAX_JOIN_ATTEMPTS: u32 = 50;
+/// How many join rounds before giving up.
+const MAX_JOIN_ROUNDS: u32 = 50;
+/// Between failed JoinGroup requests (the coordinator moving or loading).
+const JOIN_RETRY: Backoff = Backoff {
+    first: Duration::from_millis(100),
+    max: Duration::from_millis(800),
+    attempts: MAX_JOIN_ROUNDS,
+};
+
+/// How one JoinGroup went.
+enum Joined {
+    /// The answer, and the subscription sent with it.
+    Answer(Box<kafka_protocol::messages::JoinGroupResponse>, Bytes),
+    /// The coordinator named what to change (a member id to take or to forget): again now.
+    Again,
+    /// A retriable failure: again after a pause.
+    Failed,
+}
 
 #[derive(Debug, Clone)]
 pub struct MemberConfig {
@@ -216,32 +233,38 @@ impl GroupMember {
     /// Joins (or rejoins) the group and waits for this member's assignment.
     pub async fn join(&mut self) -> Result<&Membership> {
         let group = GroupId(StrBytes::from_string(self.cfg.group_id.clone()));
-        for _ in 0..MAX_JOIN_ATTEMPTS {
-            let Some((resp, metadata)) = self.join_once(&group).await? else {
-                continue;
-            };
-            if self.sync_once(&group, &resp, metadata).await? {
-                return Ok(self.current.as_ref().expect("just set"));
+        let mut retrying = Retrying::default();
+        // Rounds the coordinator sends back at once (a member id to take, a rebalance under
+        // way) count too: a group that never settles ends here rather than looping.
+        for _ in 0..MAX_JOIN_ROUNDS {
+            match self.join_once(&group).await? {
+                Joined::Answer(resp, metadata) => {
+                    if self.sync_once(&group, &resp, metadata).await? {
+                        return Ok(self.current.as_ref().expect("just set"));
+                    }
+                }
+                // The coordinator named what to change: at once.
+                Joined::Again => {}
+                Joined::Failed => match retrying.failed(&JOIN_RETRY) {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => break,
+                },
             }
         }
         Err(Error::Protocol(format!(
-            "could not join group {} in {MAX_JOIN_ATTEMPTS} attempts",
-            self.cfg.group_id
+            "could not join group {} in {MAX_JOIN_ROUNDS} rounds ({} failed)",
+            self.cfg.group_id,
+            retrying.failures()
         )))
     }
 
-    /// One JoinGroup: the answer and the subscription sent, or `None` to try again (a
-    /// retriable error, after a pause; a member id to take or to forget).
-    async fn join_once(
-        &mut self,
-        group: &GroupId,
-    ) -> Result<Option<(kafka_protocol::messages::JoinGroupResponse, Bytes)>> {
+    /// One JoinGroup: the answer and the subscription sent, or what to do next.
+    async fn join_once(&mut self, group: &GroupId) -> Result<Joined> {
         let join_version = match self.version::<JoinGroupRequest>().await {
             Ok(v) => v,
             Err(e) if e.is_retriable() => {
                 self.coordinator = None;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return Ok(None);
+                return Ok(Joined::Failed);
             }
             Err(e) => return Err(e),
         };
@@ -258,21 +281,18 @@ impl GroupMember {
                 .with_metadata(metadata.clone())]);
         let resp = match self.send(&req).await {
             Ok(r) => r,
-            Err(e) if e.is_retriable() => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return Ok(None);
-            }
+            Err(e) if e.is_retriable() => return Ok(Joined::Failed),
             Err(e) => return Err(e),
         };
         match ResponseError::try_from_code(resp.error_code) {
-            None => Ok(Some((resp, metadata))),
+            None => Ok(Joined::Answer(Box::new(resp), metadata)),
             Some(ResponseError::MemberIdRequired) => {
                 self.member_id = resp.member_id.to_string();
-                Ok(None)
+                Ok(Joined::Again)
             }
             Some(ResponseError::UnknownMemberId) => {
                 self.member_id.clear();
-                Ok(None)
+                Ok(Joined::Again)
             }
             Some(e)
                 if Error::Broker {
@@ -281,8 +301,7 @@ impl GroupMember {
                 }
                 .is_retriable() =>
             {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                Ok(None)
+                Ok(Joined::Failed)
             }
             Some(error) => Err(Error::Broker {
                 api: ApiKey::JoinGroup,

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_core::{Backoff, Retrying};
 use baton_kafka::client::NewTopic;
 use baton_kafka::Client;
 use baton_protocol::TopicPartition;
@@ -83,6 +84,12 @@ pub async fn send(client: &Client, app_id: &str, instance: &str, request: Reques
 
 /// How often an instance with copies catching up publishes their progress.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// Until the broker knows the control topic (just created, it may not for a few seconds).
+const START_RETRY: Backoff =
+    Backoff::forever(Duration::from_millis(100), Duration::from_millis(500));
+/// Between failed reads of the control topic: a drain is seen within `max` of the broker's
+/// return.
+const WATCH_RETRY: Backoff = Backoff::forever(Duration::from_millis(500), Duration::from_secs(2));
 
 /// Publishes this instance's catch-up progress to the control topic while it has any (and
 /// once more when it has none left), and its failed tasks whenever they change, for `baton
@@ -217,16 +224,16 @@ pub async fn requests_in_order(
 /// wait (`startup.timeout.ms`).
 pub async fn start_position(client: &Client, app_id: &str) -> i64 {
     let tp = TopicPartition::new(control_topic(app_id), 0);
-    let mut waited = 0u32;
+    let mut retrying = Retrying::default();
     loop {
         match client.end_offsets(std::slice::from_ref(&tp)).await {
             Ok(ends) if ends.contains_key(&tp) => return ends[&tp],
             answer => {
-                waited += 1;
-                if waited.is_multiple_of(50) {
+                let wait = retrying.failed(&START_RETRY).unwrap_or(START_RETRY.max);
+                if retrying.failures().is_multiple_of(10) {
                     tracing::info!(topic = %tp.topic, answer = ?answer.err(), "waiting for the control topic");
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(wait).await;
             }
         }
     }
@@ -240,6 +247,7 @@ pub async fn watch(ctx: Arc<Context>, from: i64) {
     let bootstrap: Vec<&str> = ctx.cfg.bootstrap.iter().map(String::as_str).collect();
     let client = Client::new(&bootstrap, &format!("{}-control", ctx.cfg.instance_id));
     let mut position = from;
+    let mut retrying = Retrying::default();
     loop {
         let step = async {
             let leader = ctx.leader(&topic, 0).await?;
@@ -250,6 +258,7 @@ pub async fn watch(ctx: Arc<Context>, from: i64) {
         };
         match step.await {
             Ok(records) => {
+                retrying.succeeded();
                 ctx.recovered(|| format!("reading the control topic {topic}"));
                 for r in records {
                     position = r.offset + 1;
@@ -277,7 +286,8 @@ pub async fn watch(ctx: Arc<Context>, from: i64) {
             Err(e) => {
                 ctx.forget_leader(&topic, 0);
                 ctx.failing(&format!("reading the control topic {topic}"), &e);
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let wait = retrying.failed(&WATCH_RETRY).unwrap_or(WATCH_RETRY.max);
+                tokio::time::sleep(wait).await;
             }
         }
     }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use baton_core::{Backoff, Retrying};
 use baton_kafka::member::Membership;
 use baton_kafka::{Beat, GroupMember};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -35,8 +36,9 @@ pub struct MembershipTask {
     pub latest: Option<(i32, Vec<TopicPartition>)>,
 }
 
-/// The pause between failed join attempts.
-const JOIN_BACKOFF: Duration = Duration::from_secs(1);
+/// Between failed join rounds (each its own attempts with their own pauses): forever, while
+/// the thread lives.
+const ROUND_RETRY: Backoff = Backoff::forever(Duration::from_secs(1), Duration::from_secs(2));
 
 impl MembershipTask {
     pub async fn run(mut self) {
@@ -127,6 +129,7 @@ impl MembershipTask {
         due: tokio::time::Instant,
     ) -> Option<(Assigned, Vec<TopicPartition>)> {
         let mut due = due;
+        let mut retrying = Retrying::default();
         loop {
             let report = self.report.borrow().clone();
             self.member.set_offset_sums(self.ctx.status.offset_sums());
@@ -183,7 +186,8 @@ impl MembershipTask {
                     if self.events.is_closed() {
                         return None;
                     }
-                    tokio::time::sleep(JOIN_BACKOFF).await;
+                    let wait = retrying.failed(&ROUND_RETRY).unwrap_or(ROUND_RETRY.max);
+                    tokio::time::sleep(wait).await;
                     due = tokio::time::Instant::now();
                 }
             }

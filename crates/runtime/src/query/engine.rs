@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use baton_assignor::TaskId;
+use baton_core::{Backoff, Retrying};
 use baton_protocol::HostInfo;
 use futures_util::future::join_all;
 use serde_json::{json, Value};
@@ -19,8 +20,9 @@ use crate::query::metrics::{Outcome, Route};
 use crate::query::plan::{plan, Bound, Held, Step};
 use crate::query::routing::endpoint;
 
-/// Between two attempts at a query no copy could answer (the assignment may have moved on).
-const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// Between two attempts at a query no copy could answer (the assignment may have moved on),
+/// until the query's deadline.
+const RETRY: Backoff = Backoff::forever(Duration::from_millis(50), Duration::from_millis(200));
 
 /// What this instance needs to answer a query: its state, and its own endpoint (so it never
 /// forwards to itself).
@@ -99,6 +101,7 @@ impl Engine {
         };
         let q = resolved.as_ref().unwrap_or(q);
         let mut tried: Vec<Value> = Vec::new();
+        let mut retrying = Retrying::default();
         loop {
             let held = self.held(q.task);
             let copies = self.ctx.routing().copies(&q.source);
@@ -149,7 +152,7 @@ impl Engine {
             if q.ask.forwarded || left.is_zero() {
                 break;
             }
-            tokio::time::sleep(left.min(RETRY_EVERY)).await;
+            tokio::time::sleep(left.min(retrying.failed(&RETRY).unwrap_or(RETRY.max))).await;
             // The latest attempts say most about why.
             let excess = tried.len().saturating_sub(16);
             tried.drain(..excess);

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use baton_assignor::TaskId;
+use baton_core::{Backoff, Retrying};
 use baton_protocol::TopicPartition;
 use serde_json::{json, Value};
 
@@ -46,8 +47,9 @@ pub enum Unresolved {
     },
 }
 
-/// Between two attempts to reach the task reading a partition (it may be moving).
-const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// Between two attempts to reach the task reading a partition (it may be moving), until the
+/// query's deadline.
+const RETRY: Backoff = Backoff::forever(Duration::from_millis(50), Duration::from_millis(200));
 
 impl Engine {
     /// `q` with its upstream `at_least` resolved to a position on its own source partition
@@ -132,6 +134,7 @@ impl Engine {
         deadline: Instant,
     ) -> Result<(), Unresolved> {
         let mut last = String::from("no active of the task is known yet");
+        let mut retrying = Retrying::default();
         loop {
             if self.processed_here(task, tp, offset, deadline).await == Some(true) {
                 return Ok(());
@@ -161,7 +164,7 @@ impl Engine {
                     last,
                 });
             }
-            tokio::time::sleep(left.min(RETRY_EVERY)).await;
+            tokio::time::sleep(left.min(retrying.failed(&RETRY).unwrap_or(RETRY.max))).await;
         }
     }
 
