@@ -10,6 +10,7 @@
 //! Only the assignment that ends the round takes tasks away; a revoked active is committed and
 //! closed, then the thread rejoins at once so the leader can hand it to its new owner.
 
+mod events;
 mod join_reason;
 mod task;
 #[cfg(test)]
@@ -646,64 +647,13 @@ impl ThreadMachine {
                 }
                 self.assigned(a, &mut out)
             }
-            Event::Heartbeat { answer, at } => match answer {
-                Heartbeat::Alive => self.alive_at = self.alive_at.max(at),
-                Heartbeat::Rebalancing => {
-                    self.alive_at = self.alive_at.max(at);
-                    // Sent before the current assignment was taken in, the answer may be about
-                    // the round that produced it: rejoining would start another round, whose
-                    // heartbeats would start another (a storm seen live, at one round per
-                    // heartbeat interval). If a new round did start, the next heartbeat says so.
-                    if !self.is_joining() && at >= self.assigned_at {
-                        if self.unreleased.is_empty() {
-                            out.push(self.join(JoinReason::GroupRebalancing));
-                        } else {
-                            // As a Kafka consumer finishes revoking before it sends JoinGroup:
-                            // joining now would claim the revoked actives again, and the round
-                            // would hold them back from their new owner for one more round.
-                            // The round waits for this member; the commit has a deadline.
-                            self.rejoin_when_released = true;
-                        }
-                    }
-                }
-                // During a round this only says the round ended; its answer is on the way.
-                Heartbeat::Fenced if self.is_joining() || at < self.assigned_at => {}
-                Heartbeat::Fenced => self.fenced(JoinReason::Fenced, &mut out),
-                Heartbeat::Failed => {}
-            },
+            Event::Heartbeat { answer, at } => self.on_heartbeat(answer, at, &mut out),
             Event::Tick => {}
-            Event::DrainRequested => {
-                if !self.leaving {
-                    self.leaving = true;
-                    self.commit_now(&mut out);
-                    out.push(self.join(JoinReason::DrainRequested));
-                }
-            }
-            Event::DrainCancelled => {
-                // Once drained the thread has left; nothing is taken back then.
-                if self.leaving && !self.stopped {
-                    self.leaving = false;
-                    if !self.is_joining() {
-                        out.push(self.join(JoinReason::DrainCancelled));
-                    }
-                }
-            }
+            Event::DrainRequested => self.on_drain_requested(&mut out),
+            Event::DrainCancelled => self.on_drain_cancelled(&mut out),
             Event::Shutdown => {
                 self.shutdown(now, &mut out);
                 return out;
-            }
-            Event::Opened { task, checkpoints } => {
-                let fresh = self.fresh();
-                if let Some(t) = self.tasks.get_mut(&task) {
-                    if t.phase == Phase::Opening {
-                        t.opened(&checkpoints, fresh);
-                    }
-                }
-            }
-            Event::OpenBusy { task } => self.retry_later(task, now, Duration::from_millis(20)),
-            Event::OpenFailed { task, .. } => {
-                let after = self.failed(task);
-                self.retry_later(task, now, after)
             }
             Event::Fetched { fetch, results } => {
                 if self.fetch == Some(fetch) {
@@ -722,257 +672,11 @@ impl ThreadMachine {
                     self.fetch_retry_at = Some(now + FETCH_BACKOFF.delay(self.fetch_failures));
                 }
             }
-            Event::EndsListed {
-                task,
-                request,
-                ends,
-            } => self.ends_listed(task, request, &ends),
-            Event::Absorbed {
-                task,
-                changelog,
-                stored,
-            } => self.absorbed(task, changelog, stored, &mut out),
-            Event::StoreFailed { task, .. } => self.reopen(task, now, &mut out),
-            Event::ChangelogOutOfRange {
-                task,
-                changelog,
-                offset,
-            } => {
-                if self.reading_changelog(task, changelog) == Some(offset) {
-                    let why = format!("its checkpoint {offset} is past its changelog's end");
-                    self.changelog_behind(task, changelog, why, now, &mut out);
-                }
-            }
-            Event::Reseeded {
-                task,
-                request,
-                ends,
-            } => self.reseeded(task, request, &ends),
-            Event::ReseedFailed { task, request } => {
-                if let Some(t) = self.tasks.get_mut(&task) {
-                    if let Some(Reseed::Writing {
-                        request: r,
-                        changelogs,
-                    }) = &t.reseed
-                    {
-                        if *r == request {
-                            t.reseed = Some(Reseed::Due {
-                                changelogs: changelogs.clone(),
-                            });
-                            t.failures += 1;
-                            t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
-                        }
-                    }
-                }
-            }
-            Event::CommittedRead { task, offsets }
-                if self
-                    .tasks
-                    .get(&task)
-                    .is_some_and(|t| matches!(t.reseed, Some(Reseed::Checking { .. }))) =>
-            {
-                self.reseed_or_rebuild(task, &offsets, now, &mut out)
-            }
-            Event::CommittedRead { task, offsets } => {
-                if let Some(t) = self.tasks.get_mut(&task) {
-                    if t.phase == Phase::Restoring && t.reading_committed {
-                        for (s, o) in t.sources.iter_mut().zip(offsets) {
-                            // Nothing committed yet: from the start (`auto.offset.reset=earliest`).
-                            let committed = o.unwrap_or(0).max(0);
-                            // A position of our own beyond it was processed into the changelog
-                            // already (its commit failed): going back would repeat output.
-                            let at = s.position.map_or(committed, |p| p.max(committed));
-                            s.position = Some(at);
-                            s.committed = Some(committed);
-                        }
-                        t.reading_committed = false;
-                        t.phase = Phase::Running;
-                        t.commit_when_caught_up = true;
-                    }
-                }
-            }
-            Event::SourceOutOfRange {
-                task,
-                source,
-                offset,
-            } => {
-                if let Some(s) = self.running_source(task, source, offset) {
-                    if !s.resetting {
-                        s.resetting = true;
-                        out.push(Command::ListSourceOffsets {
-                            task,
-                            source,
-                            offset,
-                        });
-                    }
-                }
-            }
-            Event::SourceOffsetsListed {
-                task,
-                source,
-                offset,
-                earliest,
-                latest,
-            } => {
-                let reset = self.cfg.auto_offset_reset;
-                if let Some(s) = self.running_source(task, source, offset) {
-                    s.resetting = false;
-                    let made_again = std::mem::take(&mut s.made_again);
-                    // Within the partition after all: the topic grew since the fetch. Unless
-                    // it is another topic of the same name, where the position means nothing.
-                    if made_again || !(earliest..=latest).contains(&offset) {
-                        let to = reset.position(earliest, latest);
-                        match to {
-                            Some(to) => s.position = Some(to),
-                            None => {
-                                if let Some(t) = self.tasks.get_mut(&task) {
-                                    t.phase = Phase::Failed;
-                                }
-                            }
-                        }
-                        out.push(Command::SourceReset {
-                            task,
-                            source,
-                            from: offset,
-                            to,
-                            made_again,
-                        });
-                    }
-                }
-            }
-            Event::SourceOffsetsListFailed { task, source } => {
-                if let Some(s) = self
-                    .tasks
-                    .get_mut(&task)
-                    .and_then(|t| t.sources.get_mut(source))
-                {
-                    s.resetting = false;
-                }
-            }
-            Event::CommittedReadFailed { task } => {
-                if let Some(t) = self.tasks.get_mut(&task) {
-                    if matches!(t.reseed, Some(Reseed::Checking { .. })) {
-                        // The next fetch finds the changelog behind again, after the wait.
-                        t.reseed = None;
-                    }
-                    t.reading_committed = false;
-                    t.failures += 1;
-                    t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
-                }
-            }
-            Event::BatchDone {
-                task,
-                batch,
-                changelogs,
-            } => self.batch_done(task, batch, changelogs),
-            Event::BatchFailed {
-                task,
-                batch,
-                output_acknowledged,
-            } => {
-                let Some(t) = self.tasks.get_mut(&task) else {
+            Event::RetryFailed => self.on_retry_failed(now, &mut out),
+            Event::CommitDone { commit, ok } => self.on_commit_done(commit, ok, &mut out),
+            event => {
+                if !self.on_task_event(event, now, &mut out) {
                     return out;
-                };
-                let Some(b) = t.batch.take_if(|b| b.id == batch) else {
-                    return out;
-                };
-                if output_acknowledged {
-                    // The changelog and the sink hold the batch; running it again would
-                    // repeat acknowledged output. The input is done; the store is rebuilt.
-                    for (i, next) in b.inputs {
-                        t.sources[i].position = Some(next);
-                    }
-                    let uncommitted = t.uncommitted();
-                    self.commit_offsets(task, uncommitted, &mut out);
-                    self.reopen(task, now, &mut out);
-                } else {
-                    t.failures += 1;
-                    t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
-                }
-            }
-            Event::RecordFailed { task, batch } => {
-                if let Some(t) = self.tasks.get_mut(&task) {
-                    if t.batch.take_if(|b| b.id == batch).is_some() {
-                        self.stop_task(task, now);
-                    }
-                }
-            }
-            Event::Unreadable { task } => {
-                let held = self.tasks.get(&task).is_some_and(|t| {
-                    matches!(t.phase, Phase::Running | Phase::Restoring | Phase::Tailing)
-                        && t.batch.is_none()
-                });
-                if held {
-                    self.stop_task(task, now);
-                }
-            }
-            Event::RetryFailed => {
-                let failed: Vec<TaskId> = self
-                    .tasks
-                    .values()
-                    .filter(|t| t.phase == Phase::Failed)
-                    .map(|t| t.id)
-                    .collect();
-                for task in failed {
-                    if let Some(t) = self.tasks.get_mut(&task) {
-                        // Asked for: at the first backoff step, not after the failures so far.
-                        t.failures = 0;
-                    }
-                    // Closed and opened again: restored, then its input from where it stopped.
-                    self.reopen(task, now, &mut out);
-                }
-            }
-            Event::SourceRecreated { task, source } => {
-                if let Some(s) = self
-                    .tasks
-                    .get_mut(&task)
-                    .and_then(|t| t.sources.get_mut(source))
-                {
-                    s.made_again = true;
-                }
-            }
-            Event::ChangelogRecreated { task, changelog } => {
-                self.changelog_recreated(task, changelog, now, &mut out)
-            }
-            Event::InputSkipped {
-                task,
-                source,
-                from,
-                to,
-            } => {
-                if let Some(s) = self.running_source(task, source, from) {
-                    s.position = Some(to.max(from));
-                }
-            }
-            Event::CommitDone { commit, ok } => {
-                if let Some((id, offsets)) = self.commit.take() {
-                    if id != commit {
-                        self.commit = Some((id, offsets));
-                    } else if ok {
-                        for (task, tp, at) in offsets {
-                            if let Some(s) = self
-                                .tasks
-                                .get_mut(&task)
-                                .and_then(|t| t.sources.iter_mut().find(|s| s.tp == tp))
-                            {
-                                s.committed = Some(at);
-                            }
-                            if let Some(left) = self.unreleased.get_mut(&task) {
-                                left.retain(|(p, o)| !(*p == tp && *o <= at));
-                                if left.is_empty() {
-                                    self.unreleased.remove(&task);
-                                }
-                            }
-                        }
-                    }
-                    if self.rejoin_when_released && (self.unreleased.is_empty() || !ok) {
-                        // Released, or refused (a newer generation is under way): either way
-                        // the next round hands over, or lets the commit be retried.
-                        self.rejoin_when_released = false;
-                        if !self.is_joining() {
-                            out.push(self.join(JoinReason::ReleasedRevokedActives));
-                        }
-                    }
                 }
             }
         }
