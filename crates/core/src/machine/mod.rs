@@ -483,6 +483,9 @@ enum Group {
     },
 }
 
+/// Per task, source positions processed but not committed yet.
+type Carried = BTreeMap<TaskId, Vec<(TopicPartition, i64)>>;
+
 pub struct ThreadMachine {
     cfg: MachineConfig,
     topology: WireTopology,
@@ -508,7 +511,7 @@ pub struct ThreadMachine {
     /// Revoked actives whose last positions are not committed yet. They stay claimed, so no
     /// one else gets them, and their commit is retried with each new generation; only then
     /// are they released (Kafka's cooperative consumers do the same).
-    unreleased: BTreeMap<TaskId, Vec<(TopicPartition, i64)>>,
+    unreleased: Carried,
     /// Rejoin once `unreleased` is committed.
     rejoin_when_released: bool,
     leaving: bool,
@@ -681,7 +684,59 @@ impl ThreadMachine {
             }
         }
         self.poll(now, &mut out);
+        self.check_invariants();
         out
+    }
+
+    /// What must hold between events, whatever came (checked in debug builds: every machine
+    /// test, the schedule fuzzer and the simulator).
+    fn check_invariants(&self) {
+        for t in self.tasks.values() {
+            let active = t.role == Role::Active;
+            debug_assert!(
+                active || !matches!(t.phase, Phase::Running | Phase::Restoring),
+                "{}: a {:?} copy is {:?}",
+                t.id,
+                t.role,
+                t.phase
+            );
+            debug_assert!(
+                !active || t.phase != Phase::Tailing,
+                "{}: an active is tailing",
+                t.id
+            );
+            debug_assert!(
+                t.batch.is_none() || (active && t.phase == Phase::Running),
+                "{}: a batch runs on a {:?} {:?} task",
+                t.id,
+                t.role,
+                t.phase
+            );
+            debug_assert!(
+                !t.reading_committed || t.phase == Phase::Restoring,
+                "{}: reading committed offsets while {:?}",
+                t.id,
+                t.phase
+            );
+            debug_assert!(
+                active || t.sources.iter().all(|s| s.position.is_none()),
+                "{}: a {:?} copy holds source positions (it could commit them)",
+                t.id,
+                t.role
+            );
+            // A punctuation (a batch without input) may run beside a fetch; input may not.
+            debug_assert!(
+                self.fetch.is_none() || t.batch.as_ref().is_none_or(|b| b.inputs.is_empty()),
+                "{}: a batch of input runs beside a fetch in flight",
+                t.id
+            );
+        }
+        for id in self.unreleased.keys() {
+            debug_assert!(
+                self.tasks.get(id).is_none_or(|t| t.role != Role::Active),
+                "{id}: revoked and still releasing, yet active"
+            );
+        }
     }
 
     /// Wall-clock punctuations: each running active of a sub-topology with any, a first time
@@ -761,6 +816,18 @@ impl ThreadMachine {
             self.commit_early = false;
             self.commit_now(out);
         }
+        self.task_steps_due(now, out);
+        // Beside a fetch in flight too (an idle input's fetch waits out its long poll): what it
+        // brings for a task that is punctuating is fetched again after.
+        if self.may_write(now) {
+            self.punctuations_due(now, out);
+        }
+        self.fetch_due(now, out);
+    }
+
+    /// Each task's next step that waits on nothing in flight: opening its stores, a retry
+    /// after a failure, asking where its changelogs end, reading its committed offsets.
+    fn task_steps_due(&mut self, now: Duration, out: &mut Vec<Command>) {
         let due = |t: &TaskState| t.retry_at.is_none_or(|r| now >= r);
         let mut retries = Vec::new();
         let mut opens = Vec::new();
@@ -821,12 +888,10 @@ impl ThreadMachine {
             }
             out.push(Command::ReadCommitted { task });
         }
-        // Beside a fetch in flight too (an idle input's fetch waits out its long poll): what it
-        // brings for a task that is punctuating is fetched again after.
-        if self.may_write(now) {
-            self.punctuations_due(now, out);
-        }
-        // One fetch at a time, and none while a batch runs, so it covers every source.
+    }
+
+    /// One fetch at a time, and none while a batch runs, so it covers every source.
+    fn fetch_due(&mut self, now: Duration, out: &mut Vec<Command>) {
         if self.fetch.is_none()
             && self.fetch_retry_at.is_none_or(|t| now >= t)
             && self.tasks.values().all(|t| t.batch.is_none())
@@ -910,7 +975,7 @@ impl ThreadMachine {
         out: &mut Vec<Command>,
     ) {
         let may_write = self.may_write(now);
-        let mut by_tp: BTreeMap<&TopicPartition, &FetchResult> = BTreeMap::new();
+        let mut by_tp: ByPartition<'_> = BTreeMap::new();
         for r in &results {
             by_tp.insert(&r.tp, r);
         }
@@ -922,81 +987,11 @@ impl ThreadMachine {
             }
             match t.phase {
                 Phase::Restoring | Phase::Tailing if !t.reading_committed && t.reseed.is_none() => {
-                    for (i, c) in t.changelogs.iter_mut().enumerate() {
-                        let Some(r) = by_tp.get(&c.tp) else { continue };
-                        // An answer for another position is stale (the task was reopened).
-                        let (Some(hw), true) = (r.high_watermark, r.from == c.fetch_position)
-                        else {
-                            continue;
-                        };
-                        if hw < c.fetch_position {
-                            // The changelog ends before what the store holds: the topic was
-                            // made again, or the broker lost its data (see [`Reseed`]).
-                            behind.push((
-                                t.id,
-                                i,
-                                format!(
-                                    "its checkpoint {} is past its changelog's end {hw} ({})",
-                                    c.fetch_position, c.tp
-                                ),
-                            ));
-                            break;
-                        }
-                        c.end = Some(hw);
-                        if r.next > c.fetch_position {
-                            c.fetch_position = r.next;
-                        }
-                        out.push(Command::Absorb {
-                            task: t.id,
-                            changelog: i,
-                            end: hw,
-                        });
-                    }
+                    absorb_fetched(t, &by_tp, &mut behind, out)
                 }
                 Phase::Running if may_write && t.batch.is_none() && t.reseed.is_none() => {
-                    // Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE
-                    // ([`Event::SourceOutOfRange`]); a broker that answers with nothing
-                    // (nisshi) says the same by a high watermark below the position. A source
-                    // position is never past what a fetch showed unless the topic was made
-                    // again.
-                    for (i, s) in t.sources.iter_mut().enumerate() {
-                        let (Some(r), Some(at)) = (by_tp.get(&s.tp), s.position) else {
-                            continue;
-                        };
-                        if r.from == at
-                            && r.high_watermark.is_some_and(|hw| at > hw)
-                            && !s.resetting
-                        {
-                            s.resetting = true;
-                            out.push(Command::ListSourceOffsets {
-                                task: t.id,
-                                source: i,
-                                offset: at,
-                            });
-                        }
-                    }
-                    let inputs: Vec<Input> = t
-                        .sources
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, s)| {
-                            let r = by_tp.get(&s.tp)?;
-                            let from = s.position?;
-                            (r.from == from && r.next > from).then_some(Input {
-                                source: i,
-                                from,
-                                to: r.next,
-                            })
-                        })
-                        .collect();
-                    let caught_up = inputs.iter().all(|i| {
-                        let end = by_tp
-                            .get(&t.sources[i.source].tp)
-                            .and_then(|r| r.high_watermark);
-                        end.is_some_and(|end| i.to >= end)
-                    });
-                    if !inputs.is_empty() {
-                        batches.push((t.id, inputs, caught_up));
+                    if let Some(batch) = inputs_fetched(t, &by_tp, out) {
+                        batches.push(batch);
                     }
                 }
                 _ => {}
@@ -1452,6 +1447,40 @@ impl ThreadMachine {
         for &t in &a.active {
             want.insert(t, Role::Active);
         }
+        let (revoked, carried) = self.let_go(&want, out);
+        self.take_roles(want, carried);
+        if self.leaving
+            && self.reported_leaving
+            && self.tasks.is_empty()
+            && self.unreleased.is_empty()
+        {
+            out.push(Command::Leave);
+            out.push(Command::Exit(Exit::Drained));
+            self.stopped = true;
+            return;
+        }
+        if a.version_probing {
+            out.push(self.join(JoinReason::VersionProbing));
+        } else if !self.unreleased.is_empty() {
+            // Released once their commit lands (or is refused: then retried next round).
+            self.rejoin_when_released = true;
+        } else if !revoked.is_empty() {
+            out.push(self.join(JoinReason::ReleasedRevokedActives));
+        } else if self.leaving && !self.reported_leaving {
+            out.push(self.join(JoinReason::DrainRequested));
+        }
+        // A warm-up that caught up during the round (its join said behind) asks now.
+        self.signal_caught_up_warmups(out);
+    }
+
+    /// Before taking the new roles: revoked actives commit what they processed (and are
+    /// released once that lands), tasks no longer wanted close. Returns the revoked actives,
+    /// and the positions of revoked actives given back before their commit landed.
+    fn let_go(
+        &mut self,
+        want: &BTreeMap<TaskId, Role>,
+        out: &mut Vec<Command>,
+    ) -> (Vec<TaskId>, Carried) {
         // Revoked actives: commit what they processed, then release them.
         let mut revoked = Vec::new();
         let mut released = Vec::new();
@@ -1495,6 +1524,11 @@ impl ThreadMachine {
             self.tasks.remove(&id);
             out.push(Command::Close { task: id });
         }
+        (revoked, carried)
+    }
+
+    /// Each wanted task takes its role: a new task starts opening, a held one changes role.
+    fn take_roles(&mut self, want: BTreeMap<TaskId, Role>, mut carried: Carried) {
         let fresh = self.fresh();
         for (id, role) in want {
             let t = match self.tasks.entry(id) {
@@ -1502,7 +1536,12 @@ impl ThreadMachine {
                     let t = e.into_mut();
                     if t.role != role {
                         if t.phase == Phase::Opening {
+                            // Opened, it enters the role; until then it holds no positions
+                            // of the role it had (a revoked active's are being committed).
                             t.role = role;
+                            if role != Role::Active {
+                                t.forget_positions();
+                            }
                         } else {
                             t.enter(role, fresh);
                         }
@@ -1524,28 +1563,6 @@ impl ThreadMachine {
                 }
             }
         }
-        if self.leaving
-            && self.reported_leaving
-            && self.tasks.is_empty()
-            && self.unreleased.is_empty()
-        {
-            out.push(Command::Leave);
-            out.push(Command::Exit(Exit::Drained));
-            self.stopped = true;
-            return;
-        }
-        if a.version_probing {
-            out.push(self.join(JoinReason::VersionProbing));
-        } else if !self.unreleased.is_empty() {
-            // Released once their commit lands (or is refused: then retried next round).
-            self.rejoin_when_released = true;
-        } else if !revoked.is_empty() {
-            out.push(self.join(JoinReason::ReleasedRevokedActives));
-        } else if self.leaving && !self.reported_leaving {
-            out.push(self.join(JoinReason::DrainRequested));
-        }
-        // A warm-up that caught up during the round (its join said behind) asks now.
-        self.signal_caught_up_warmups(out);
     }
 
     /// `task` cannot go on: its input stays where it was (no fetch, no batch, nothing
@@ -1612,6 +1629,96 @@ impl ThreadMachine {
         out.push(Command::Exit(Exit::Shutdown));
         self.stopped = true;
     }
+}
+
+type ByPartition<'a> = BTreeMap<&'a TopicPartition, &'a FetchResult>;
+
+/// A restoring or tailing copy takes what a fetch brought of its changelogs; a changelog
+/// found to end before its store is added to `behind`.
+fn absorb_fetched(
+    t: &mut TaskState,
+    by_tp: &ByPartition<'_>,
+    behind: &mut Vec<(TaskId, usize, String)>,
+    out: &mut Vec<Command>,
+) {
+    for (i, c) in t.changelogs.iter_mut().enumerate() {
+        let Some(r) = by_tp.get(&c.tp) else { continue };
+        // An answer for another position is stale (the task was reopened).
+        let (Some(hw), true) = (r.high_watermark, r.from == c.fetch_position) else {
+            continue;
+        };
+        if hw < c.fetch_position {
+            // The changelog ends before what the store holds: the topic was
+            // made again, or the broker lost its data (see [`Reseed`]).
+            behind.push((
+                t.id,
+                i,
+                format!(
+                    "its checkpoint {} is past its changelog's end {hw} ({})",
+                    c.fetch_position, c.tp
+                ),
+            ));
+            break;
+        }
+        c.end = Some(hw);
+        if r.next > c.fetch_position {
+            c.fetch_position = r.next;
+        }
+        out.push(Command::Absorb {
+            task: t.id,
+            changelog: i,
+            end: hw,
+        });
+    }
+}
+
+/// A running active's input in a fetch: the batch to process (task, inputs, whether it
+/// reaches the end of every source it read), if any. A position past a partition's end has
+/// its partition's offsets asked.
+fn inputs_fetched(
+    t: &mut TaskState,
+    by_tp: &ByPartition<'_>,
+    out: &mut Vec<Command>,
+) -> Option<(TaskId, Vec<Input>, bool)> {
+    // Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE
+    // ([`Event::SourceOutOfRange`]); a broker that answers with nothing
+    // (nisshi) says the same by a high watermark below the position. A source
+    // position is never past what a fetch showed unless the topic was made
+    // again.
+    for (i, s) in t.sources.iter_mut().enumerate() {
+        let (Some(r), Some(at)) = (by_tp.get(&s.tp), s.position) else {
+            continue;
+        };
+        if r.from == at && r.high_watermark.is_some_and(|hw| at > hw) && !s.resetting {
+            s.resetting = true;
+            out.push(Command::ListSourceOffsets {
+                task: t.id,
+                source: i,
+                offset: at,
+            });
+        }
+    }
+    let inputs: Vec<Input> = t
+        .sources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let r = by_tp.get(&s.tp)?;
+            let from = s.position?;
+            (r.from == from && r.next > from).then_some(Input {
+                source: i,
+                from,
+                to: r.next,
+            })
+        })
+        .collect();
+    let caught_up = inputs.iter().all(|i| {
+        let end = by_tp
+            .get(&t.sources[i.source].tp)
+            .and_then(|r| r.high_watermark);
+        end.is_some_and(|end| i.to >= end)
+    });
+    (!inputs.is_empty()).then_some((t.id, inputs, caught_up))
 }
 
 impl TaskState {

@@ -194,12 +194,16 @@ impl TaskState {
             self.reseed = None;
         }
         if role != Role::Active {
-            // Its last positions went into the revocation commit; a copy that does not run
-            // must never commit them again, when someone else may have moved on.
-            for s in &mut self.sources {
-                s.position = None;
-                s.committed = None;
-            }
+            self.forget_positions();
+        }
+    }
+
+    /// Its last positions went into the revocation commit; a copy that does not run must
+    /// never commit them again, when someone else may have moved on.
+    pub fn forget_positions(&mut self) {
+        for s in &mut self.sources {
+            s.position = None;
+            s.committed = None;
         }
     }
 
