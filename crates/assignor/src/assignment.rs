@@ -102,7 +102,7 @@ impl Plan {
             Role::Standby => &mut self.standby,
             Role::Warmup => &mut self.warmup,
         };
-        list[client as usize].push(task);
+        list[client].push(task);
     }
 
     /// Sorts everything into the public form. `followup` decides the probing schedule.
@@ -120,7 +120,7 @@ impl Plan {
         racks: Option<&RackCosts>,
     ) -> Assignment {
         let ids = |v: &[TaskIx]| -> Vec<TaskId> {
-            let mut out: Vec<TaskId> = v.iter().map(|&t| cluster.tasks[t as usize].id).collect();
+            let mut out: Vec<TaskId> = v.iter().map(|&t| cluster.tasks[t].id).collect();
             out.sort_unstable();
             out
         };
@@ -145,9 +145,9 @@ impl Plan {
             let mut out: Vec<PendingMove> = list
                 .iter()
                 .map(|&(t, from, to)| PendingMove {
-                    task: cluster.tasks[t as usize].id,
-                    from: cluster.clients[from as usize].id.clone(),
-                    to: cluster.clients[to as usize].id.clone(),
+                    task: cluster.tasks[t].id,
+                    from: cluster.clients[from].id.clone(),
+                    to: cluster.clients[to].id.clone(),
                 })
                 .collect();
             out.sort_by_key(|m| m.task);
@@ -171,7 +171,7 @@ impl Plan {
                 .active
                 .iter()
                 .enumerate()
-                .flat_map(|(c, ts)| ts.iter().map(move |&t| (t, c as ClientIx)));
+                .flat_map(|(c, ts)| ts.iter().map(move |&t| (t, ClientIx::new(c))));
             rack::traffic(costs, actives)
         });
         Assignment {

@@ -94,7 +94,7 @@ pub fn to_plan(
     let mut plan = Plan::new(cluster.client_count());
     plan.warnings = warnings;
     for (c, s) in states.iter().enumerate() {
-        let c = c as ClientIx;
+        let c = ClientIx::new(c);
         for &t in &s.active {
             plan.push(c, t, Role::Active);
         }

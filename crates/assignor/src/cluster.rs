@@ -9,10 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::config::AssignmentConfig;
 use crate::model::{ClientId, Lag, Role, TaskId, TopicPartition};
 
-/// Index of a task in [`Cluster::tasks`].
-pub type TaskIx = u32;
-/// Index of a client in [`Cluster::clients`].
-pub type ClientIx = u32;
+pub use crate::index::{ClientIx, TaskIx};
 
 /// One task of the application.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -185,7 +182,7 @@ impl Cluster {
             sorted_tasks
                 .binary_search_by_key(id, |t| t.id)
                 .ok()
-                .map(|i| i as TaskIx)
+                .map(TaskIx::new)
         };
 
         let mut views = Vec::with_capacity(clients.len());
@@ -204,7 +201,7 @@ impl Cluster {
                     let t = task_ix(id).ok_or_else(|| {
                         InputError::new(path(), format!("task \"{id}\" is not in tasks"))
                     })?;
-                    if role != Role::Active && !sorted_tasks[t as usize].stateful {
+                    if role != Role::Active && !sorted_tasks[t].stateful {
                         return Err(InputError::new(
                             path(),
                             format!("task \"{id}\" is stateless and cannot have a {role:?} copy")
@@ -219,10 +216,7 @@ impl Cluster {
                 if w[0].0 == w[1].0 {
                     return Err(InputError::new(
                         format!("clients[{orig}]"),
-                        format!(
-                            "task \"{}\" is owned in two roles",
-                            sorted_tasks[w[0].0 as usize].id
-                        ),
+                        format!("task \"{}\" is owned in two roles", sorted_tasks[w[0].0].id),
                     ));
                 }
             }
@@ -233,12 +227,12 @@ impl Cluster {
                         format!("task \"{id}\" is not in tasks"),
                     )
                 })?;
-                if !sorted_tasks[t as usize].stateful {
+                if !sorted_tasks[t].stateful {
                     // Kafka omits stateless tasks from offset sums; a lag for one means nothing.
                     continue;
                 }
                 view.reports.push((t, lag));
-                reporters[t as usize].push((cix as ClientIx, lag));
+                reporters[t].push((ClientIx::new(cix), lag));
             }
             views.push(view);
             sorted_clients.push(c.clone());
@@ -263,10 +257,10 @@ impl Cluster {
 
     /// The lag of `client` for stateful `task`: reported, or the whole changelog.
     pub fn lag(&self, client: ClientIx, task: TaskIx) -> Lag {
-        let reports = &self.views[client as usize].reports;
+        let reports = &self.views[client].reports;
         match reports.binary_search_by_key(&task, |&(t, _)| t) {
             Ok(i) => reports[i].1,
-            Err(_) => Lag::Behind(self.tasks[task as usize].end_offset_sum),
+            Err(_) => Lag::Behind(self.tasks[task].end_offset_sum),
         }
     }
 
@@ -278,13 +272,13 @@ impl Cluster {
 
     /// Whether a client that reported nothing for `task` counts as caught up (an empty or tiny changelog).
     pub fn unreported_is_caught_up(&self, task: TaskIx) -> bool {
-        Lag::Behind(self.tasks[task as usize].end_offset_sum)
+        Lag::Behind(self.tasks[task].end_offset_sum)
             .is_caught_up(self.config.acceptable_recovery_lag)
     }
 
     /// The role `client` holds `task` in now, if any.
     pub fn owned_role(&self, client: ClientIx, task: TaskIx) -> Option<Role> {
-        let owned = &self.views[client as usize].owned;
+        let owned = &self.views[client].owned;
         owned
             .binary_search_by_key(&task, |&(t, _)| t)
             .ok()
@@ -292,16 +286,16 @@ impl Cluster {
     }
 
     pub fn capacity(&self, client: ClientIx) -> u32 {
-        self.clients[client as usize].capacity
+        self.clients[client].capacity
     }
 
     pub fn is_leaving(&self, client: ClientIx) -> bool {
-        self.clients[client as usize].leaving
+        self.clients[client].leaving
     }
 
     /// A leaving client past the scale-down timeout: it runs nothing more.
     pub fn timed_out(&self, client: ClientIx) -> bool {
-        let c = &self.clients[client as usize];
+        let c = &self.clients[client];
         c.leaving
             && c.leaving_for_ms
                 .is_some_and(|t| t >= self.config.scale_down_timeout_ms)
@@ -309,20 +303,20 @@ impl Cluster {
 
     /// How long until a leaving client times out, if it is leaving and has not yet.
     pub fn time_left_ms(&self, client: ClientIx) -> Option<u64> {
-        let c = &self.clients[client as usize];
+        let c = &self.clients[client];
         let t = c.leaving_for_ms.filter(|_| c.leaving)?;
         (t < self.config.scale_down_timeout_ms).then(|| self.config.scale_down_timeout_ms - t)
     }
 
     pub fn is_stateful(&self, task: TaskIx) -> bool {
-        self.tasks[task as usize].stateful
+        self.tasks[task].stateful
     }
 
-    pub fn client_ixs(&self) -> impl Iterator<Item = ClientIx> {
-        0..self.clients.len() as ClientIx
+    pub fn client_ixs(&self) -> impl DoubleEndedIterator<Item = ClientIx> + ExactSizeIterator {
+        crate::index::indices(self.clients.len())
     }
 
-    pub fn task_ixs(&self) -> impl Iterator<Item = TaskIx> {
-        0..self.tasks.len() as TaskIx
+    pub fn task_ixs(&self) -> impl DoubleEndedIterator<Item = TaskIx> + ExactSizeIterator {
+        crate::index::indices(self.tasks.len())
     }
 }

@@ -294,6 +294,7 @@ fn convert(raw: RawInput) -> Result<ClusterState, InputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::{ClientIx, TaskIx};
 
     fn err(text: &str) -> String {
         parse_cluster_json(text).unwrap_err().to_string()
@@ -358,7 +359,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.tasks.len(), 2);
-        assert_eq!(c.lag(0, 0), Lag::Running);
+        assert_eq!(c.lag(ClientIx(0), TaskIx(0)), Lag::Running);
         assert_eq!(c.config.num_standby_replicas, 1);
     }
 
@@ -369,14 +370,14 @@ mod tests {
                 "clients": [{"id": "a", "offset_sums": {"0_0": 30, "0_1": 500}}, {"id": "b"}]}"#,
         )
         .unwrap();
-        assert_eq!(c.lag(0, 0), Lag::Behind(70));
+        assert_eq!(c.lag(ClientIx(0), TaskIx(0)), Lag::Behind(70));
         assert_eq!(
-            c.lag(0, 1),
+            c.lag(ClientIx(0), TaskIx(1)),
             Lag::Behind(100),
             "corrupt state restores from scratch"
         );
         assert_eq!(
-            c.lag(1, 0),
+            c.lag(ClientIx(1), TaskIx(0)),
             Lag::Behind(100),
             "unreported means the whole log"
         );

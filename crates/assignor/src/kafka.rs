@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use crate::assignment::Assignment;
 use crate::client_state::{leaving_warning, to_plan, ClientState, PrioritySet};
 use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::index::indices;
 use crate::rack::{self, RackCosts};
 use crate::TaskAssignor;
 
@@ -113,8 +114,9 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn n(&self) -> ClientIx {
-        self.states.len() as ClientIx
+    /// Every client, in index order.
+    fn clients(&self) -> impl DoubleEndedIterator<Item = ClientIx> + ExactSizeIterator {
+        indices(self.states.len())
     }
 
     fn lag(&self, c: ClientIx, t: TaskIx) -> i64 {
@@ -127,7 +129,7 @@ impl<'a> Run<'a> {
 
     /// All clients ordered by (lag, client), Kafka's `tasksToClientByLag`.
     fn by_lag(&self, t: TaskIx) -> Vec<ClientIx> {
-        let mut v: Vec<ClientIx> = (0..self.n()).collect();
+        let mut v: Vec<ClientIx> = self.clients().collect();
         v.sort_by_key(|&c| (self.lag(c, t), c));
         v
     }
@@ -146,16 +148,16 @@ impl<'a> Run<'a> {
         let mut target = vec![ClientIx::MAX; self.cluster.task_count()];
         for (c, state) in self.states.iter().enumerate() {
             for &t in &state.active {
-                target[t as usize] = c as ClientIx;
+                target[t] = ClientIx::new(c);
             }
         }
         let before = target.clone();
         rack::optimize(costs, self.cluster, tasks, &mut target);
         for &t in tasks {
-            let (from, to) = (before[t as usize], target[t as usize]);
+            let (from, to) = (before[t], target[t]);
             if from != to {
-                self.states[from as usize].active.remove(&t);
-                self.states[to as usize].active.insert(t);
+                self.states[from].active.remove(&t);
+                self.states[to].active.insert(t);
             }
         }
     }
@@ -179,19 +181,19 @@ impl<'a> Run<'a> {
             });
         }
         let mut set = PrioritySet::new();
-        for c in 0..self.n() {
-            set.offer(c, self.states[c as usize].assigned_load());
+        for c in self.clients() {
+            set.offer(c, self.states[c].assigned_load());
         }
         let mut short = 0usize;
         for &t in stateful {
             for _ in 0..wanted {
                 let states = &self.states;
-                let Some(c) = set.poll(|c| !states[c as usize].has_assigned(t)) else {
+                let Some(c) = set.poll(|c| !states[c].has_assigned(t)) else {
                     short += 1;
                     break;
                 };
-                self.states[c as usize].standby.insert(t);
-                set.offer(c, self.states[c as usize].assigned_load());
+                self.states[c].standby.insert(t);
+                set.offer(c, self.states[c].assigned_load());
             }
         }
         balance_over_threads(&mut self.states, Kind::Standby, |_, _| true);
@@ -204,7 +206,7 @@ impl<'a> Run<'a> {
     }
 
     fn caught_up_count(&self, t: TaskIx) -> usize {
-        (0..self.n()).filter(|&c| self.caught_up(c, t)).count()
+        self.clients().filter(|&c| self.caught_up(c, t)).count()
     }
 
     /// Not caught up, and some client is strictly less behind.
@@ -212,7 +214,8 @@ impl<'a> Run<'a> {
         if self.caught_up(c, t) {
             return false;
         }
-        let best = (0..self.n())
+        let best = self
+            .clients()
             .map(|x| self.lag(x, t))
             .min()
             .unwrap_or(i64::MAX);
@@ -221,22 +224,22 @@ impl<'a> Run<'a> {
 
     fn load_set(&self) -> PrioritySet {
         let mut set = PrioritySet::new();
-        for c in 0..self.n() {
-            set.offer(c, self.states[c as usize].assigned_load());
+        for c in self.clients() {
+            set.offer(c, self.states[c].assigned_load());
         }
         set
     }
 
     fn reoffer(&self, set: &mut PrioritySet, clients: [ClientIx; 2]) {
         for c in clients {
-            set.offer(c, self.states[c as usize].assigned_load());
+            set.offer(c, self.states[c].assigned_load());
         }
     }
 
     fn active_movements(&mut self, budget: &mut i64) -> usize {
         let mut movements = Vec::new();
-        for c in 0..self.n() {
-            for &t in &self.states[c as usize].active {
+        for c in self.clients() {
+            for &t in &self.states[c].active {
                 if self.cluster.is_stateful(t) && self.should_move(t, c) {
                     movements.push(Movement {
                         caught_up: self.caught_up_count(t),
@@ -254,7 +257,7 @@ impl<'a> Run<'a> {
             let states = &self.states;
             let cluster = self.cluster;
             if let Some(src) =
-                set.poll(|c| cluster.is_caught_up(c, t) && states[c as usize].standby.contains(&t))
+                set.poll(|c| cluster.is_caught_up(c, t) && states[c].standby.contains(&t))
             {
                 self.swap(t, src, dest);
                 self.reoffer(&mut set, [src, dest]);
@@ -268,7 +271,7 @@ impl<'a> Run<'a> {
             }
             // c. No caught-up client: the most caught-up one ahead of the destination (KAFKA-13600).
             if let Some(src) = self.by_lag(t).into_iter().take_while(|&c| c != dest).next() {
-                if self.states[src as usize].standby.contains(&t) {
+                if self.states[src].standby.contains(&t) {
                     self.swap(t, src, dest);
                 } else {
                     self.move_and_warm_up(t, src, dest, budget);
@@ -282,8 +285,8 @@ impl<'a> Run<'a> {
 
     fn standby_movements(&mut self, budget: &mut i64) -> usize {
         let mut movements = Vec::new();
-        for c in 0..self.n() {
-            for &t in &self.states[c as usize].standby {
+        for c in self.clients() {
+            for &t in &self.states[c].standby {
                 if !self.warmups.contains(&(c, t)) && self.should_move(t, c) {
                     movements.push(Movement {
                         caught_up: self.caught_up_count(t),
@@ -301,20 +304,20 @@ impl<'a> Run<'a> {
             let states = &self.states;
             let cluster = self.cluster;
             let src = set
-                .poll(|c| cluster.is_caught_up(c, t) && !states[c as usize].has_assigned(t))
+                .poll(|c| cluster.is_caught_up(c, t) && !states[c].has_assigned(t))
                 .or_else(|| {
                     self.by_lag(t)
                         .into_iter()
                         .take_while(|&c| c != dest)
-                        .find(|&c| !self.states[c as usize].has_assigned(t))
+                        .find(|&c| !self.states[c].has_assigned(t))
                 });
             let Some(src) = src else { continue };
-            self.states[src as usize].standby.insert(t);
+            self.states[src].standby.insert(t);
             if *budget > 0 {
                 self.warmups.insert((dest, t));
                 self.pending.push((t, src, dest));
             } else {
-                self.states[dest as usize].standby.remove(&t);
+                self.states[dest].standby.remove(&t);
             }
             *budget -= 1;
             self.reoffer(&mut set, [src, dest]);
@@ -324,18 +327,18 @@ impl<'a> Run<'a> {
     }
 
     fn swap(&mut self, t: TaskIx, src: ClientIx, dest: ClientIx) {
-        self.states[src as usize].standby.remove(&t);
-        self.states[src as usize].active.insert(t);
-        self.states[dest as usize].active.remove(&t);
-        self.states[dest as usize].standby.insert(t);
+        self.states[src].standby.remove(&t);
+        self.states[src].active.insert(t);
+        self.states[dest].active.remove(&t);
+        self.states[dest].standby.insert(t);
         self.pending.push((t, src, dest));
     }
 
     fn move_and_warm_up(&mut self, t: TaskIx, src: ClientIx, dest: ClientIx, budget: &mut i64) {
-        self.states[src as usize].active.insert(t);
-        self.states[dest as usize].active.remove(&t);
+        self.states[src].active.insert(t);
+        self.states[dest].active.remove(&t);
         if *budget > 0 {
-            self.states[dest as usize].standby.insert(t);
+            self.states[dest].standby.insert(t);
             self.warmups.insert((dest, t));
         }
         *budget -= 1;
@@ -344,8 +347,8 @@ impl<'a> Run<'a> {
 
     fn assign_stateless(&mut self) {
         let mut set = PrioritySet::new();
-        for c in 0..self.n() {
-            set.offer(c, self.states[c as usize].active_load());
+        for c in self.clients() {
+            set.offer(c, self.states[c].active_load());
         }
         for t in self
             .cluster
@@ -353,8 +356,8 @@ impl<'a> Run<'a> {
             .filter(|&t| !self.cluster.is_stateful(t))
         {
             let c = set.poll(|_| true).expect("at least one client");
-            self.states[c as usize].active.insert(t);
-            set.offer(c, self.states[c as usize].active_load());
+            self.states[c].active.insert(t);
+            set.offer(c, self.states[c].active_load());
         }
     }
 }
@@ -375,11 +378,11 @@ fn balance_over_threads(
     let n = states.len();
     loop {
         let mut moved = false;
-        for src in 0..n {
-            for dst in 0..n {
+        for src in indices::<ClientIx>(n) {
+            for dst in indices::<ClientIx>(n) {
                 if src == dst
                     || !should_move_a_task(&states[src], &states[dst])
-                    || !allowed(src as ClientIx, dst as ClientIx)
+                    || !allowed(src, dst)
                 {
                     continue;
                 }
@@ -432,8 +435,8 @@ mod tests {
     fn mv(caught_up: usize, task: u32) -> Movement {
         Movement {
             caught_up,
-            task,
-            destination: 0,
+            task: TaskIx(task),
+            destination: ClientIx(0),
         }
     }
 
@@ -443,12 +446,12 @@ mod tests {
     fn moves_come_in_kafkas_poll_order() {
         let order: Vec<u32> = kafka_poll_order((1..=5).rev().map(|t| mv(1, t)).collect())
             .iter()
-            .map(|m| m.task)
+            .map(|m| m.task.0)
             .collect();
         assert_eq!(order, vec![1, 2, 3, 4, 5]);
         let by_caught_up: Vec<u32> = kafka_poll_order(vec![mv(2, 0), mv(1, 9), mv(1, 3)])
             .iter()
-            .map(|m| m.task)
+            .map(|m| m.task.0)
             .collect();
         assert_eq!(by_caught_up, vec![3, 9, 0]);
     }

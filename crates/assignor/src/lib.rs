@@ -16,6 +16,7 @@ mod client_state;
 pub mod cluster;
 pub mod config;
 pub mod high_availability;
+pub mod index;
 pub mod input;
 pub mod kafka;
 mod kind;

@@ -52,7 +52,7 @@ impl<'a> Run<'a> {
         let mut prev_active = BTreeMap::new();
         let mut prev_standby: BTreeMap<TaskIx, BTreeSet<ClientIx>> = BTreeMap::new();
         for c in cluster.client_ixs() {
-            let view = &cluster.views[c as usize];
+            let view = &cluster.views[c];
             for &(t, role) in &view.owned {
                 if role == Role::Active {
                     prev_active.insert(t, c);
@@ -80,7 +80,7 @@ impl<'a> Run<'a> {
     }
 
     fn has_unfulfilled_quota(&self, c: ClientIx, per_thread: u32) -> bool {
-        let s = &self.states[c as usize];
+        let s = &self.states[c];
         (s.active.len() as u64) < s.capacity as u64 * per_thread as u64
     }
 
@@ -90,7 +90,7 @@ impl<'a> Run<'a> {
         let mut assigned = BTreeSet::new();
         for (&t, &c) in &self.prev_active.clone() {
             if self.has_unfulfilled_quota(c, per_thread) {
-                self.states[c as usize].active.insert(t);
+                self.states[c].active.insert(t);
                 assigned.insert(t);
             }
         }
@@ -104,7 +104,7 @@ impl<'a> Run<'a> {
             });
             match standby_owner {
                 Some(c) => {
-                    self.states[c as usize].active.insert(t);
+                    self.states[c].active.insert(t);
                 }
                 None => unassigned.push(t),
             }
@@ -112,7 +112,7 @@ impl<'a> Run<'a> {
         let everyone: Vec<ClientIx> = self.cluster.client_ixs().collect();
         for t in unassigned {
             let c = self.find_client(t, &everyone);
-            self.states[c as usize].active.insert(t);
+            self.states[c].active.insert(t);
         }
     }
 
@@ -128,14 +128,14 @@ impl<'a> Run<'a> {
                 let free: Vec<ClientIx> = self
                     .cluster
                     .client_ixs()
-                    .filter(|&c| !self.states[c as usize].has_assigned(t))
+                    .filter(|&c| !self.states[c].has_assigned(t))
                     .collect();
                 if free.is_empty() {
                     short += 1;
                     break;
                 }
                 let c = self.find_client(t, &free);
-                self.states[c as usize].standby.insert(t);
+                self.states[c].standby.insert(t);
             }
         }
         (short > 0).then(|| {
@@ -179,7 +179,7 @@ impl<'a> Run<'a> {
     fn least_loaded(&self, clients: impl Iterator<Item = ClientIx>) -> ClientIx {
         let mut best: Option<ClientIx> = None;
         for c in clients {
-            if self.states[c as usize].assigned_count() == 0 {
+            if self.states[c].assigned_count() == 0 {
                 return c;
             }
             if best.is_none_or(|b| self.more_available_capacity(c, b)) {
@@ -191,7 +191,7 @@ impl<'a> Run<'a> {
 
     /// Kafka's `hasMoreAvailableCapacityThan`: lower load, then more threads.
     fn more_available_capacity(&self, a: ClientIx, b: ClientIx) -> bool {
-        let (sa, sb) = (&self.states[a as usize], &self.states[b as usize]);
+        let (sa, sb) = (&self.states[a], &self.states[b]);
         match sa.assigned_load().cmp(&sb.assigned_load()) {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
@@ -200,7 +200,7 @@ impl<'a> Run<'a> {
     }
 
     fn should_balance_load(&self, c: ClientIx) -> bool {
-        let s = &self.states[c as usize];
+        let s = &self.states[c];
         s.assigned_count() >= s.capacity
             && self
                 .cluster

@@ -4,6 +4,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use baton_assignor::cluster::{ClientIx, TaskIx};
 use baton_assignor::{AssignorKind, Cluster, ClusterState, Role};
 use common::*;
 use proptest::prelude::*;
@@ -103,11 +104,11 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
         // No redundancy lost: a task keeps as many caught-up standbys as it had on staying
         // clients (up to the number configured), whatever moves.
         for (ti, task) in cluster.tasks.iter().enumerate() {
-            let t = ti as u32;
+            let t = TaskIx::new(ti);
             if !task.stateful {
                 continue;
             }
-            let caught_up_standbys = |assigned: &dyn Fn(u32) -> bool| {
+            let caught_up_standbys = |assigned: &dyn Fn(ClientIx) -> bool| {
                 cluster
                     .client_ixs()
                     .filter(|&c| assigned(c) && cluster.is_caught_up(c, t))
@@ -122,12 +123,10 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
             let had = caught_up_standbys(&|c| {
                 cluster.owned_role(c, t) == Some(Role::Standby)
                     && !cluster.is_leaving(c)
-                    && &cluster.clients[c as usize].id != runner
+                    && &cluster.clients[c].id != runner
             });
             let has = caught_up_standbys(&|c| {
-                a.clients[&cluster.clients[c as usize].id]
-                    .standby
-                    .contains(&task.id)
+                a.clients[&cluster.clients[c].id].standby.contains(&task.id)
             });
             prop_assert!(
                 has >= had.min(want_standbys),
@@ -141,9 +140,9 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
         // A moving standby keeps its caught-up copy: the old holder stays a standby, and the
         // new one, behind, fills the slot as a standby too (not a warm-up: no budget).
         for m in &a.standby_moves {
-            let from = cluster.clients.iter().position(|c| c.id == m.from).unwrap() as u32;
-            let to = cluster.clients.iter().position(|c| c.id == m.to).unwrap() as u32;
-            let t = cluster.tasks.iter().position(|x| x.id == m.task).unwrap() as u32;
+            let from = ClientIx::new(cluster.clients.iter().position(|c| c.id == m.from).unwrap());
+            let to = ClientIx::new(cluster.clients.iter().position(|c| c.id == m.to).unwrap());
+            let t = TaskIx::new(cluster.tasks.iter().position(|x| x.id == m.task).unwrap());
             prop_assert!(cluster.is_caught_up(from, t) && !cluster.is_caught_up(to, t));
             prop_assert!(a.clients[&m.from].standby.contains(&m.task));
             prop_assert!(a.clients[&m.to].standby.contains(&m.task));
@@ -156,24 +155,26 @@ fn check(name: AssignorKind, state: &ClusterState) -> Result<(), TestCaseError> 
             }
             // Leaving clients count only for tasks they run now: they take nothing new.
             let any_caught_up = cluster.client_ixs().any(|c| {
-                cluster.is_caught_up(c, ti as u32)
+                cluster.is_caught_up(c, TaskIx::new(ti))
                     && (!cluster.is_leaving(c)
                         || all_leaving
-                        || cluster.owned_role(c, ti as u32) == Some(Role::Active))
+                        || cluster.owned_role(c, TaskIx::new(ti)) == Some(Role::Active))
             });
             let (runner, _) = a
                 .holders(task.id)
                 .into_iter()
                 .find(|(_, r)| *r == Role::Active)
                 .unwrap();
-            let ci = cluster
-                .clients
-                .iter()
-                .position(|c| &c.id == runner)
-                .unwrap() as u32;
+            let ci = ClientIx::new(
+                cluster
+                    .clients
+                    .iter()
+                    .position(|c| &c.id == runner)
+                    .unwrap(),
+            );
             if any_caught_up {
                 prop_assert!(
-                    cluster.is_caught_up(ci, ti as u32),
+                    cluster.is_caught_up(ci, TaskIx::new(ti)),
                     "task {} runs on a lagging client",
                     task.id
                 );

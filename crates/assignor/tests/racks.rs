@@ -3,6 +3,7 @@
 
 mod common;
 
+use baton_assignor::cluster::{ClientIx, TaskIx};
 use baton_assignor::{Assignment, AssignorKind, Cluster, ClusterState, RackStrategy, Role};
 use common::rack_case;
 use proptest::prelude::*;
@@ -21,8 +22,8 @@ fn active_of(a: &Assignment, t: baton_assignor::TaskId) -> Option<&baton_assigno
 /// Stateful actives that run now on a client that was not caught up: state that moves.
 fn restores(cluster: &Cluster, a: &Assignment) -> usize {
     let caught_up = |c: &baton_assignor::ClientId, t: baton_assignor::TaskId| {
-        let ci = cluster.clients.iter().position(|x| &x.id == c).unwrap() as u32;
-        let ti = cluster.tasks.iter().position(|x| x.id == t).unwrap() as u32;
+        let ci = ClientIx::new(cluster.clients.iter().position(|x| &x.id == c).unwrap());
+        let ti = TaskIx::new(cluster.tasks.iter().position(|x| x.id == t).unwrap());
         cluster.is_caught_up(ci, ti)
     };
     cluster
@@ -122,11 +123,11 @@ fn check_running(
             baton_assignor::rack::traffic(
                 &c,
                 cluster.task_ixs().filter_map(|t| {
-                    let id = cluster.tasks[t as usize].id;
+                    let id = cluster.tasks[t].id;
                     let c = active_of(&plain_ha, id)?;
                     Some((
                         t,
-                        cluster.clients.iter().position(|x| &x.id == c).unwrap() as u32,
+                        ClientIx::new(cluster.clients.iter().position(|x| &x.id == c).unwrap()),
                     ))
                 }),
             )

@@ -374,14 +374,10 @@ fn read_members(input: &LeaderInput<'_>, out: &mut LeaderOutput) -> Vec<Member> 
 fn warmup_lags(cluster: &Cluster) -> Vec<(String, TaskId, u64)> {
     let mut lags = Vec::new();
     for c in cluster.client_ixs() {
-        for &(t, role) in &cluster.views[c as usize].owned {
+        for &(t, role) in &cluster.views[c].owned {
             if role == baton_assignor::Role::Warmup {
                 if let baton_assignor::Lag::Behind(n) = cluster.lag(c, t) {
-                    lags.push((
-                        cluster.clients[c as usize].id.0.clone(),
-                        cluster.tasks[t as usize].id,
-                        n,
-                    ));
+                    lags.push((cluster.clients[c].id.0.clone(), cluster.tasks[t].id, n));
                 }
             }
         }

@@ -29,14 +29,14 @@ pub(super) struct Diversity<'a> {
 impl<'a> Diversity<'a> {
     /// `capacities[c] == 0` marks a client that takes no copies (leaving).
     pub fn new(cluster: &'a Cluster, capacities: &[u32]) -> Self {
-        let takers = || cluster.client_ixs().filter(|&c| capacities[c as usize] > 0);
+        let takers = || cluster.client_ixs().filter(|&c| capacities[c] > 0);
         let keys: Vec<(&str, usize)> = cluster
             .config
             .rack_aware_assignment_tags
             .iter()
             .map(|k| {
                 let values: BTreeSet<&str> = takers()
-                    .filter_map(|c| cluster.clients[c as usize].tags.get(k))
+                    .filter_map(|c| cluster.clients[c].tags.get(k))
                     .map(String::as_str)
                     .collect();
                 (k.as_str(), values.len())
@@ -44,7 +44,7 @@ impl<'a> Diversity<'a> {
             .collect();
         let racks = if keys.is_empty() {
             takers()
-                .filter_map(|c| cluster.clients[c as usize].rack.as_deref())
+                .filter_map(|c| cluster.clients[c].rack.as_deref())
                 .collect::<BTreeSet<_>>()
                 .len()
         } else {
@@ -69,7 +69,7 @@ impl<'a> Diversity<'a> {
 
     /// Whether client `c` may take the next copy of a task whose copies are on `placed`.
     pub fn allows(&self, c: ClientIx, placed: &[ClientIx]) -> bool {
-        let client = &self.cluster.clients[c as usize];
+        let client = &self.cluster.clients[c];
         let differs = |value: Option<&String>, of: &dyn Fn(ClientIx) -> Option<&'a String>| {
             value.is_none_or(|v| placed.iter().all(|&h| of(h) != Some(v)))
         };
@@ -79,13 +79,13 @@ impl<'a> Diversity<'a> {
                 .filter(|&&(_, values)| values > placed.len())
                 .all(|&(key, _)| {
                     differs(client.tags.get(key), &|h| {
-                        self.cluster.clients[h as usize].tags.get(key)
+                        self.cluster.clients[h].tags.get(key)
                     })
                 })
         } else {
             self.racks <= placed.len()
                 || differs(client.rack.as_ref(), &|h| {
-                    self.cluster.clients[h as usize].rack.as_ref()
+                    self.cluster.clients[h].rack.as_ref()
                 })
         }
     }

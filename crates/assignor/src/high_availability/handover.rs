@@ -38,12 +38,12 @@ pub fn hand_over(
 ) {
     let mut wanted = Vec::new();
     for t in cluster.task_ixs() {
-        let a = target[t as usize];
+        let a = target[t];
         if !cluster.is_stateful(t) {
             plan.push(a, t, Role::Active);
             continue;
         }
-        let runner = runners[t as usize];
+        let runner = runners[t];
         plan.push(runner, t, Role::Active);
         if !cluster.is_caught_up(runner, t) {
             // Taken from a leaving client past its timeout: the hand-over the drain waited for
@@ -76,9 +76,7 @@ pub fn hand_over(
             .map(|&(t, from, to)| {
                 format!(
                     "{} {} -> {}",
-                    cluster.tasks[t as usize].id,
-                    cluster.clients[from as usize].id,
-                    cluster.clients[to as usize].id
+                    cluster.tasks[t].id, cluster.clients[from].id, cluster.clients[to].id
                 )
             })
             .collect();
@@ -168,7 +166,7 @@ fn old_standbys(
 ) -> std::vec::IntoIter<ClientIx> {
     let is_old = |c: ClientIx| {
         c != runner
-            && capacities[c as usize] > 0
+            && capacities[c] > 0
             && !holders.contains(task, c)
             && cluster.owned_role(c, task) == Some(Role::Standby)
             && cluster.is_caught_up(c, task)
@@ -178,7 +176,7 @@ fn old_standbys(
     let mut old: Vec<ClientIx> = if cluster.unreported_is_caught_up(task) {
         cluster.client_ixs().filter(|&c| is_old(c)).collect()
     } else {
-        cluster.reporters[task as usize]
+        cluster.reporters[task]
             .iter()
             .map(|&(c, _)| c)
             .filter(|&c| is_old(c))
@@ -199,7 +197,7 @@ pub fn runners(
     cluster
         .task_ixs()
         .map(|t| {
-            let a = target[t as usize];
+            let a = target[t];
             if !cluster.is_stateful(t) || cluster.is_caught_up(a, t) {
                 // Stateless: `a` is still unset here, and never read.
                 a
@@ -218,7 +216,7 @@ fn choose_runner(
     task: TaskIx,
     a: ClientIx,
 ) -> ClientIx {
-    let leaving = |c: ClientIx| capacities[c as usize] == 0;
+    let leaving = |c: ClientIx| capacities[c] == 0;
     // Past the scale-down timeout a leaving client runs nothing, caught up or not.
     let runs_now =
         |c: ClientIx| cluster.owned_role(c, task) == Some(Role::Active) && !cluster.timed_out(c);
@@ -234,7 +232,7 @@ fn choose_runner(
     }
     // Any caught-up client, e.g. one over its quota, or a leaving one that runs the task now.
     // When the changelog is within the acceptable lag, a client that reported nothing is caught up too.
-    let reporters = &cluster.reporters[task as usize];
+    let reporters = &cluster.reporters[task];
     let may_run = |c: ClientIx| {
         (runs_now(c) || !leaving(c)) && !cluster.timed_out(c) && cluster.is_caught_up(c, task)
     };
@@ -276,7 +274,7 @@ fn caught_up_count(cluster: &Cluster, task: TaskIx) -> usize {
             .filter(|&c| cluster.is_caught_up(c, task))
             .count();
     }
-    cluster.reporters[task as usize]
+    cluster.reporters[task]
         .iter()
         .filter(|&&(c, _)| cluster.is_caught_up(c, task))
         .count()

@@ -23,12 +23,12 @@ impl Holders {
     }
 
     pub fn of(&self, task: TaskIx) -> &[ClientIx] {
-        let start = task as usize * self.r;
-        &self.slots[start..start + self.len[task as usize] as usize]
+        let start = task.ix() * self.r;
+        &self.slots[start..start + self.len[task] as usize]
     }
 
     pub fn is_full(&self, task: TaskIx) -> bool {
-        self.len[task as usize] as usize >= self.r
+        self.len[task] as usize >= self.r
     }
 
     pub fn contains(&self, task: TaskIx, client: ClientIx) -> bool {
@@ -38,8 +38,8 @@ impl Holders {
     /// Moves `task`'s copy from `from` to `to`.
     pub fn replace(&mut self, task: TaskIx, from: ClientIx, to: ClientIx) {
         debug_assert!(!self.contains(task, to));
-        let start = task as usize * self.r;
-        let n = self.len[task as usize] as usize;
+        let start = task.ix() * self.r;
+        let n = self.len[task] as usize;
         if let Some(slot) = self.slots[start..start + n]
             .iter_mut()
             .find(|c| **c == from)
@@ -50,9 +50,9 @@ impl Holders {
 
     pub fn add(&mut self, task: TaskIx, client: ClientIx) {
         debug_assert!(!self.is_full(task) && !self.contains(task, client));
-        let n = self.len[task as usize] as usize;
-        self.slots[task as usize * self.r + n] = client;
-        self.len[task as usize] += 1;
+        let n = self.len[task] as usize;
+        self.slots[task.ix() * self.r + n] = client;
+        self.len[task] += 1;
     }
 }
 
@@ -62,12 +62,13 @@ mod tests {
 
     #[test]
     fn holders_fill_up_to_r() {
+        let (t0, t1) = (TaskIx(0), TaskIx(1));
         let mut h = Holders::new(3, 2);
-        h.add(1, 7);
-        assert!(h.contains(1, 7) && !h.is_full(1));
-        h.add(1, 4);
-        assert_eq!(h.of(1), &[7, 4]);
-        assert!(h.is_full(1));
-        assert!(h.of(0).is_empty());
+        h.add(t1, ClientIx(7));
+        assert!(h.contains(t1, ClientIx(7)) && !h.is_full(t1));
+        h.add(t1, ClientIx(4));
+        assert_eq!(h.of(t1), &[ClientIx(7), ClientIx(4)]);
+        assert!(h.is_full(t1));
+        assert!(h.of(t0).is_empty());
     }
 }

@@ -100,7 +100,7 @@ fn plan(cluster: &Cluster, racks: Option<&RackCosts>, report: Option<&RackCosts>
     let runners = handover::runners(cluster, &capacities, &holders, &actives.target);
     let mut running = vec![0; cluster.client_count()];
     for t in cluster.task_ixs().filter(|&t| cluster.is_stateful(t)) {
-        running[runners[t as usize] as usize] += 1;
+        running[runners[t]] += 1;
     }
     roles::assign_stateless(cluster, &capacities, &running, &mut actives);
     if let Some(costs) = racks {

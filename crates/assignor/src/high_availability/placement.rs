@@ -46,7 +46,7 @@ impl<'a> RackPlan<'a> {
         let mut has_state = vec![false; cluster.task_count()];
         for view in &cluster.views {
             for &(t, _) in &view.owned {
-                has_state[t as usize] = true;
+                has_state[t] = true;
             }
         }
         for (t, reports) in cluster.reporters.iter().enumerate() {
@@ -60,7 +60,7 @@ impl<'a> RackPlan<'a> {
         }
         let new = cluster
             .task_ixs()
-            .filter(|&t| cluster.is_stateful(t) && !has_state[t as usize])
+            .filter(|&t| cluster.is_stateful(t) && !has_state[t])
             .collect();
         RackPlan { costs, new }
     }
@@ -120,18 +120,18 @@ pub fn place_copies(
         let mut first = vec![ClientIx::MAX; tasks];
         for &t in new {
             if let Some(&c) = holders.of(t).first() {
-                first[t as usize] = c;
+                first[t] = c;
             }
         }
         let placed: Vec<TaskIx> = new
             .iter()
             .copied()
-            .filter(|&t| first[t as usize] != ClientIx::MAX)
+            .filter(|&t| first[t] != ClientIx::MAX)
             .collect();
         let before = first.clone();
         crate::rack::optimize(costs, cluster, &placed, &mut first);
         for &t in &placed {
-            let (from, to) = (before[t as usize], first[t as usize]);
+            let (from, to) = (before[t], first[t]);
             if from != to {
                 holders.replace(t, from, to);
             }
@@ -173,22 +173,22 @@ pub fn place_new_tasks_by_rack(
         .copied()
         .filter(|&t| !by_tags || holders.of(t).len() == 1)
         .collect();
-    let before: Vec<ClientIx> = new.iter().map(|&t| target[t as usize]).collect();
+    let before: Vec<ClientIx> = new.iter().map(|&t| target[t]).collect();
     // An active never joins its own standby's rack.
     let mut standby_racks: Vec<Vec<RackIx>> = vec![Vec::new(); cluster.task_count()];
     for &t in &new {
-        standby_racks[t as usize] = holders
+        standby_racks[t] = holders
             .of(t)
             .iter()
-            .filter(|&&h| h != target[t as usize])
+            .filter(|&&h| h != target[t])
             .map(|&h| costs.rack_of(h))
             .collect();
     }
     crate::rack::optimize_avoiding(costs, cluster, &new, target, |t| {
-        std::mem::take(&mut standby_racks[t as usize])
+        std::mem::take(&mut standby_racks[t])
     });
     for (&t, from) in new.iter().zip(before) {
-        let to = target[t as usize];
+        let to = target[t];
         if to != from && !holders.contains(t, to) {
             holders.replace(t, from, to);
         }
@@ -204,10 +204,10 @@ pub(super) fn claims(cluster: &Cluster, capacities: &[u32]) -> Vec<ClaimRow> {
     let mut claims: Vec<ClaimRow> = Vec::new();
     let acceptable = cluster.config.acceptable_recovery_lag;
     for c in cluster.client_ixs() {
-        if capacities[c as usize] == 0 {
+        if capacities[c] == 0 {
             continue;
         }
-        let view = &cluster.views[c as usize];
+        let view = &cluster.views[c];
         let mut running = Vec::new();
         let mut held = Vec::new();
         let mut seen: Vec<TaskIx> = view
@@ -227,10 +227,10 @@ pub(super) fn claims(cluster: &Cluster, capacities: &[u32]) -> Vec<ClaimRow> {
                 Some(_) => held.push(t),
                 None if caught_up => held.push(t),
                 None => {
-                    let end = cluster.tasks[t as usize].end_offset_sum;
+                    let end = cluster.tasks[t].end_offset_sum;
                     if let Lag::Behind(n) = lag {
                         if n < end {
-                            claims.push((Claim::Stale, n, c as u64, c, t));
+                            claims.push((Claim::Stale, n, c.0 as u64, c, t));
                         }
                     }
                 }
@@ -239,7 +239,7 @@ pub(super) fn claims(cluster: &Cluster, capacities: &[u32]) -> Vec<ClaimRow> {
         for (claim, mut list) in [(Claim::RunningActive, running), (Claim::Held, held)] {
             interleave(cluster, &mut list);
             for (rank, t) in list.into_iter().enumerate() {
-                claims.push((claim, c as u64, rank as u64, c, t));
+                claims.push((claim, c.0 as u64, rank as u64, c, t));
             }
         }
     }
@@ -260,7 +260,7 @@ fn keep_existing(
     let mut took_extra = vec![false; copies.len()];
     for within_base in [true, false] {
         for &(_, _, _, c, t) in &claims {
-            let ci = c as usize;
+            let ci = c.ix();
             if holders.is_full(t) || holders.contains(t, c) {
                 continue;
             }
@@ -306,11 +306,11 @@ fn fill_missing(
         copies_each: upto,
     } = want;
     let mut extras = quotas.extras;
-    let key = |c: ClientIx, n: u32| Reverse((Load::new(n, capacities[c as usize]), c));
+    let key = |c: ClientIx, n: u32| Reverse((Load::new(n, capacities[c]), c));
     let mut below_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();
     let mut at_base: BinaryHeap<Reverse<(Load, ClientIx)>> = BinaryHeap::new();
     for c in cluster.client_ixs() {
-        let ci = c as usize;
+        let ci = c.ix();
         if capacities[ci] == 0 {
             continue;
         }
@@ -335,18 +335,18 @@ fn fill_missing(
                 })
                 .or_else(|| {
                     let room = |c: ClientIx| {
-                        let ci = c as usize;
+                        let ci = c.ix();
                         capacities[ci] > 0
                             && (copies[ci] < quotas.base[ci]
                                 || (extras > 0 && copies[ci] == quotas.base[ci]))
                     };
                     let (x, d) = make_room(cluster, capacities, stateful, holders, t, room)?;
-                    let di = d as usize;
+                    let di = d.ix();
                     if copies[di] >= quotas.base[di] {
                         extras -= 1;
                     }
                     copies[di] += 1;
-                    copies[x as usize] -= 1;
+                    copies[x] -= 1;
                     // d's heap entry is now stale (pick_client drops it); offer d afresh.
                     if copies[di] < quotas.base[di] {
                         below_base.push(key(d, copies[di]));
@@ -362,7 +362,7 @@ fn fill_missing(
                 break;
             };
             holders.add(t, c);
-            let ci = c as usize;
+            let ci = c.ix();
             copies[ci] += 1;
             if copies[ci] < quotas.base[ci] {
                 below_base.push(key(c, copies[ci]));
@@ -392,7 +392,7 @@ fn pick_client(
     let mut looked = 0;
     while let Some(entry) = heap.pop() {
         let c = entry.0 .1;
-        if entry.0 .0.count != copies[c as usize] {
+        if entry.0 .0.count != copies[c] {
             continue;
         }
         if holders.contains(task, c) {
@@ -441,7 +441,7 @@ fn make_room(
     let mut held: Vec<Vec<TaskIx>> = vec![Vec::new(); n];
     for &u in stateful {
         for &c in holders.of(u) {
-            held[c as usize].push(u);
+            held[c].push(u);
         }
     }
     // The copy that moves off a full client is its weakest: never its running active while
@@ -449,7 +449,7 @@ fn make_room(
     // released task back in play, would move another: a flip that never settles), and
     // otherwise the one furthest behind.
     for (x, list) in held.iter_mut().enumerate() {
-        let x = x as ClientIx;
+        let x = ClientIx::new(x);
         list.sort_by_key(|&u| {
             (
                 cluster.owned_role(x, u) == Some(Role::Active),
@@ -463,8 +463,8 @@ fn make_room(
     let mut parent: Vec<Option<(ClientIx, TaskIx)>> = vec![None; n];
     let mut queue = std::collections::VecDeque::new();
     for x in cluster.client_ixs() {
-        if capacities[x as usize] > 0 && !holders.contains(task, x) {
-            parent[x as usize] = Some((ROOT, task));
+        if capacities[x] > 0 && !holders.contains(task, x) {
+            parent[x] = Some((ROOT, task));
             queue.push_back(x);
         }
     }
@@ -472,7 +472,7 @@ fn make_room(
         if room(x) {
             let last = x;
             let mut at = x;
-            while let Some((from, u)) = parent[at as usize] {
+            while let Some((from, u)) = parent[at] {
                 if from == ROOT {
                     return Some((at, last));
                 }
@@ -481,13 +481,10 @@ fn make_room(
             }
             return None;
         }
-        for &u in &held[x as usize] {
+        for &u in &held[x] {
             for y in cluster.client_ixs() {
-                if capacities[y as usize] > 0
-                    && parent[y as usize].is_none()
-                    && !holders.contains(u, y)
-                {
-                    parent[y as usize] = Some((x, u));
+                if capacities[y] > 0 && parent[y].is_none() && !holders.contains(u, y) {
+                    parent[y] = Some((x, u));
                     queue.push_back(y);
                 }
             }
@@ -506,6 +503,6 @@ fn least_loaded_without(
 ) -> Option<ClientIx> {
     cluster
         .client_ixs()
-        .filter(|&c| capacities[c as usize] > 0 && !holders.contains(task, c))
-        .min_by_key(|&c| (Load::new(copies[c as usize], capacities[c as usize]), c))
+        .filter(|&c| capacities[c] > 0 && !holders.contains(task, c))
+        .min_by_key(|&c| (Load::new(copies[c], capacities[c]), c))
 }

@@ -40,13 +40,13 @@ impl Budget {
 
     /// Whether `c` at `count` may take one more, using the shared pool if `allow_extra`.
     fn room(&self, c: ClientIx, count: u32, allow_extra: bool) -> bool {
-        let ci = c as usize;
+        let ci = c.ix();
         count < self.base[ci]
             || (allow_extra && self.extras > 0 && !self.took_extra[ci] && count == self.base[ci])
     }
 
     fn take(&mut self, c: ClientIx, count: u32) {
-        let ci = c as usize;
+        let ci = c.ix();
         if count >= self.base[ci] {
             self.extras -= 1;
             self.took_extra[ci] = true;
@@ -73,7 +73,7 @@ pub fn choose_stateful_actives(
 
     // Actives per (subtopology, client): ties go to the client with fewest of the task's subtopology.
     let mut per_sub: BTreeMap<(u32, ClientIx), u32> = BTreeMap::new();
-    let sub = |t: TaskIx| cluster.tasks[t as usize].id.subtopology;
+    let sub = |t: TaskIx| cluster.tasks[t].id.subtopology;
     type PerSub = BTreeMap<(u32, ClientIx), u32>;
     let assign = |t: TaskIx,
                   c: ClientIx,
@@ -81,9 +81,9 @@ pub fn choose_stateful_actives(
                   count: &mut [u32],
                   budget: &mut Budget,
                   per_sub: &mut PerSub| {
-        budget.take(c, count[c as usize]);
-        target[t as usize] = c;
-        count[c as usize] += 1;
+        budget.take(c, count[c]);
+        target[t] = c;
+        count[c] += 1;
         *per_sub.entry((sub(t), c)).or_default() += 1;
     };
 
@@ -93,9 +93,9 @@ pub fn choose_stateful_actives(
         // Keep running actives, unless a caught-up holder elsewhere reads the task's input
         // locally enough to be worth the switch (no state moves: it is a standby's promotion).
         for c in cluster.client_ixs() {
-            for &t in &running[c as usize] {
-                if target[t as usize] == NONE
-                    && budget.room(c, count[c as usize], allow_extra)
+            for &t in &running[c] {
+                if target[t] == NONE
+                    && budget.room(c, count[c], allow_extra)
                     && !worth_switching(cluster, holders, racks, t, c)
                 {
                     assign(t, c, &mut target, &mut count, &mut budget, &mut per_sub);
@@ -106,7 +106,7 @@ pub fn choose_stateful_actives(
         // task's subtopology, least loaded, least behind.
         for caught_up_only in [true, false] {
             for &t in &stateful {
-                if target[t as usize] != NONE {
+                if target[t] != NONE {
                     continue;
                 }
                 let best = holders
@@ -115,11 +115,11 @@ pub fn choose_stateful_actives(
                     .copied()
                     .filter(|&h| {
                         (!caught_up_only || cluster.is_caught_up(h, t))
-                            && budget.room(h, count[h as usize], allow_extra)
+                            && budget.room(h, count[h], allow_extra)
                     })
                     .min_by_key(|&h| {
                         let spread = per_sub_count(&per_sub, sub(t), h);
-                        let load = Load::new(count[h as usize], capacities[h as usize]);
+                        let load = Load::new(count[h], capacities[h]);
                         promotion_key(cluster, holders, racks, t, h, spread, load)
                     });
                 if let Some(h) = best {
@@ -129,7 +129,7 @@ pub fn choose_stateful_actives(
         }
         // Every holder is full: shift actives along a chain of holders to one with room.
         for &t in &stateful {
-            if target[t as usize] == NONE {
+            if target[t] == NONE {
                 augment(
                     cluster,
                     holders,
@@ -151,15 +151,15 @@ pub fn choose_stateful_actives(
 /// loaded holder.
 fn place_the_rest(stateful: &[TaskIx], holders: &Holders, capacities: &[u32], a: &mut Actives) {
     for &t in stateful {
-        if a.target[t as usize] == NONE {
+        if a.target[t] == NONE {
             let h = holders
                 .of(t)
                 .iter()
                 .copied()
-                .min_by_key(|&h| (Load::new(a.count[h as usize], capacities[h as usize]), h))
+                .min_by_key(|&h| (Load::new(a.count[h], capacities[h]), h))
                 .expect("a stateful task has at least one holder");
-            a.target[t as usize] = h;
-            a.count[h as usize] += 1;
+            a.target[t] = h;
+            a.count[h] += 1;
         }
     }
 }
@@ -187,11 +187,11 @@ fn worth_switching(
 fn running_actives(cluster: &Cluster, capacities: &[u32], holders: &Holders) -> Vec<Vec<TaskIx>> {
     let mut running: Vec<Vec<TaskIx>> = vec![Vec::new(); cluster.client_count()];
     for c in cluster.client_ixs() {
-        if capacities[c as usize] == 0 {
+        if capacities[c] == 0 {
             continue;
         }
-        let list = &mut running[c as usize];
-        for &(t, role) in &cluster.views[c as usize].owned {
+        let list = &mut running[c];
+        for &(t, role) in &cluster.views[c].owned {
             if role == Role::Active
                 && cluster.is_stateful(t)
                 && holders.contains(t, c)
@@ -247,26 +247,26 @@ fn augment(
     let clients = cluster.client_count();
     let mut by_client: Vec<Vec<TaskIx>> = vec![Vec::new(); clients];
     for u in cluster.task_ixs() {
-        if target[u as usize] != NONE {
-            by_client[target[u as usize] as usize].push(u);
+        if target[u] != NONE {
+            by_client[target[u]].push(u);
         }
     }
     // parent[c] = (task that would move to c, client it comes from, or NONE for `t` itself)
     let mut parent: Vec<Option<(TaskIx, ClientIx)>> = vec![None; clients];
     let mut queue = std::collections::VecDeque::new();
     for &h in holders.of(t) {
-        if parent[h as usize].is_none() {
-            parent[h as usize] = Some((t, NONE));
+        if parent[h].is_none() {
+            parent[h] = Some((t, NONE));
             queue.push_back(h);
         }
     }
     while let Some(c) = queue.pop_front() {
-        if budget.room(c, count[c as usize], allow_extra) {
-            budget.take(c, count[c as usize]);
-            count[c as usize] += 1;
+        if budget.room(c, count[c], allow_extra) {
+            budget.take(c, count[c]);
+            count[c] += 1;
             let mut at = c;
-            while let Some((task, from)) = parent[at as usize] {
-                target[task as usize] = at;
+            while let Some((task, from)) = parent[at] {
+                target[task] = at;
                 if from == NONE {
                     break;
                 }
@@ -274,10 +274,10 @@ fn augment(
             }
             return true;
         }
-        for &u in &by_client[c as usize] {
+        for &u in &by_client[c] {
             for &g in holders.of(u) {
-                if g != c && parent[g as usize].is_none() {
-                    parent[g as usize] = Some((u, c));
+                if g != c && parent[g].is_none() {
+                    parent[g] = Some((u, c));
                     queue.push_back(g);
                 }
             }
@@ -317,16 +317,15 @@ pub fn assign_stateless(
     let mut count = vec![0u32; clients];
     let mut owner = vec![NONE; cluster.task_count()];
     for c in cluster.client_ixs() {
-        let ci = c as usize;
+        let ci = c.ix();
         if capacities[ci] == 0 {
             continue;
         }
         for &(t, role) in &cluster.views[ci].owned {
-            if role == Role::Active && !cluster.is_stateful(t) && actives.target[t as usize] == NONE
-            {
-                owner[t as usize] = c;
+            if role == Role::Active && !cluster.is_stateful(t) && actives.target[t] == NONE {
+                owner[t] = c;
                 if now[ci] < share.base[ci] {
-                    actives.target[t as usize] = c;
+                    actives.target[t] = c;
                     now[ci] += 1;
                     count[ci] += 1;
                     actives.count[ci] += 1;
@@ -338,35 +337,31 @@ pub fn assign_stateless(
     // (a round may otherwise swap two owners' tasks for nothing).
     type Key = (Load, Load, ClientIx);
     let key = |c: ClientIx, now: &[u32], count: &[u32]| -> Key {
-        let cap = capacities[c as usize];
-        (
-            Load::new(now[c as usize], cap),
-            Load::new(count[c as usize], cap),
-            c,
-        )
+        let cap = capacities[c];
+        (Load::new(now[c], cap), Load::new(count[c], cap), c)
     };
     let mut lightest: BTreeSet<Key> = cluster
         .client_ixs()
-        .filter(|&c| capacities[c as usize] > 0)
+        .filter(|&c| capacities[c] > 0)
         .map(|c| key(c, &now, &count))
         .collect();
     for &t in &stateless {
-        if actives.target[t as usize] != NONE {
+        if actives.target[t] != NONE {
             continue;
         }
         let Some(&(load, _, first)) = lightest.first() else {
             // No client takes tasks: nothing to place them on.
             return;
         };
-        let o = owner[t as usize];
-        let c = if o != NONE && Load::new(now[o as usize], capacities[o as usize]) == load {
+        let o = owner[t];
+        let c = if o != NONE && Load::new(now[o], capacities[o]) == load {
             o
         } else {
             first
         };
-        let ci = c as usize;
+        let ci = c.ix();
         lightest.remove(&key(c, &now, &count));
-        actives.target[t as usize] = c;
+        actives.target[t] = c;
         now[ci] += 1;
         count[ci] += 1;
         actives.count[ci] += 1;

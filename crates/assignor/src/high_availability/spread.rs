@@ -13,7 +13,7 @@ pub fn interleave(cluster: &Cluster, tasks: &mut [TaskIx]) {
     let mut current = None;
     let mut rank = 0u32;
     for &t in tasks.iter() {
-        let sub = cluster.tasks[t as usize].id.subtopology;
+        let sub = cluster.tasks[t].id.subtopology;
         if current != Some(sub) {
             current = Some(sub);
             rank = 0;

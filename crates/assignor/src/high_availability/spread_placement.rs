@@ -34,11 +34,11 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
     let mut by_sub: BTreeMap<u32, Vec<TaskIx>> = BTreeMap::new();
     for t in cluster.task_ixs().filter(|&t| cluster.is_stateful(t)) {
         by_sub
-            .entry(cluster.tasks[t as usize].id.subtopology)
+            .entry(cluster.tasks[t].id.subtopology)
             .or_default()
             .push(t);
     }
-    let sub_of = |t: TaskIx| cluster.tasks[t as usize].id.subtopology;
+    let sub_of = |t: TaskIx| cluster.tasks[t].id.subtopology;
     let claims = claims(cluster, capacities);
 
     // What each client holds of each subtopology now (kept in preference to moving), each
@@ -48,18 +48,18 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
     let mut counted: Vec<Option<ClientIx>> = vec![None; cluster.task_count()];
     for &(_, _, _, c, t) in &claims {
         if cluster.owned_role(c, t) == Some(Role::Warmup) {
-            counted[t as usize] = Some(c);
+            counted[t] = Some(c);
         }
     }
     for &(claim, _, _, c, t) in &claims {
-        if claim != Claim::Stale && counted[t as usize].is_none() {
-            counted[t as usize] = Some(c);
+        if claim != Claim::Stale && counted[t].is_none() {
+            counted[t] = Some(c);
         }
     }
     let mut have: BTreeMap<u32, Vec<u32>> = by_sub.keys().map(|&s| (s, vec![0; clients])).collect();
     for (t, c) in counted.iter().enumerate() {
-        if let (Some(c), Some(v)) = (c, have.get_mut(&sub_of(t as TaskIx))) {
-            v[*c as usize] += 1;
+        if let (Some(c), Some(v)) = (c, have.get_mut(&sub_of(TaskIx::new(t)))) {
+            v[*c] += 1;
         }
     }
 
@@ -69,7 +69,7 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
         .collect();
     let eligible: Vec<ClientIx> = cluster
         .client_ixs()
-        .filter(|&c| capacities[c as usize] > 0)
+        .filter(|&c| capacities[c] > 0)
         .collect();
     // Keeping what clients hold first gives the fewest moves; when that breaks the totals,
     // lowest totals first always meets them for equal capacities.
@@ -84,7 +84,7 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
     let mut copies = vec![0u32; clients];
     for &(_, _, _, c, t) in &claims {
         let s = sub_of(t);
-        let ci = c as usize;
+        let ci = c.ix();
         if holders.is_full(t) || count[&s][ci] >= quota[&s][ci] {
             continue;
         }
@@ -96,9 +96,9 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
         let mut open: Vec<ClientIx> = eligible
             .iter()
             .copied()
-            .filter(|&c| count[s][c as usize] < quota[s][c as usize])
+            .filter(|&c| count[s][c] < quota[s][c])
             .collect();
-        open.sort_by_key(|&c| (Load::new(copies[c as usize], capacities[c as usize]), c));
+        open.sort_by_key(|&c| (Load::new(copies[c], capacities[c]), c));
         let mut next = open.into_iter();
         let mut current = next.next();
         for &t in tasks {
@@ -106,7 +106,7 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
                 continue;
             }
             while let Some(c) = current {
-                if count[s][c as usize] < quota[s][c as usize] {
+                if count[s][c] < quota[s][c] {
                     break;
                 }
                 current = next.next();
@@ -116,8 +116,8 @@ pub fn place(cluster: &Cluster, capacities: &[u32], total: &Quotas) -> Option<Ho
                 return None;
             };
             holders.add(t, c);
-            count.get_mut(s).expect("every subtopology counted")[c as usize] += 1;
-            copies[c as usize] += 1;
+            count.get_mut(s).expect("every subtopology counted")[c] += 1;
+            copies[c] += 1;
         }
     }
     Some(holders)
@@ -151,7 +151,7 @@ fn fewest_moves(
     let mut wanted = 0i64;
     let mut lows = Vec::new();
     for (j, &c) in eligible.iter().enumerate() {
-        let ci = c as usize;
+        let ci = c.ix();
         let low = i64::from(total.base[ci]) - i64::from(bases[ci]);
         if low < 0 {
             return None;
@@ -165,7 +165,7 @@ fn fewest_moves(
         net.add(source, 1 + i, i64::from(q.extras), 0);
         wanted += i64::from(q.extras);
         for (j, &c) in eligible.iter().enumerate() {
-            let keeps = have[s][c as usize] > q.base[c as usize];
+            let keeps = have[s][c] > q.base[c];
             let id = net.add(1 + i, 1 + splits.len() + j, 1, if keeps { -1 } else { 0 });
             picks.push((*s, c, id));
         }
@@ -178,7 +178,7 @@ fn fewest_moves(
         splits.iter().map(|(&s, q)| (s, q.base.clone())).collect();
     for (s, c, id) in picks {
         if net.flow_on(id) > 0 {
-            quota.get_mut(&s).expect("every subtopology has quotas")[c as usize] += 1;
+            quota.get_mut(&s).expect("every subtopology has quotas")[c] += 1;
         }
     }
     Some(quota)
@@ -221,10 +221,10 @@ fn extras(
         let mut order: Vec<ClientIx> = eligible
             .iter()
             .copied()
-            .filter(|&c| totals[c as usize] <= total.base[c as usize])
+            .filter(|&c| totals[c] <= total.base[c])
             .collect();
         order.sort_by_key(|&c| {
-            let ci = c as usize;
+            let ci = c.ix();
             let gives_up = held[ci] <= q.base[ci];
             let load = Load::new(totals[ci], capacities[ci]);
             match prefer {
@@ -237,8 +237,8 @@ fn extras(
         }
         let mut mine = q.base.clone();
         for &c in order.iter().take(q.extras as usize) {
-            mine[c as usize] += 1;
-            totals[c as usize] += 1;
+            mine[c] += 1;
+            totals[c] += 1;
         }
         quota.insert(s, mine);
     }

@@ -28,32 +28,32 @@ pub fn keep_current(cluster: &Cluster) -> Option<Plan> {
     let mut owners: Vec<Vec<ClientIx>> = vec![Vec::new(); cluster.task_count()];
     let mut standby_of: Vec<Vec<ClientIx>> = vec![Vec::new(); cluster.task_count()];
     for c in cluster.client_ixs() {
-        for &(t, role) in &cluster.views[c as usize].owned {
+        for &(t, role) in &cluster.views[c].owned {
             match role {
-                Role::Active => owners[t as usize].push(c),
-                Role::Standby => standby_of[t as usize].push(c),
+                Role::Active => owners[t].push(c),
+                Role::Standby => standby_of[t].push(c),
                 Role::Warmup => {}
             }
         }
     }
     for t in cluster.task_ixs() {
-        let [owner] = owners[t as usize][..] else {
+        let [owner] = owners[t][..] else {
             return None;
         };
         if cluster.is_stateful(t) && !cluster.is_caught_up(owner, t) {
             return None;
         }
         plan.push(owner, t, Role::Active);
-        actives[owner as usize] += 1;
-        copies[owner as usize] += 1;
+        actives[owner] += 1;
+        copies[owner] += 1;
         if cluster.is_stateful(t) {
-            let held = &standby_of[t as usize];
+            let held = &standby_of[t];
             if held.len() != want_standbys {
                 return None;
             }
             for &c in held {
                 plan.push(c, t, Role::Standby);
-                copies[c as usize] += 1;
+                copies[c] += 1;
             }
         }
     }

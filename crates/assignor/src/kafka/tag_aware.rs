@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::client_state::{ClientState, PrioritySet};
 use crate::cluster::{ClientIx, Cluster, TaskIx};
+use crate::index::indices;
 use crate::model::TaskId;
 
 /// Places the standbys; returns how many could not be placed at all.
@@ -29,24 +30,24 @@ pub fn assign_standbys(cluster: &Cluster, states: &mut [ClientState], stateful: 
             values.entry(k.as_str()).or_default().insert(v.as_str());
         }
     }
-    let tag = |c: ClientIx, k: &str| cluster.clients[c as usize].tags.get(k).map(String::as_str);
-    let n = states.len() as ClientIx;
+    let tag = |c: ClientIx, k: &str| cluster.clients[c].tags.get(k).map(String::as_str);
+    let n = states.len();
     let offer_all = |set: &mut PrioritySet, states: &[ClientState]| {
-        for c in 0..n {
-            set.offer(c, states[c as usize].assigned_load());
+        for c in indices::<ClientIx>(n) {
+            set.offer(c, states[c].assigned_load());
         }
     };
 
     let mut active_of = vec![ClientIx::MAX; cluster.task_count()];
     for (c, state) in states.iter().enumerate() {
         for &t in &state.active {
-            active_of[t as usize] = c as ClientIx;
+            active_of[t] = ClientIx::new(c);
         }
     }
     let mut set = PrioritySet::new();
     let mut pending: Vec<(TaskIx, u32)> = Vec::new();
     for &t in stateful {
-        let active = active_of[t as usize];
+        let active = active_of[t];
         if active == ClientIx::MAX {
             pending.push((t, wanted));
             continue;
@@ -57,7 +58,7 @@ pub fn assign_standbys(cluster: &Cluster, states: &mut [ClientState], stateful: 
         let mut left = wanted;
         let mut last = active;
         while left > 0 {
-            for (k, v) in &cluster.clients[last as usize].tags {
+            for (k, v) in &cluster.clients[last].tags {
                 let k = k.as_str();
                 if !keys.contains(k) {
                     continue;
@@ -69,10 +70,10 @@ pub fn assign_standbys(cluster: &Cluster, states: &mut [ClientState], stateful: 
                 }
             }
             let on_used = |c: ClientIx| used.iter().any(|&(k, v)| tag(c, k) == Some(v));
-            let Some(c) = set.poll(|c| !states[c as usize].has_assigned(t) && !on_used(c)) else {
+            let Some(c) = set.poll(|c| !states[c].has_assigned(t) && !on_used(c)) else {
                 break;
             };
-            states[c as usize].standby.insert(t);
+            states[c].standby.insert(t);
             used_clients += 1;
             left -= 1;
             last = c;
@@ -85,15 +86,15 @@ pub fn assign_standbys(cluster: &Cluster, states: &mut [ClientState], stateful: 
     let mut short = 0;
     if !pending.is_empty() {
         offer_all(&mut set, states);
-        let order = java_hash_map_order(stateful.len(), pending, |t| cluster.tasks[t as usize].id);
+        let order = java_hash_map_order(stateful.len(), pending, |t| cluster.tasks[t].id);
         for (t, left) in order {
             let mut placed = 0;
             while placed < left {
-                let Some(c) = set.poll(|c| !states[c as usize].has_assigned(t)) else {
+                let Some(c) = set.poll(|c| !states[c].has_assigned(t)) else {
                     break;
                 };
-                states[c as usize].standby.insert(t);
-                set.offer(c, states[c as usize].assigned_load());
+                states[c].standby.insert(t);
+                set.offer(c, states[c].assigned_load());
                 placed += 1;
             }
             short += left - placed;
@@ -104,8 +105,8 @@ pub fn assign_standbys(cluster: &Cluster, states: &mut [ClientState], stateful: 
 
 /// Kafka's `isAllowedTaskMovement` for tags: every tag of `src` has the same value on `dst`.
 pub fn same_tags(cluster: &Cluster, src: ClientIx, dst: ClientIx) -> bool {
-    let dst_tags = &cluster.clients[dst as usize].tags;
-    cluster.clients[src as usize]
+    let dst_tags = &cluster.clients[dst].tags;
+    cluster.clients[src]
         .tags
         .iter()
         .all(|(k, v)| dst_tags.get(k) == Some(v))

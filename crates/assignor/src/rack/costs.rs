@@ -95,16 +95,16 @@ impl RackCosts {
     }
 
     pub fn rack_of(&self, c: ClientIx) -> RackIx {
-        self.client_rack[c as usize]
+        self.client_rack[c]
     }
 
     /// Input partitions of `t` with no replica on `rack`.
     pub fn misses(&self, t: TaskIx, rack: RackIx) -> u32 {
-        let here = &self.present[t as usize];
+        let here = &self.present[t];
         let hits = here
             .binary_search_by_key(&rack, |&(r, _)| r)
             .map_or(0, |i| here[i].1);
-        self.partitions[t as usize] - hits
+        self.partitions[t] - hits
     }
 
     /// Traffic cost of running `t` on `rack`.
@@ -114,11 +114,11 @@ impl RackCosts {
 
     /// The racks where `t` reads some partition locally.
     pub fn replica_racks(&self, t: TaskIx) -> impl Iterator<Item = RackIx> + '_ {
-        self.present[t as usize].iter().map(|&(r, _)| r)
+        self.present[t].iter().map(|&(r, _)| r)
     }
 
     /// How many input partitions `t` reads.
     pub fn partitions(&self, t: TaskIx) -> u32 {
-        self.partitions[t as usize]
+        self.partitions[t]
     }
 }

@@ -33,9 +33,9 @@ pub fn optimize_avoiding(
         .iter()
         .map(|&t| Item {
             task: t,
-            client: target[t as usize],
+            client: target[t],
             group: if per_subtopology {
-                cluster.tasks[t as usize].id.subtopology
+                cluster.tasks[t].id.subtopology
             } else {
                 0
             },
@@ -43,7 +43,7 @@ pub fn optimize_avoiding(
         })
         .collect();
     for (item, c) in items.iter().zip(exchange(costs, &items)) {
-        target[item.task as usize] = c;
+        target[item.task] = c;
     }
 }
 

@@ -84,10 +84,10 @@ fn reference(costs: &RackCosts, items: &[Item], clients: usize) -> i64 {
         let mut pairs = Vec::new();
         for (i, it) in group.iter().enumerate() {
             net.add(source, i, 1, 0);
-            count[it.client as usize] += 1;
+            count[it.client] += 1;
             for c in 0..clients {
-                let cost = costs.traffic_on(it.task, costs.rack_of(c as ClientIx))
-                    + if c as ClientIx == it.client {
+                let cost = costs.traffic_on(it.task, costs.rack_of(ClientIx::new(c)))
+                    + if ClientIx::new(c) == it.client {
                         0
                     } else {
                         costs.non_overlap
@@ -130,24 +130,25 @@ fn crossed(traffic: i64, non_overlap: i64) -> RackCosts {
 #[test]
 fn a_task_on_the_wrong_rack_swaps_with_one_that_reads_nothing_locally() {
     // Each task runs on the other one's rack.
-    let item = |task| Item {
-        task,
-        client: task,
+    let item = |i| Item {
+        task: TaskIx(i),
+        client: ClientIx(i),
         group: 0,
         blocked: Vec::new(),
     };
     let items = [item(0), item(1)];
     let costs = crossed(10, 1);
-    assert_eq!(total(&costs, &items, &[0, 1]), 20);
+    let (c0, c1) = (ClientIx(0), ClientIx(1));
+    assert_eq!(total(&costs, &items, &[c0, c1]), 20);
     let placed = exchange(&costs, &items);
-    assert_eq!(placed, vec![1, 0]);
+    assert_eq!(placed, vec![c1, c0]);
     assert_eq!(total(&costs, &items, &placed), 2);
     // When moving costs more than it saves, nothing moves.
-    assert_eq!(exchange(&crossed(1, 5), &items), vec![0, 1]);
+    assert_eq!(exchange(&crossed(1, 5), &items), vec![c0, c1]);
     // A blocked rack (a standby is there) is never taken, however much it would save.
     let mut blocked = items.clone();
     blocked[0].blocked = vec![1];
-    assert_eq!(exchange(&costs, &blocked), vec![0, 1]);
+    assert_eq!(exchange(&costs, &blocked), vec![c0, c1]);
 }
 
 #[test]
@@ -209,8 +210,8 @@ proptest! {
         let costs = RackCosts::new(&c).unwrap().unwrap();
         let items: Vec<Item> = (0..replicas.len())
             .map(|t| Item {
-                task: t as TaskIx,
-                client: start[t],
+                task: TaskIx::new(t),
+                client: ClientIx(start[t]),
                 group: if per_sub { c.tasks[t].id.subtopology } else { 0 },
                 blocked: Vec::new(),
             })
