@@ -624,7 +624,7 @@ impl World {
                 if store_fails {
                     m.local.push_back(Event::StoreFailed {
                         task,
-                        error: "disk full".into(),
+                        fault: baton_core::machine::StoreFault::Failed,
                     });
                     return Ok(());
                 }

@@ -283,7 +283,12 @@ impl ThreadMachine {
                 changelog,
                 stored,
             } => self.absorbed(task, changelog, stored, out),
-            Event::StoreFailed { task, .. } => self.reopen(task, now, out),
+            Event::StoreFailed { task, fault } => {
+                if let StoreFault::Corrupt(why) = fault {
+                    out.push(Command::Discard { task, why });
+                }
+                self.reopen(task, now, out)
+            }
             Event::ChangelogOutOfRange {
                 task,
                 changelog,

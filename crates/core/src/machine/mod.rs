@@ -177,6 +177,17 @@ pub struct FetchResult {
     pub high_watermark: Option<i64>,
 }
 
+/// How a store failed, as far as what to do next depends on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreFault {
+    /// Its files are damaged (why): its state cannot be trusted and is rebuilt from the
+    /// changelog.
+    Corrupt(String),
+    /// Anything else (a full disk, an I/O error, a panic in the engine): the same store is
+    /// opened again.
+    Failed,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Assigned(Assigned),
@@ -200,9 +211,10 @@ pub enum Event {
     OpenBusy {
         task: TaskId,
     },
+    /// The stores did not open (a full disk, permissions; the driver logged why): tried
+    /// again after a wait. A corrupt store is set aside inside the open, never reported here.
     OpenFailed {
         task: TaskId,
-        error: String,
     },
     Fetched {
         fetch: RequestId,
@@ -217,9 +229,10 @@ pub enum Event {
         changelog: usize,
         stored: i64,
     },
+    /// An open store failed (the driver logged how): the task is closed and opened again.
     StoreFailed {
         task: TaskId,
-        error: String,
+        fault: StoreFault,
     },
     /// A fetch of changelog `changelog` of `task` from `offset`, its store's checkpoint, found
     /// no such offset: the changelog was deleted and made again, or its broker lost its data.

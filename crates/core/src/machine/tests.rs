@@ -2055,3 +2055,37 @@ fn a_retry_asked_for_reopens_failed_tasks_only() {
         "not failed now"
     );
 }
+
+/// A store that fails is closed and opened again after a wait; one whose files are damaged is
+/// discarded first (rebuilt from the changelog), one that failed otherwise (a full disk) is
+/// kept: the machine decides, the driver only says which.
+#[test]
+fn a_corrupt_store_is_discarded_and_a_failed_one_kept_when_opened_again() {
+    for (fault, discarded) in [
+        (StoreFault::Corrupt("a block's checksum".into()), true),
+        (StoreFault::Failed, false),
+    ] {
+        let (mut m, _) = running_with_input(0, S);
+        let cmds = m.handle(
+            Event::StoreFailed {
+                task: task(0),
+                fault,
+            },
+            S,
+        );
+        let discard = cmds.iter().position(|c| {
+            matches!(c, Command::Discard { task: t, why } if *t == task(0) && why == "a block's checksum")
+        });
+        let close = cmds
+            .iter()
+            .position(|c| *c == Command::Close { task: task(0) });
+        assert_eq!(discard.is_some(), discarded, "{cmds:?}");
+        assert!(close.is_some(), "{cmds:?}");
+        assert!(discard < close, "set aside before it closes: {cmds:?}");
+        let cmds = m.handle(Event::Tick, S + ms(300));
+        assert!(cmds.contains(&Command::Open {
+            task: task(0),
+            role: Role::Active
+        }));
+    }
+}

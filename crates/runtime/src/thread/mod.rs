@@ -34,7 +34,8 @@ use crate::error::Result;
 use crate::heal::{open_stores, OpenError, OpenedStore, StoreFailures};
 use crate::layout::{to_changelog, Layout};
 use crate::machine::{
-    Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, ThreadMachine,
+    Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, StoreFault,
+    ThreadMachine,
 };
 use crate::membership::{MembershipTask, Request};
 use crate::partitioner::partition_for;
@@ -474,7 +475,7 @@ impl Driver {
                 Ok(()) => self.store_failures.recovered(task),
                 Err(e) => self.local.push_back(Event::StoreFailed {
                     task,
-                    error: e.to_string(),
+                    fault: fault_of(&e),
                 }),
             }
         }
@@ -663,7 +664,14 @@ impl Driver {
                     Ok(o) => o,
                     Err(e) => {
                         let error = format!("recording the changelog's id: {e}");
-                        return (Event::OpenFailed { task, error }, Vec::new());
+                        let root = ctx.cfg.state_dir.clone();
+                        self.store_failures.failed(
+                            task,
+                            "opening the task's stores",
+                            &error,
+                            &root,
+                        );
+                        return (Event::OpenFailed { task }, Vec::new());
                     }
                 };
                 stores
@@ -681,11 +689,12 @@ impl Driver {
                 }
                 return (Event::OpenBusy { task }, Vec::new());
             }
-            Err(OpenError::Failed(error)) => {
+            // Logged by the open, once per streak.
+            Err(OpenError::Failed(_)) => {
                 if let Some(why) = rebuild {
                     self.rebuild.insert(task, why);
                 }
-                return (Event::OpenFailed { task, error }, Vec::new());
+                return (Event::OpenFailed { task }, Vec::new());
             }
         };
         if !stores.is_empty() {
@@ -791,7 +800,10 @@ impl Driver {
         );
         let root = self.ctx.cfg.state_dir.clone();
         self.store_failures.failed(task, doing, &error, &root);
-        Event::StoreFailed { task, error }
+        Event::StoreFailed {
+            task,
+            fault: StoreFault::Failed,
+        }
     }
 
     /// Hands what was fetched of a changelog to its store.
@@ -835,12 +847,9 @@ impl Driver {
                 let root = self.ctx.cfg.state_dir.clone();
                 self.store_failures
                     .failed(task, "restoring into the store", &e.to_string(), &root);
-                if e.is_corrupt() {
-                    self.rebuild.insert(task, e.to_string());
-                }
                 Event::StoreFailed {
                     task,
-                    error: e.to_string(),
+                    fault: fault_of(&e),
                 }
             }
         }
@@ -902,7 +911,6 @@ impl Driver {
             started: self.now(),
             skip_log: &mut self.skip_log,
             store_failures: &mut self.store_failures,
-            rebuild: &mut self.rebuild,
         };
         // One hand-over of the worker for the whole batch, not one per record: a store read
         // may block on the disk, and block_in_place wakes another worker each time it runs.
@@ -1537,6 +1545,15 @@ fn merge_by_timestamp(stamps: &[Vec<i64>]) -> Vec<(usize, usize)> {
         };
         out.push((p, next[p]));
         next[p] += 1;
+    }
+}
+
+/// What the machine needs to know of a store's failure: whether its state can be trusted.
+fn fault_of(e: &crate::store::StoreError) -> StoreFault {
+    if e.is_corrupt() {
+        StoreFault::Corrupt(e.to_string())
+    } else {
+        StoreFault::Failed
     }
 }
 

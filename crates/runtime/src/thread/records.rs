@@ -114,7 +114,6 @@ pub(super) struct RecordEnv<'a> {
     pub started: Duration,
     pub skip_log: &'a mut SkipLog,
     pub store_failures: &'a mut StoreFailures,
-    pub rebuild: &'a mut BTreeMap<TaskId, String>,
 }
 
 impl RecordEnv<'_> {
@@ -189,10 +188,9 @@ impl RecordEnv<'_> {
         let what = "processing a record with the task's stores";
         self.store_failures.failed(task, what, &e.to_string(), root);
         if e.is_corrupt() {
-            self.rebuild.insert(task, e.to_string());
             return Event::StoreFailed {
                 task,
-                error: e.to_string(),
+                fault: super::fault_of(&e),
             };
         }
         Event::BatchFailed {
