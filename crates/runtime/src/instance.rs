@@ -179,6 +179,9 @@ fn repartition_count(
     topic: &str,
     writer: u32,
 ) -> Option<u32> {
+    if let Some(n) = topology.repartition_partitions(topic) {
+        return Some(n);
+    }
     let table = topology
         .tables_beside(topic)
         .into_iter()
@@ -279,6 +282,26 @@ fn settle_repartition_topics(
     partitions: &mut BTreeMap<String, u32>,
 ) -> Result<Vec<NewTopic>> {
     let mut topics = Vec::new();
+    // A repartition topic made before with another count than the one asked for now: its
+    // records are partitioned for that count, and its readers' tasks follow it.
+    for (topic, _) in topology.repartition_topics() {
+        if let (Some(found), Some(expected)) = (
+            partitions.get(topic).copied(),
+            topology.repartition_partitions(topic),
+        ) {
+            if found != expected {
+                return Err(TopologyError::BadRepartition {
+                    topic: topic.to_owned(),
+                    why: format!(
+                        "it exists with {found} partitions, the application asks for \
+                         {expected}: delete it (its records are partitioned for {found}) or \
+                         use another --app-id"
+                    ),
+                }
+                .into());
+            }
+        }
+    }
     let mut unsettled: Vec<(&str, u32)> = topology
         .repartition_topics()
         .into_iter()

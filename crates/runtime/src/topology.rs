@@ -732,6 +732,9 @@ pub struct Topology {
     /// Topics Baton creates and owns: each the sink of one stream and the source of a later
     /// one, with the writing stream's partition count.
     repartition: BTreeSet<String>,
+    /// Repartition topics made with a partition count of their own (Kafka's
+    /// `Repartitioned.withNumberOfPartitions`), not the writing stream's.
+    repartition_partitions: BTreeMap<String, u32>,
     /// What `describe` prints, when the builder knows more than the streams say.
     description: Option<String>,
     /// How each store's keys and values read, for queries; bytes where not set.
@@ -816,6 +819,7 @@ impl Topology {
             sinks,
             table_sinks,
             repartition: BTreeSet::new(),
+            repartition_partitions: BTreeMap::new(),
             description: None,
             formats: BTreeMap::new(),
         })
@@ -935,6 +939,33 @@ impl Topology {
             self.repartition.insert(topic);
         }
         Ok(self)
+    }
+
+    /// Gives repartition topic `topic` `partitions` partitions of its own, rather than the
+    /// count of the stream that writes it; the stream reading it runs that many tasks.
+    pub fn with_repartition_partitions(
+        mut self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<Topology, TopologyError> {
+        let bad = |why: String| TopologyError::BadRepartition {
+            topic: topic.to_owned(),
+            why,
+        };
+        if !self.repartition.contains(topic) {
+            return Err(bad("is not a repartition topic of this topology".into()));
+        }
+        if !(1..=i32::MAX as u32).contains(&partitions) {
+            return Err(bad(format!("{partitions} partitions: at least 1")));
+        }
+        self.repartition_partitions
+            .insert(topic.to_owned(), partitions);
+        Ok(self)
+    }
+
+    /// The partition count given to repartition topic `topic`, if one was.
+    pub fn repartition_partitions(&self, topic: &str) -> Option<u32> {
+        self.repartition_partitions.get(topic).copied()
     }
 
     /// The repartition topics, each with the stream that writes it, in stream order.

@@ -48,6 +48,8 @@ pub(crate) struct Graph {
     /// One per subtopology, in Kafka Streams' numbering order.
     streams: Vec<Stream>,
     repartition: Vec<String>,
+    /// Repartition topics given a partition count of their own ([`KStream::repartition`]).
+    repartition_partitions: Vec<(String, u32)>,
     pub(crate) description: Description,
     /// What is wrong with the application, found while it was built; `build` refuses it.
     pub(crate) errors: Vec<String>,
@@ -63,6 +65,7 @@ impl StreamsBuilder {
                 app_id: app_id.to_owned(),
                 streams: Vec::new(),
                 repartition: Vec::new(),
+                repartition_partitions: Vec::new(),
                 description: Description::default(),
                 errors: Vec::new(),
                 formats: Vec::new(),
@@ -183,14 +186,17 @@ impl StreamsBuilder {
             .filter_map(|i| streams.get_mut(i).and_then(Option::take))
             .collect();
         let formats = g.formats.clone();
-        Topology::new(&g.app_id, streams)?
-            .with_repartition_topics(g.repartition.clone())
-            .map(|t| {
-                formats
-                    .into_iter()
-                    .fold(t, |t, (store, f)| t.with_store_format(&store, f))
-                    .with_description(g.description.to_string())
-            })
+        let mut topology =
+            Topology::new(&g.app_id, streams)?.with_repartition_topics(g.repartition.clone())?;
+        for (topic, n) in &g.repartition_partitions {
+            topology = topology.with_repartition_partitions(topic, *n)?;
+        }
+        Ok(topology).map(|t| {
+            formats
+                .into_iter()
+                .fold(t, |t, (store, f)| t.with_store_format(&store, f))
+                .with_description(g.description.to_string())
+        })
     }
 
     /// What [`StreamsBuilder::build`] would run, in the form of Kafka's `Topology.describe()`.
@@ -370,6 +376,41 @@ impl<KS: Serde, VS: Serde> Grouped<KS, VS> {
     /// selection is named `name` too, as in Kafka.
     pub fn named(mut self, name: &str) -> Self {
         self.name = Some(name.to_owned());
+        self
+    }
+}
+
+/// How [`KStream::repartition`] writes its topic: the serdes, the topic's name
+/// (`<application id>-<name>-repartition`) and its partition count, as Kafka's `Repartitioned`.
+pub struct Repartitioned<KS, VS> {
+    key: KS,
+    value: VS,
+    name: Option<String>,
+    partitions: Option<u32>,
+}
+
+impl<KS: Serde, VS: Serde> Repartitioned<KS, VS> {
+    /// The stream's key and value serdes; the topic named by the operation's number, with the
+    /// partition count of the stream that writes it.
+    pub fn with(key: KS, value: VS) -> Self {
+        Repartitioned {
+            key,
+            value,
+            name: None,
+            partitions: None,
+        }
+    }
+
+    /// Names the topic `<application id>-<name>-repartition`, as `Repartitioned.as(name)`.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = Some(name.to_owned());
+        self
+    }
+
+    /// The topic's partition count, hence the number of tasks reading it, as
+    /// `Repartitioned.withNumberOfPartitions(n)`.
+    pub fn with_partitions(mut self, partitions: u32) -> Self {
+        self.partitions = Some(partitions);
         self
     }
 }
@@ -805,6 +846,81 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                         .unwrap_or_else(|e| undecodable(format!("{table_topic}: value: {e}")))
                 });
                 f(&v, t).map(|r| (k, r)).into_iter().collect()
+            }),
+            key_changed: false,
+            updates: false,
+            last,
+        }
+    }
+
+    /// Writes the stream through a repartition topic and reads it back, partitioned by key
+    /// (Kafka Streams' `repartition`): after a key change, or to run the steps that follow
+    /// on another number of tasks ([`Repartitioned::with_partitions`]). The topic is made at
+    /// start; one made before with another partition count is refused.
+    ///
+    /// ```
+    /// use baton_streams::serdes::Str;
+    /// use baton_streams::{Consumed, Produced, Repartitioned, StreamsBuilder};
+    ///
+    /// let builder = StreamsBuilder::new("clicks");
+    /// builder
+    ///     .stream("clicks", Consumed::with(Str, Str))
+    ///     .select_key(|_, user: &String| user.clone())
+    ///     .repartition(Repartitioned::with(Str, Str).named("by-user").with_partitions(6))
+    ///     .to("clicks-by-user", Produced::with(Str, Str));
+    /// let topology = builder.build().unwrap();
+    /// assert_eq!(topology.repartition_partitions("clicks-by-user-repartition"), Some(6));
+    /// ```
+    pub fn repartition<KS, VS>(self, repartitioned: Repartitioned<KS, VS>) -> KStream<K, V>
+    where
+        KS: Serde<Value = K>,
+        VS: Serde<Value = V>,
+    {
+        let Repartitioned {
+            key,
+            value,
+            name,
+            partitions,
+        } = repartitioned;
+        let graph = self.graph.clone();
+        let mut g = graph.borrow_mut();
+        // Kafka's `doRepartition`: the operation's number is taken first, named or not.
+        let prefix = match name {
+            Some(n) => n,
+            None => g
+                .description
+                .next_name("KSTREAM-REPARTITION-")
+                .as_str()
+                .to_owned(),
+        };
+        let (key, value) = (Arc::new(key), Arc::new(value));
+        let chain = self.chain;
+        let encode: Encode = {
+            let (key, value) = (key.clone(), value.clone());
+            Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+                chain(k, v)
+                    .iter()
+                    .map(|(k, v)| (key.serialize(k), value.serialize(v)))
+                    .collect()
+            })
+        };
+        let (at, last) = g.repartition(&prefix, &self.at, &self.last, encode);
+        if let Some(n) = partitions {
+            let topic = g.topic(prefix.strip_suffix("-repartition").unwrap_or(&prefix));
+            g.repartition_partitions.push((topic, n));
+        }
+        drop(g);
+        KStream {
+            graph,
+            at,
+            chain: Arc::new(move |k, v| {
+                let k = key
+                    .deserialize(k)
+                    .unwrap_or_else(|e| undecodable(format!("repartitioned key: {e}")));
+                let v = value
+                    .deserialize(v)
+                    .unwrap_or_else(|e| undecodable(format!("repartitioned value: {e}")));
+                vec![(k, v)]
             }),
             key_changed: false,
             updates: false,

@@ -35,7 +35,7 @@ mod windows;
 
 pub use dsl::{
     Consumed, Grouped, Joined, KGroupedStream, KStream, KTable, Materialized, Produced,
-    StreamsBuilder, TimeWindowedKStream,
+    Repartitioned, StreamsBuilder, TimeWindowedKStream,
 };
 pub use process::{KeyValueStore, Processor, ProcessorContext, Record};
 pub use run::{main, parse_args, run, run_with_queries, RunArgs, RunError};

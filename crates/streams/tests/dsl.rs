@@ -1035,3 +1035,39 @@ fn stores_carry_their_serdes_for_queries() {
     );
     assert_eq!(t.store_info("nope"), None);
 }
+
+/// `repartition` writes the records with the given serdes to its own topic, keyed as the
+/// step before keyed them, and the next sub-topology reads them back unchanged; a partition
+/// count below one is refused at build, naming the topic.
+#[test]
+fn repartition_writes_its_topic_and_reads_it_back() {
+    let builder = StreamsBuilder::new("rp");
+    builder
+        .stream("clicks", Consumed::with(Str, Str))
+        .select_key(|_, user: &String| user.to_uppercase())
+        .repartition(baton_streams::Repartitioned::with(Str, Str).named("by-user"))
+        .map_values(|user: &String| format!("{user}!"))
+        .to("out", Produced::with(Str, Str));
+    let t = builder.build().unwrap();
+    assert_eq!(t.repartition_topics(), vec![("rp-by-user-repartition", 0)]);
+    assert_eq!(t.repartition_partitions("rp-by-user-repartition"), None);
+    let mut stores = Mem::default();
+    let written = run(&t, 0, &mut stores, &[(Vec::new(), b"ann".to_vec())]);
+    assert_eq!(written, vec![(b"ANN".to_vec(), b"ann".to_vec())]);
+    let read = run(&t, 1, &mut stores, &written);
+    assert_eq!(read, vec![(b"ANN".to_vec(), b"ann!".to_vec())]);
+
+    let builder = StreamsBuilder::new("rp");
+    builder
+        .stream("clicks", Consumed::with(Str, Str))
+        .repartition(baton_streams::Repartitioned::with(Str, Str).with_partitions(0))
+        .to("out", Produced::with(Str, Str));
+    let Err(e) = builder.build() else {
+        panic!("0 partitions is refused");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("rp-KSTREAM-REPARTITION-0000000001-repartition") && e.contains("at least 1"),
+        "{e}"
+    );
+}

@@ -18,14 +18,17 @@
 //!   `toStream` one (`KTABLE-TOSTREAM-`); `table` the store (`<topic>-STATE-STORE-`), then a
 //!   source and a table source; a stream-table join its repartition's three (named after the
 //!   `Joined`, else after the stream's last node), then the join (named as the `Joined`);
-//!   `split` the splitter, and one per branch (`BranchedKStreamImpl.createBranch`).
+//!   `split` the splitter, and one per branch (`BranchedKStreamImpl.createBranch`);
+//!   `repartition` its name's number when unnamed (`KStreamImpl.doRepartition`), then the
+//!   three of `createRepartitionedSource`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use baton_streams::serdes::{Long, Str, TimeWindowed};
 use baton_streams::{
-    Branched, Consumed, Grouped, Joined, Materialized, Produced, StreamsBuilder, TimeWindows,
+    Branched, Consumed, Grouped, Joined, Materialized, Produced, Repartitioned, StreamsBuilder,
+    TimeWindows,
 };
 
 /// Node names per sub-topology, as `describe` prints them.
@@ -381,5 +384,57 @@ fn a_split_without_names_has_kafkas_names() {
         ]],
         &[],
         &[],
+    );
+}
+
+/// `KStreamRepartitionIntegrationTest.shouldCreateRepartitionTopicIfKeyChangingOperationWasNotPerformed`:
+/// `repartition(Repartitioned.as("dummy"))` writes `<app>-dummy-repartition` through
+/// `dummy-repartition-sink`; its filter and source are named after the topic too, and the
+/// three numbers are taken all the same (`to` is sink 4).
+#[test]
+fn a_named_repartition_is_named_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    b.stream("input", Consumed::with(Str, Str))
+        .repartition(Repartitioned::with(Str, Str).named("dummy"))
+        .to("output", Produced::with(Str, Str));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "dummy-repartition-filter",
+                "dummy-repartition-sink",
+            ],
+            &["dummy-repartition-source", "KSTREAM-SINK-0000000004"],
+        ],
+        &[],
+        &["app-dummy-repartition"],
+    );
+}
+
+/// `KStreamRepartitionIntegrationTest.shouldRepartitionTopicIfKeyChangingOperationWasPerformed`
+/// (`selectKey(...).repartition()`): the unnamed repartition takes
+/// `KSTREAM-REPARTITION-0000000002` for its topic, then sink 3, filter 4 and source 5 keep
+/// their numbered names, as the topic's prefix is a generated name.
+#[test]
+fn an_unnamed_repartition_is_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    b.stream("input", Consumed::with(Str, Str))
+        .select_key(|_, v: &String| v.clone())
+        .repartition(Repartitioned::with(Str, Str))
+        .to("output", Produced::with(Str, Str));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-KEY-SELECT-0000000001",
+                "KSTREAM-FILTER-0000000004",
+                "KSTREAM-SINK-0000000003",
+            ],
+            &["KSTREAM-SOURCE-0000000005", "KSTREAM-SINK-0000000006"],
+        ],
+        &[],
+        &["app-KSTREAM-REPARTITION-0000000002-repartition"],
     );
 }
