@@ -315,6 +315,23 @@ fn is_generated_name(name: &str) -> bool {
 /// Reads a record's key and value with the serdes; a record that does not decode fails as
 /// undecodable (`--on-deserialization-error`), naming `topic`.
 /// `what` names the bytes in the failure (a topic, or a processor's output).
+/// The records a chain gives, as the bytes `key` and `value` make of them: what a
+/// repartition topic or a store step takes.
+fn encoding<K, V, KS, VS>(chain: Chain<K, V>, key: Arc<KS>, value: Arc<VS>) -> Encode
+where
+    K: 'static,
+    V: 'static,
+    KS: Serde<Value = K>,
+    VS: Serde<Value = V>,
+{
+    Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        chain(k, v)
+            .iter()
+            .map(|(k, v)| (key.serialize(k), value.serialize(v)))
+            .collect()
+    })
+}
+
 pub(crate) fn decoding<KS: Serde, VS: Serde>(
     key: Arc<KS>,
     value: Arc<VS>,
@@ -790,15 +807,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         };
         let (key, value) = (Arc::new(joined.key), Arc::new(joined.value));
         let (mut at, chain, mut last) = (self.at, self.chain, self.last);
-        let encode: Encode = {
-            let (key, value) = (key.clone(), value.clone());
-            Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
-                chain(k, v)
-                    .iter()
-                    .map(|(k, v)| (key.serialize(k), value.serialize(v)))
-                    .collect()
-            })
-        };
+        let encode = encoding(chain, key.clone(), value.clone());
         if self.key_changed {
             // Kafka's `repartitionForJoin`: named after the join, else after the stream's
             // last node.
@@ -894,34 +903,17 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 .to_owned(),
         };
         let (key, value) = (Arc::new(key), Arc::new(value));
-        let chain = self.chain;
-        let encode: Encode = {
-            let (key, value) = (key.clone(), value.clone());
-            Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
-                chain(k, v)
-                    .iter()
-                    .map(|(k, v)| (key.serialize(k), value.serialize(v)))
-                    .collect()
-            })
-        };
+        let encode = encoding(self.chain, key.clone(), value.clone());
         let (at, last) = g.repartition(&prefix, &self.at, &self.last, encode);
+        let topic = g.topic(prefix.strip_suffix("-repartition").unwrap_or(&prefix));
         if let Some(n) = partitions {
-            let topic = g.topic(prefix.strip_suffix("-repartition").unwrap_or(&prefix));
-            g.repartition_partitions.push((topic, n));
+            g.repartition_partitions.push((topic.clone(), n));
         }
         drop(g);
         KStream {
             graph,
             at,
-            chain: Arc::new(move |k, v| {
-                let k = key
-                    .deserialize(k)
-                    .unwrap_or_else(|e| undecodable(format!("repartitioned key: {e}")));
-                let v = value
-                    .deserialize(v)
-                    .unwrap_or_else(|e| undecodable(format!("repartitioned value: {e}")));
-                vec![(k, v)]
-            }),
+            chain: decoding(key, value, topic),
             key_changed: false,
             updates: false,
             last,
@@ -1123,15 +1115,7 @@ where
         g.store_format(&store, key.name(), serde.name());
         let (mut at, chain) = (stream.at, stream.chain);
         let mut last = stream.last;
-        let encode: Encode = {
-            let (key, value) = (key.clone(), value.clone());
-            Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
-                chain(k, v)
-                    .iter()
-                    .map(|(k, v)| (key.serialize(k), value.serialize(v)))
-                    .collect()
-            })
-        };
+        let encode = encoding(chain, key.clone(), value.clone());
         if repartition {
             (at, last) = g.repartition(name.as_deref().unwrap_or(&store), &at, &last, encode);
         } else {
