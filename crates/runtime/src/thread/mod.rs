@@ -68,6 +68,12 @@ const BUSY_WAIT: Duration = Duration::from_millis(20);
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// How long a leave may take before the thread exits anyway.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A drained member's pause between its last round and its LeaveGroup: the other members'
+/// SyncGroups of that round (which hand them its tasks) reach the coordinator first. Left at
+/// once, the leave starts another round that refuses them, and the tasks wait for every
+/// member's next heartbeat (3 s under Kafka's defaults: seen as a 3.04 s gap in
+/// runtime_rebalance.rs).
+const DRAINED_LEAVE_PAUSE: Duration = Duration::from_millis(300);
 /// How much of a store one produce of a re-seed carries.
 const RESEED_PAGE_BYTES: usize = 1 << 20;
 
@@ -340,6 +346,9 @@ impl Driver {
                 let _ = self.requests.send(Request::Join(reason));
             }
             Command::Leave => {
+                if self.ctx.is_leaving() {
+                    tokio::time::sleep(DRAINED_LEAVE_PAUSE).await;
+                }
                 let (done, wait) = oneshot::channel();
                 if self.requests.send(Request::Leave(done)).is_ok() {
                     let _ = tokio::time::timeout(LEAVE_TIMEOUT, wait).await;
