@@ -46,6 +46,12 @@ impl Retrying {
         (self.failures < policy.attempts).then(|| policy.delay(self.failures))
     }
 
+    /// It failed again, under a policy retried without end ([`Backoff::forever`]): the wait
+    /// before the next try, the longest once the attempts are spent.
+    pub fn wait(&mut self, policy: &Backoff) -> Duration {
+        self.failed(policy).unwrap_or(policy.max)
+    }
+
     /// It worked: the next failure starts from the first wait.
     pub fn succeeded(&mut self) {
         self.failures = 0;
@@ -89,5 +95,10 @@ mod tests {
         };
         assert_eq!(r.failed(&forever), None, "u32::MAX tries is the end");
         assert_eq!(r.failed(&forever), None, "and stays there without overflow");
+        assert_eq!(
+            r.wait(&forever),
+            ms(1),
+            "a wait all the same where there is no end"
+        );
     }
 }

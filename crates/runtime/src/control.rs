@@ -229,7 +229,7 @@ pub async fn start_position(client: &Client, app_id: &str) -> i64 {
         match client.end_offsets(std::slice::from_ref(&tp)).await {
             Ok(ends) if ends.contains_key(&tp) => return ends[&tp],
             answer => {
-                let wait = retrying.failed(&START_RETRY).unwrap_or(START_RETRY.max);
+                let wait = retrying.wait(&START_RETRY);
                 if retrying.failures().is_multiple_of(10) {
                     tracing::info!(topic = %tp.topic, answer = ?answer.err(), "waiting for the control topic");
                 }
@@ -286,7 +286,7 @@ pub async fn watch(ctx: Arc<Context>, from: i64) {
             Err(e) => {
                 ctx.forget_leader(&topic, 0);
                 ctx.failing(&format!("reading the control topic {topic}"), &e);
-                let wait = retrying.failed(&WATCH_RETRY).unwrap_or(WATCH_RETRY.max);
+                let wait = retrying.wait(&WATCH_RETRY);
                 tokio::time::sleep(wait).await;
             }
         }

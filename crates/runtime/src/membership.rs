@@ -186,7 +186,7 @@ impl MembershipTask {
                     if self.events.is_closed() {
                         return None;
                     }
-                    let wait = retrying.failed(&ROUND_RETRY).unwrap_or(ROUND_RETRY.max);
+                    let wait = retrying.wait(&ROUND_RETRY);
                     tokio::time::sleep(wait).await;
                     due = tokio::time::Instant::now();
                 }

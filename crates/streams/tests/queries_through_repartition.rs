@@ -46,15 +46,8 @@ fn topology() -> baton_runtime::Topology {
 
 /// Writes `line` (no key) to input partition `p`; its offset.
 fn produce(setup: &Setup, p: i32, line: &str) -> i64 {
-    setup.rt.block_on(async {
-        let leader = setup.client.leader(INPUT, p).await.unwrap();
-        let records: Vec<KeyValue> = vec![(None, Some(Bytes::copy_from_slice(line.as_bytes())))];
-        setup
-            .client
-            .produce(&leader, INPUT, p, &records)
-            .await
-            .unwrap()
-    })
+    let record: KeyValue = (None, Some(Bytes::copy_from_slice(line.as_bytes())));
+    setup.produce_to(INPUT, p, &[record])
 }
 
 #[test]

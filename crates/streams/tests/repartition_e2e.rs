@@ -40,21 +40,13 @@ fn topology(partitions: u32) -> baton_runtime::Topology {
 
 /// Clicks with no key, the user as the value, over both input partitions.
 fn produce(setup: &Setup, clicks: &[String]) {
-    setup.rt.block_on(async {
-        for (i, chunk) in clicks.chunks(50).enumerate() {
-            let p = i as i32 % PARTITIONS;
-            let leader = setup.client.leader(INPUT, p).await.unwrap();
-            let records: Vec<KeyValue> = chunk
-                .iter()
-                .map(|u| (None, Some(Bytes::copy_from_slice(u.as_bytes()))))
-                .collect();
-            setup
-                .client
-                .produce(&leader, INPUT, p, &records)
-                .await
-                .unwrap();
-        }
-    });
+    for (i, chunk) in clicks.chunks(50).enumerate() {
+        let records: Vec<KeyValue> = chunk
+            .iter()
+            .map(|u| (None, Some(Bytes::copy_from_slice(u.as_bytes()))))
+            .collect();
+        setup.produce_to(INPUT, i as i32 % PARTITIONS, &records);
+    }
 }
 
 /// Each user's latest count in the output.

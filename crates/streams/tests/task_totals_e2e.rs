@@ -18,17 +18,10 @@ const INPUT: &str = "events";
 const OUTPUT: &str = "task-totals";
 
 fn produce(setup: &Setup, p: i32, n: usize) {
-    setup.rt.block_on(async {
-        let leader = setup.client.leader(INPUT, p).await.unwrap();
-        let records: Vec<KeyValue> = (0..n)
-            .map(|i| (None, Some(Bytes::from(format!("event {i}")))))
-            .collect();
-        setup
-            .client
-            .produce(&leader, INPUT, p, &records)
-            .await
-            .unwrap();
-    });
+    let records: Vec<KeyValue> = (0..n)
+        .map(|i| (None, Some(Bytes::from(format!("event {i}")))))
+        .collect();
+    setup.produce_to(INPUT, p, &records);
 }
 
 /// The last total of each task, and how many totals were written in all.

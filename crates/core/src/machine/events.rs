@@ -336,11 +336,7 @@ impl ThreadMachine {
                 latest,
             } => self.on_source_offsets_listed(task, source, offset, (earliest, latest), out),
             Event::SourceOffsetsListFailed { task, source } => {
-                if let Some(s) = self
-                    .tasks
-                    .get_mut(&task)
-                    .and_then(|t| t.sources.get_mut(source))
-                {
+                if let Some(s) = self.source_mut(task, source) {
                     s.resetting = false;
                 }
             }
@@ -372,11 +368,7 @@ impl ThreadMachine {
                 }
             }
             Event::SourceRecreated { task, source } => {
-                if let Some(s) = self
-                    .tasks
-                    .get_mut(&task)
-                    .and_then(|t| t.sources.get_mut(source))
-                {
+                if let Some(s) = self.source_mut(task, source) {
                     s.made_again = true;
                 }
             }
@@ -393,5 +385,10 @@ impl ThreadMachine {
             _ => {}
         }
         true
+    }
+
+    /// Source `source` of `task`, whatever the task's phase.
+    fn source_mut(&mut self, task: TaskId, source: usize) -> Option<&mut SourceCursor> {
+        self.tasks.get_mut(&task)?.sources.get_mut(source)
     }
 }

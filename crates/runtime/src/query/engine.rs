@@ -152,7 +152,7 @@ impl Engine {
             if q.ask.forwarded || left.is_zero() {
                 break;
             }
-            tokio::time::sleep(left.min(retrying.failed(&RETRY).unwrap_or(RETRY.max))).await;
+            tokio::time::sleep(left.min(retrying.wait(&RETRY))).await;
             // The latest attempts say most about why.
             let excess = tried.len().saturating_sub(16);
             tried.drain(..excess);

@@ -164,7 +164,7 @@ impl Engine {
                     last,
                 });
             }
-            tokio::time::sleep(left.min(retrying.failed(&RETRY).unwrap_or(RETRY.max))).await;
+            tokio::time::sleep(left.min(retrying.wait(&RETRY))).await;
         }
     }
 

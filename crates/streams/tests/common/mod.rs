@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_kafka::client::NewTopic;
-use baton_kafka::records::Record;
+use baton_kafka::records::{KeyValue, Record};
 use baton_kafka::testing::Broker;
 use baton_kafka::Client;
 use clap::Parser;
@@ -243,6 +243,17 @@ pub fn start(
 }
 
 impl Setup {
+    /// Appends `records` to partition `p` of `topic`; the first one's offset.
+    pub fn produce_to(&self, topic: &str, p: i32, records: &[KeyValue]) -> i64 {
+        self.rt.block_on(async {
+            let leader = self.client.leader(topic, p).await.unwrap();
+            self.client
+                .produce(&leader, topic, p, records)
+                .await
+                .unwrap()
+        })
+    }
+
     /// Every record of `topic`, per partition.
     pub fn read(&self, topic: &str) -> BTreeMap<i32, Vec<Record>> {
         self.rt.block_on(async {
