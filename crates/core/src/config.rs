@@ -47,3 +47,33 @@ impl std::str::FromStr for OffsetReset {
         }
     }
 }
+
+/// What becomes of a record that no record batch can carry (larger than the broker's
+/// `message.max.bytes` or the topic's `max.message.bytes`) when a batch writes its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OversizedRecord {
+    /// Stop the task that wrote it (it holds its partitions and processes nothing more until
+    /// it moves or the instance restarts) with an error naming the task, partition and input
+    /// offset; the instance and its other tasks go on. Kafka Streams' default production
+    /// exception handler stops the whole stream thread.
+    #[default]
+    Fail,
+    /// Drop the record, log it (task, partition, input offset) and count it in
+    /// `baton_records_skipped_total`.
+    Skip,
+}
+
+impl std::str::FromStr for OversizedRecord {
+    type Err = baton_assignor::UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fail" => Ok(OversizedRecord::Fail),
+            "skip" => Ok(OversizedRecord::Skip),
+            other => Err(baton_assignor::UnknownChoice {
+                given: other.to_owned(),
+                what: "an oversized-record policy",
+                choices: "fail or skip",
+            }),
+        }
+    }
+}

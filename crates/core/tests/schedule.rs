@@ -300,6 +300,7 @@ impl World {
             rejoin_mode: baton_assignor::RejoinMode::Eager,
             auto_offset_reset: baton_core::config::OffsetReset::Earliest,
             failed_task_retry: None,
+            on_oversized_record: Default::default(),
             wall_clock: std::collections::BTreeMap::new(),
         }
     }
@@ -636,11 +637,19 @@ impl World {
                     }
                 }
                 d.live.checkpoint = at;
+                // A store now and then takes a bulk load that leaves no room for another
+                // chunk: its changelog waits for the load's end.
+                let loading = self.rng.chance(20);
                 m.local.push_back(Event::Absorbed {
                     task,
                     changelog,
                     stored: at,
+                    loading,
                 });
+                if loading {
+                    let d = self.delay();
+                    self.send(i, d, Op::Deliver(Event::LoadEnded { task, changelog }));
+                }
             }
             Command::Process {
                 task,

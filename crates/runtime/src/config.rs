@@ -77,22 +77,7 @@ pub struct RuntimeConfig {
 /// which warm-ups and the caught-up check need.
 pub const MIN_PROTOCOL_VERSION: i32 = 7;
 
-pub use baton_core::config::OffsetReset;
-
-/// What to do with an output record that no record batch can carry (larger than the
-/// broker's `message.max.bytes` or the topic's `max.message.bytes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OversizedRecord {
-    /// Stop the task that wrote it (it holds its partitions and processes nothing more until
-    /// it moves or the instance restarts) with an error naming the task, partition and input
-    /// offset; the instance and its other tasks go on. Kafka Streams' default production
-    /// exception handler stops the whole stream thread.
-    #[default]
-    Fail,
-    /// Drop the record, log it (task, partition, input offset) and count it in
-    /// `baton_records_skipped_total`.
-    Skip,
-}
+pub use baton_core::config::{OffsetReset, OversizedRecord};
 
 /// A setting the types allow but the runtime cannot use: which, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -118,17 +103,6 @@ pub enum PolicyError {
     Unknown(String, &'static str),
     #[error("dead-letter= needs a topic: dead-letter=TOPIC")]
     NoDeadLetterTopic,
-}
-
-impl std::str::FromStr for OversizedRecord {
-    type Err = PolicyError;
-    fn from_str(s: &str) -> Result<Self, PolicyError> {
-        match s {
-            "fail" => Ok(OversizedRecord::Fail),
-            "skip" => Ok(OversizedRecord::Skip),
-            other => Err(PolicyError::Unknown(other.to_owned(), "fail or skip")),
-        }
-    }
 }
 
 /// What a task does with an input record its application code fails on (a panic in a step),

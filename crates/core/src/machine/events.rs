@@ -282,7 +282,9 @@ impl ThreadMachine {
                 task,
                 changelog,
                 stored,
-            } => self.absorbed(task, changelog, stored, out),
+                loading,
+            } => self.absorbed(task, changelog, (stored, loading), out),
+            Event::LoadEnded { task, changelog } => self.load_ended(task, changelog),
             Event::StoreFailed { task, fault } => {
                 if let StoreFault::Corrupt(why) = fault {
                     out.push(Command::Discard { task, why });

@@ -75,6 +75,8 @@ pub struct MachineConfig {
     /// as long after each failure (at most [`FAILED_TASK_RETRY_MAX`]); `None` (the default): it
     /// stays stopped until it moves or the process restarts.
     pub failed_task_retry: Option<Duration>,
+    /// What becomes of an output record no batch the broker takes can carry.
+    pub on_oversized_record: crate::config::OversizedRecord,
 }
 
 /// The longest wait before a failed task is tried again.
@@ -188,6 +190,25 @@ pub enum StoreFault {
     Failed,
 }
 
+/// Where a batch met a record no record batch the broker takes can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OversizedWrite {
+    /// An output: a sink or a repartition topic. (A store's changelog is not asked about: a
+    /// store value no batch can carry cannot be made durable, so its task always stops.)
+    Output,
+    /// The dead-letter topic, for a record the application failed on.
+    DeadLetter,
+}
+
+/// The machine's answer to an [`OversizedWrite`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OversizedAnswer {
+    /// Drop the record (logged and counted) and write on after it.
+    Skip,
+    /// Stop the task: the batch ends as [`Event::RecordFailed`], its input unprocessed.
+    StopTask,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Assigned(Assigned),
@@ -224,10 +245,18 @@ pub enum Event {
         fetch: RequestId,
     },
     /// The store took what the driver held of a changelog; it now holds up to `stored`.
+    /// `loading`: it is taking a bulk load and could not take another chunk before the load
+    /// ends ([`Event::LoadEnded`]), so the changelog is left out of fetches until then.
     Absorbed {
         task: TaskId,
         changelog: usize,
         stored: i64,
+        loading: bool,
+    },
+    /// The bulk load that kept a changelog's store from taking more ended: it is fetched again.
+    LoadEnded {
+        task: TaskId,
+        changelog: usize,
     },
     /// An open store failed (the driver logged how): the task is closed and opened again.
     StoreFailed {
@@ -586,6 +615,18 @@ impl ThreadMachine {
     /// its membership recently enough that a write sent now lands within the session. That
     /// holds through a join round too, whose heartbeats the coordinator answers "rebalancing"
     /// and counts. A paused process wakes up fenced.
+    /// What a batch's writes do with a record no batch the broker takes can carry.
+    pub fn oversized(&self, write: OversizedWrite) -> OversizedAnswer {
+        match write {
+            // Already the record of a failure: all that is left is the log.
+            OversizedWrite::DeadLetter => OversizedAnswer::Skip,
+            OversizedWrite::Output => match self.cfg.on_oversized_record {
+                crate::config::OversizedRecord::Fail => OversizedAnswer::StopTask,
+                crate::config::OversizedRecord::Skip => OversizedAnswer::Skip,
+            },
+        }
+    }
+
     pub fn may_write(&self, now: Duration) -> bool {
         !self.stopped
             && now.saturating_sub(self.alive_at) + self.cfg.write_timeout
@@ -956,11 +997,18 @@ impl ThreadMachine {
                         && t.reseed.is_none()
                         && t.retry_at.is_none_or(|r| now >= r) =>
                 {
-                    restores.extend(t.changelogs.iter().map(|c| FetchWant {
-                        tp: c.tp.clone(),
-                        offset: c.fetch_position,
-                        max_bytes: restore_bytes,
-                    }))
+                    // Waiting for a store's bulk load would stall every active of this thread
+                    // (seen live as a 2.6 s gap while a warm-up of the same thread restored).
+                    restores.extend(
+                        t.changelogs
+                            .iter()
+                            .filter(|c| !c.loading)
+                            .map(|c| FetchWant {
+                                tp: c.tp.clone(),
+                                offset: c.fetch_position,
+                                max_bytes: restore_bytes,
+                            }),
+                    )
                 }
                 Phase::Running
                     if may_write
@@ -1244,7 +1292,13 @@ impl ThreadMachine {
         }
     }
 
-    fn absorbed(&mut self, task: TaskId, changelog: usize, stored: i64, out: &mut Vec<Command>) {
+    fn absorbed(
+        &mut self,
+        task: TaskId,
+        changelog: usize,
+        (stored, loading): (i64, bool),
+        out: &mut Vec<Command>,
+    ) {
         let Some(t) = self.tasks.get_mut(&task) else {
             return;
         };
@@ -1258,7 +1312,18 @@ impl ThreadMachine {
             t.failures = 0;
         }
         c.stored = c.stored.max(stored);
+        c.loading = loading;
         self.signal_caught_up_warmups(out);
+    }
+
+    fn load_ended(&mut self, task: TaskId, changelog: usize) {
+        if let Some(c) = self
+            .tasks
+            .get_mut(&task)
+            .and_then(|t| t.changelogs.get_mut(changelog))
+        {
+            c.loading = false;
+        }
     }
 
     /// Asks for the follow-up rebalance once a warm-up has caught up. Not during a join: the

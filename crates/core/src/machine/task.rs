@@ -20,6 +20,9 @@ pub struct ChangelogCursor {
     pub stored: i64,
     /// The changelog's end as last seen; `None` until a fetch has answered.
     pub end: Option<i64>,
+    /// The store is taking a bulk load and cannot take another chunk until it ends: the
+    /// changelog is left out of fetches meanwhile.
+    pub loading: bool,
 }
 
 impl ChangelogCursor {
@@ -138,6 +141,7 @@ impl TaskState {
                     fetch_position: 0,
                     stored: 0,
                     end: None,
+                    loading: false,
                 })
                 .collect(),
             sources: sources
@@ -168,6 +172,7 @@ impl TaskState {
         for (c, &at) in self.changelogs.iter_mut().zip(checkpoints) {
             c.fetch_position = at;
             c.stored = at;
+            c.loading = false;
         }
         self.retry_at = None;
         self.enter(self.role, fresh_from);

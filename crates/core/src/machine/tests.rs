@@ -57,6 +57,7 @@ fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
             rejoin_mode,
             auto_offset_reset: crate::config::OffsetReset::Earliest,
             failed_task_retry: None,
+            on_oversized_record: Default::default(),
             wall_clock: BTreeMap::new(),
         },
         topology(),
@@ -142,6 +143,7 @@ fn bring_up(m: &mut ThreadMachine, mut cmds: Vec<Command>, now: Duration) -> Req
                         task: *task,
                         changelog: *changelog,
                         stored: 0,
+                        loading: false,
                     },
                     now,
                 )),
@@ -255,6 +257,7 @@ fn an_active_restores_then_reads_its_committed_offset_then_processes() {
             task: task(0),
             changelog: 0,
             stored: 100,
+            loading: false,
         },
         S,
     );
@@ -426,6 +429,7 @@ fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
             task: task(2),
             changelog: 0,
             stored: 500,
+            loading: false,
         },
         S,
     );
@@ -443,6 +447,7 @@ fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
             task: task(2),
             changelog: 0,
             stored: 950,
+            loading: false,
         },
         S,
     );
@@ -452,6 +457,7 @@ fn a_warm_up_within_the_acceptable_lag_asks_for_one_follow_up() {
             task: task(2),
             changelog: 0,
             stored: 960,
+            loading: false,
         },
         S,
     );
@@ -1429,6 +1435,7 @@ fn a_stable_rejoin_waits_for_every_warm_up() {
                     task: task(p),
                     changelog: 0,
                     stored: 1000,
+                    loading: false,
                 },
                 S,
             )
@@ -1481,6 +1488,7 @@ fn a_warm_up_that_catches_up_during_a_join_asks_once_the_round_ends() {
             task: task(2),
             changelog: 0,
             stored: 1000,
+            loading: false,
         },
         2 * S,
     );
@@ -2088,4 +2096,105 @@ fn a_corrupt_store_is_discarded_and_a_failed_one_kept_when_opened_again() {
             role: Role::Active
         }));
     }
+}
+
+#[test]
+fn a_changelog_whose_store_is_loading_is_left_out_of_fetches_until_the_load_ends() {
+    let mut m = machine();
+    m.start();
+    m.handle(assigned(1, &[], &[0, 1], &[], S), S);
+    let mut pending = None;
+    for p in [0, 1] {
+        let cmds = m.handle(
+            Event::Opened {
+                task: task(p),
+                checkpoints: vec![0],
+            },
+            S,
+        );
+        pending = fetch_of(&cmds).map(|(f, _)| f).or(pending);
+    }
+    // The first store's fetch went out alone; its (empty) answer lets both go.
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: pending.expect("the first standby restores"),
+            results: vec![],
+        },
+        S,
+    );
+    let (f, wants) = fetch_of(&cmds).expect("both standbys restore");
+    assert_eq!(wants.len(), 2);
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: [0, 1]
+                .map(|p| FetchResult {
+                    tp: tp("app-counts-changelog", p),
+                    from: 0,
+                    next: 1000,
+                    high_watermark: Some(100_000),
+                })
+                .to_vec(),
+        },
+        S,
+    );
+    let (f, _) = fetch_of(&cmds).expect("the next chunks are fetched while the stores apply");
+    // Task 0's store took its chunk into a bulk load that leaves no room for another.
+    for (p, loading) in [(0, true), (1, false)] {
+        m.handle(
+            Event::Absorbed {
+                task: task(p),
+                changelog: 0,
+                stored: 0,
+                loading,
+            },
+            S,
+        );
+    }
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![],
+        },
+        S,
+    );
+    let (f, wants) = fetch_of(&cmds).expect("the other standby goes on");
+    assert_eq!(
+        wants.iter().map(|w| w.tp.clone()).collect::<Vec<_>>(),
+        vec![tp("app-counts-changelog", 1)],
+        "the loading store's changelog waits"
+    );
+    m.handle(
+        Event::LoadEnded {
+            task: task(0),
+            changelog: 0,
+        },
+        S,
+    );
+    let cmds = m.handle(
+        Event::Fetched {
+            fetch: f,
+            results: vec![],
+        },
+        S,
+    );
+    let (_, wants) = fetch_of(&cmds).expect("both again");
+    assert_eq!(wants.len(), 2);
+    assert_eq!(wants[0].offset, 1000, "from where the held chunk ended");
+}
+
+#[test]
+fn an_oversized_output_follows_the_policy_and_a_dead_letter_is_only_logged() {
+    let mut m = machine();
+    assert_eq!(
+        m.oversized(OversizedWrite::Output),
+        OversizedAnswer::StopTask,
+        "Kafka Streams' default: fail"
+    );
+    assert_eq!(
+        m.oversized(OversizedWrite::DeadLetter),
+        OversizedAnswer::Skip
+    );
+    m.cfg.on_oversized_record = crate::config::OversizedRecord::Skip;
+    assert_eq!(m.oversized(OversizedWrite::Output), OversizedAnswer::Skip);
 }

@@ -158,21 +158,8 @@ impl Driver {
     pub(super) fn start_fetch(&mut self, fetch: RequestId, wants: Vec<FetchWant>) {
         let ctx = self.ctx.clone();
         let io = self.io.clone();
-        // A changelog whose store is still taking in a bulk load is left out: waiting for the
-        // load would stall every active of this thread (seen live as a 2.6 s gap on an active
-        // while a warm-up of the same thread restored). The machine fetches it again next time.
-        let before = wants.len();
-        let wants: Vec<FetchWant> = wants
-            .into_iter()
-            .filter(|w| !self.catchup_busy(&w.tp, w.max_bytes.max(0) as usize))
-            .collect();
-        let held_back = wants.len() < before;
         let ids = self.topic_ids.clone();
         let handle = tokio::spawn(async move {
-            if wants.is_empty() && held_back {
-                // Nothing else to read: wait a little rather than spin until the load ends.
-                tokio::time::sleep(BUSY_WAIT).await;
-            }
             let mut by_leader: BTreeMap<String, Vec<FetchWant>> = BTreeMap::new();
             let mut out = Vec::new();
             for want in wants {
@@ -225,17 +212,36 @@ impl Driver {
         }
     }
 
-    /// Whether the store behind changelog partition `tp` cannot take another chunk yet.
-    pub(super) fn catchup_busy(&self, tp: &TopicPartition, chunk: usize) -> bool {
-        self.tasks.iter().any(|(task, t)| {
-            self.ctx
-                .wire
-                .changelog_partitions(*task)
-                .iter()
-                .zip(&t.stores)
-                .any(|(c, s)| c == tp && s.catchup.busy(chunk))
-        })
+    /// Changelogs whose store's bulk load ended since the machine was told it was loading
+    /// (or whose store is gone): the machine fetches them again.
+    pub(super) fn loads_ended(&mut self) -> Vec<Event> {
+        let chunk = restore_chunk(&self.ctx);
+        let tasks = &self.tasks;
+        let ended: Vec<(TaskId, usize)> = self
+            .loading
+            .iter()
+            .copied()
+            .filter(|(task, changelog)| {
+                !tasks
+                    .get(task)
+                    .and_then(|t| t.stores.get(*changelog))
+                    .is_some_and(|s| s.catchup.busy(chunk))
+            })
+            .collect();
+        ended
+            .into_iter()
+            .map(|(task, changelog)| {
+                self.loading.remove(&(task, changelog));
+                Event::LoadEnded { task, changelog }
+            })
+            .collect()
     }
+}
+
+/// The largest chunk of a changelog one fetch asks for: what a loading store must have room
+/// for before it is fetched again.
+pub(super) fn restore_chunk(ctx: &Context) -> usize {
+    ctx.cfg.restore_fetch_bytes.max(0) as usize
 }
 
 /// One fetch request to `leader`, by topic id where every want's topic has one in `ids`.

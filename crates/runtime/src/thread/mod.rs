@@ -13,7 +13,7 @@ mod records;
 mod topics;
 mod writes;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,14 +29,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::catchup::{next_position, Catchup};
-use crate::config::OversizedRecord;
 use crate::context::Context;
 use crate::error::Result;
 use crate::heal::{open_stores, OpenError, OpenedStore, StoreFailures};
 use crate::layout::{to_changelog, Layout};
 use crate::machine::{
-    Command, Event, FetchResult, FetchWant, Input, MachineConfig, RequestId, StoreFault,
-    ThreadMachine,
+    Command, Event, FetchResult, FetchWant, Input, MachineConfig, OversizedAnswer, OversizedWrite,
+    RequestId, StoreFault, ThreadMachine,
 };
 use crate::membership::{MembershipTask, Request};
 use crate::partitioner::partition_for;
@@ -47,6 +46,7 @@ use crate::store::{TaskStore, Write};
 use crate::stream_time;
 use crate::topology::Emitted;
 use crate::unreadable;
+use fetch::restore_chunk;
 use records::{BatchRun, RecordEnv, StoreWrites};
 use topics::ChangelogCheck;
 use writes::Produced;
@@ -61,8 +61,7 @@ const FETCH_WAIT_MS: i32 = 100;
 const TICK: Duration = Duration::from_millis(50);
 /// Most input bytes one processing batch fetches per partition.
 const INPUT_FETCH_BYTES: i32 = 1 << 20;
-/// How long a fetch with nothing to ask for waits (every changelog it would read is busy
-/// taking in a bulk load).
+/// How often stores taking a bulk load are looked at, to tell the machine when one ended.
 const BUSY_WAIT: Duration = Duration::from_millis(20);
 /// How often restore progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -181,6 +180,7 @@ impl StreamThread {
                 rejoin_mode: cfg.assignment.rejoin_mode,
                 auto_offset_reset: cfg.auto_offset_reset,
                 failed_task_retry: cfg.task_retry,
+                on_oversized_record: cfg.on_oversized_record,
                 wall_clock: self
                     .ctx
                     .wire
@@ -221,6 +221,7 @@ impl StreamThread {
             store_failures: StoreFailures::default(),
             skip_log: SkipLog::default(),
             fetch: None,
+            loading: BTreeSet::new(),
             changelog_check: ChangelogCheck::default(),
             requests,
             report: report_tx,
@@ -255,6 +256,8 @@ struct Driver {
     /// Records skipped after the application failed on them, for rate-limited logging.
     skip_log: SkipLog,
     fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
+    /// Changelogs the machine was told are loading ([`Event::Absorbed`]), until their load ends.
+    loading: BTreeSet<(TaskId, usize)>,
     /// The broker's word on the running actives' changelogs ([`Driver::watch_changelogs`]).
     changelog_check: ChangelogCheck,
     requests: mpsc::UnboundedSender<Request>,
@@ -291,6 +294,9 @@ impl Driver {
             self.sync_status(m);
             self.watch_changelogs(m).await;
             self.buffers.clear();
+            for e in self.loads_ended() {
+                commands.extend(m.handle(e, self.now()));
+            }
             while let Ok(e) = self.events.try_recv() {
                 commands.extend(m.handle(e, self.now()));
             }
@@ -325,6 +331,7 @@ impl Driver {
                 }
                 e = self.events.recv() => e.unwrap_or(Event::Shutdown),
                 _ = self.shutdown.changed(), if !shutting_down => Event::Tick,
+                _ = tokio::time::sleep(BUSY_WAIT), if !self.loading.is_empty() => Event::Tick,
                 _ = tokio::time::sleep(TICK) => Event::Tick,
             };
             // What reading a fetch's answer found (a partition past its end, a batch no one
@@ -848,10 +855,15 @@ impl Driver {
                     t.last_log = Instant::now();
                     tracing::info!(task = %task, restored = t.restored, remaining = lag, "catching up");
                 }
+                let loading = s.catchup.busy(restore_chunk(&self.ctx));
+                if loading {
+                    self.loading.insert((task, changelog));
+                }
                 Event::Absorbed {
                     task,
                     changelog,
                     stored: s.catchup.position(),
+                    loading,
                 }
             }
             Err(e) => {

@@ -23,7 +23,7 @@ impl Driver {
             by_topic.entry(topic).or_default().push(record);
         }
         for (topic, records) in by_topic {
-            if !self.send_dead_letters(task, &topic, records).await {
+            if !self.send_dead_letters(m, task, &topic, records).await {
                 return false;
             }
         }
@@ -76,8 +76,8 @@ impl Driver {
                 let record_bytes = baton_kafka::records::record_bytes(&batch[index]);
                 let input = origin_of(output[index])
                     .map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
-                match ctx.cfg.on_oversized_record {
-                    OversizedRecord::Fail => {
+                match m.oversized(OversizedWrite::Output) {
+                    OversizedAnswer::StopTask => {
                         let fate = failed_task_fate(ctx.cfg.task_retry);
                         tracing::error!(
                             task = %task,
@@ -93,7 +93,7 @@ impl Driver {
                             batch: batch_id,
                         });
                     }
-                    OversizedRecord::Skip => {
+                    OversizedAnswer::Skip => {
                         tracing::error!(task = %task, partition = %tp, input = %input, bytes = record_bytes, "skipping an output record larger than any record batch the broker takes (on-oversized-record=skip)");
                         ctx.status.add_skipped(task);
                         // What came before it is acknowledged; go on after it.
@@ -150,8 +150,8 @@ impl Driver {
                 }
                 Err(Produced::Failed) => return Err(failed()),
                 Err(Produced::Oversized { index, .. }) => {
-                    // A store value no batch can carry cannot be made durable: never skipped.
-                    // The task stops, holding its input; the instance and its other tasks go on.
+                    // A store value no batch can carry cannot be made durable: never skipped,
+                    // whatever the output policy. The task stops holding its input.
                     let (key, value) = &wire[index];
                     tracing::error!(
                         task = %task,
@@ -178,6 +178,7 @@ impl Driver {
     /// key as any output; false when the broker did not take them (the batch runs again).
     pub(super) async fn send_dead_letters(
         &self,
+        m: &ThreadMachine,
         task: TaskId,
         topic: &str,
         records: Vec<KeyValue>,
@@ -195,8 +196,14 @@ impl Driver {
                     Ok(_) => break,
                     Err(Produced::Failed) => return false,
                     Err(Produced::Oversized { index, .. }) => {
-                        tracing::error!(task = %task, partition = %tp, bytes = baton_kafka::records::record_bytes(&batch[index]), "a record for the dead-letter topic is larger than any batch it takes; it is logged here and not written");
-                        batch.drain(..=index);
+                        let bytes = baton_kafka::records::record_bytes(&batch[index]);
+                        match m.oversized(OversizedWrite::DeadLetter) {
+                            OversizedAnswer::Skip => {
+                                tracing::error!(task = %task, partition = %tp, bytes, "a record for the dead-letter topic is larger than any batch it takes; it is logged here and not written");
+                                batch.drain(..=index);
+                            }
+                            OversizedAnswer::StopTask => return false,
+                        }
                     }
                 }
             }

@@ -114,6 +114,7 @@ impl Engine<'_> {
             rejoin_mode: self.rejoin_mode(),
             auto_offset_reset: baton_core::config::OffsetReset::Earliest,
             failed_task_retry: None,
+            on_oversized_record: Default::default(),
             wall_clock: std::collections::BTreeMap::new(),
         }
     }
@@ -619,6 +620,7 @@ impl Engine<'_> {
                 task,
                 changelog,
                 stored,
+                loading: false,
             },
         );
     }
