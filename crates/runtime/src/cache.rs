@@ -84,7 +84,7 @@ mod tests {
         assert_eq!(kept, vec![2, 3, 4]);
         let got: Vec<(&[u8], &[u8])> = records
             .iter()
-            .map(|e| (e.record.key.as_ref(), e.record.value.as_ref()))
+            .map(|e| (e.record.key.as_ref(), e.record.value.as_deref().unwrap()))
             .collect();
         assert_eq!(
             got,

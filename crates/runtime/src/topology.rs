@@ -28,7 +28,10 @@ use crate::store::StoreError;
 type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
 type MapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<u8> + Send + Sync>;
 type MapFn = Arc<dyn Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync>;
-type FlatMapFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync>;
+/// Records as bytes, a delete without a value.
+type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+/// Over records that may be deletes (no value), giving any, deletes too.
+type FlatMapFn = Arc<dyn Fn(&[u8], Option<&[u8]>) -> Records + Send + Sync>;
 type FlatMapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync>;
 type PeekFn = Arc<dyn Fn(&[u8], &[u8]) + Send + Sync>;
 /// A user's processor over one record: the task, the record, the task's stream time and its
@@ -53,9 +56,9 @@ enum Step {
     Filter(FilterFn),
     MapValues(MapValuesFn),
     Map(MapFn),
-    /// Each record becomes any number of records; keys may change unless `keeps_keys`;
-    /// with `updates`, each record becomes at most one with its key (a table's update stays
-    /// one, [`Topology::sink_is_table`]).
+    /// Each record, a delete too, becomes any number of records (deletes too); keys may
+    /// change unless `keeps_keys`; with `updates`, each record becomes at most one with its
+    /// key (a table's update stays one, [`Topology::sink_is_table`]).
     FlatMap {
         f: FlatMapFn,
         keeps_keys: bool,
@@ -63,6 +66,12 @@ enum Step {
     },
     /// Each record becomes any number of records with its key.
     FlatMapValues(FlatMapValuesFn),
+    /// Sets the record's key to its value in `store` (a timestamped key-value store, the
+    /// record's timestamp beside the value), or removes it for a delete, and passes the record
+    /// on: Kafka Streams' `toTable` with a store.
+    Upsert {
+        store: String,
+    },
     /// Sees each record and passes it on unchanged.
     Peek(PeekFn),
     /// Updates the store's value for the record's key and passes `(key, new value)` on.
@@ -182,11 +191,12 @@ pub fn split_join_frame(frame: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
 }
 
 /// A record flowing through a stream: key, value, and its timestamp (milliseconds since the
-/// epoch), which every step keeps, from the input record to the outputs.
+/// epoch), which every step keeps, from the input record to the outputs. A record without a
+/// value is a delete: a table's update that removes its key (a tombstone at a sink).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamRecord {
     pub key: Bytes,
-    pub value: Bytes,
+    pub value: Option<Bytes>,
     pub timestamp: i64,
 }
 
@@ -194,7 +204,16 @@ impl StreamRecord {
     pub fn new(key: impl Into<Bytes>, value: impl Into<Bytes>, timestamp: i64) -> StreamRecord {
         StreamRecord {
             key: key.into(),
-            value: value.into(),
+            value: Some(value.into()),
+            timestamp,
+        }
+    }
+
+    /// A delete of `key`.
+    pub fn delete(key: impl Into<Bytes>, timestamp: i64) -> StreamRecord {
+        StreamRecord {
+            key: key.into(),
+            value: None,
             timestamp,
         }
     }
@@ -221,6 +240,9 @@ pub struct Output {
 #[derive(Clone)]
 pub struct Stream {
     sources: Vec<String>,
+    /// Its sources' deletes (records without a value) go through the steps: a table's
+    /// updates read as a stream ([`Stream::with_deletes`]). Otherwise they are passed over.
+    deletes: bool,
     /// Sources read into a store instead of through the steps: `(topic, store)`.
     tables: Vec<(String, String)>,
     steps: Vec<Step>,
@@ -231,9 +253,17 @@ impl Stream {
     pub fn from<S: AsRef<str>>(sources: &[S]) -> Stream {
         Stream {
             sources: sources.iter().map(|s| s.as_ref().to_owned()).collect(),
+            deletes: false,
             tables: Vec::new(),
             steps: Vec::new(),
         }
+    }
+
+    /// Takes its sources' deletes (records without a value) through the steps, as a table's
+    /// updates: steps that keep keys pass them on, a sink writes them as tombstones.
+    pub fn with_deletes(mut self) -> Self {
+        self.deletes = true;
+        self
     }
 
     /// Reads `topic` too (co-partitioned with the other sources).
@@ -293,6 +323,7 @@ impl Stream {
         let steps = std::mem::take(self.steps_at(path));
         let edited = f(Stream {
             sources: Vec::new(),
+            deletes: false,
             tables: Vec::new(),
             steps,
         });
@@ -335,21 +366,21 @@ impl Stream {
     }
 
     /// Replaces each record with the records `f(key, value)` returns (none, one or many).
-    /// Keys may change: not allowed before a stateful step.
+    /// Keys may change: not allowed before a stateful step. A delete is dropped.
     pub fn flat_map(
         self,
         f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
     ) -> Self {
-        self.flat_map_step(f, false, false)
+        self.flat_map_records(values_only(f, false), RecordEffect::ChangesKeys)
     }
 
     /// As [`Stream::flat_map`], for an `f` that keeps each record's key (a typed layer that
-    /// decodes and encodes it again): allowed before a stateful step.
+    /// decodes and encodes it again): allowed before a stateful step. A delete passes on.
     pub fn flat_map_keeping_keys(
         self,
         f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
     ) -> Self {
-        self.flat_map_step(f, true, false)
+        self.flat_map_records(values_only(f, true), RecordEffect::KeepsKeys)
     }
 
     /// As [`Stream::flat_map_keeping_keys`], for an `f` that also gives at most one record per
@@ -359,19 +390,30 @@ impl Stream {
         self,
         f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
     ) -> Self {
-        self.flat_map_step(f, true, true)
+        self.flat_map_records(values_only(f, true), RecordEffect::KeepsUpdates)
     }
 
-    fn flat_map_step(
+    /// Replaces each record, a delete (`None`) too, with the records `f(key, value)` returns,
+    /// deletes too; `effect` says what `f` does to keys and record counts.
+    pub fn flat_map_records(
         mut self,
-        f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
-        keeps_keys: bool,
-        updates: bool,
+        f: impl Fn(&[u8], Option<&[u8]>) -> Records + Send + Sync + 'static,
+        effect: RecordEffect,
     ) -> Self {
         self.steps.push(Step::FlatMap {
             f: Arc::new(f),
-            keeps_keys,
-            updates,
+            keeps_keys: effect != RecordEffect::ChangesKeys,
+            updates: effect == RecordEffect::KeepsUpdates,
+        });
+        self
+    }
+
+    /// Sets each record's key in `store` to its value, with its timestamp (a timestamped
+    /// store), or removes the key for a delete, and passes the record on (Kafka Streams'
+    /// `toTable` with a store). Its changelog is `<app id>-<store>-changelog`.
+    pub fn upsert(mut self, store: &str) -> Self {
+        self.steps.push(Step::Upsert {
+            store: store.to_owned(),
         });
         self
     }
@@ -524,7 +566,9 @@ impl Stream {
     fn stores(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
         walk(&self.steps, &mut |s| match s {
-            Step::Aggregate { store, .. } | Step::WindowAggregate { store, .. } => out.push(store),
+            Step::Aggregate { store, .. }
+            | Step::WindowAggregate { store, .. }
+            | Step::Upsert { store } => out.push(store),
             Step::Process { stores, .. } => out.extend(stores.iter().map(String::as_str)),
             _ => {}
         });
@@ -560,6 +604,30 @@ impl Stream {
 
 /// Checks the steps at `at` of stream `i`; `key_changed` is where a step before them changed
 /// keys, if one did.
+/// What a [`Stream::flat_map_records`] step does to keys and record counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordEffect {
+    /// Keys may change: not allowed before a stateful step of the same stream.
+    ChangesKeys,
+    /// Each record gives any number with its key.
+    KeepsKeys,
+    /// Each record gives at most one with its key: a table's updates stay a table's.
+    KeepsUpdates,
+}
+
+/// A step over values as one over records that may be deletes: a delete passes on as it is
+/// when the step keeps keys, else it is dropped (no key can be computed without a value).
+fn values_only(
+    f: impl Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync + 'static,
+    keeps_keys: bool,
+) -> impl Fn(&[u8], Option<&[u8]>) -> Records + Send + Sync + 'static {
+    move |k, v| match v {
+        Some(v) => f(k, v).into_iter().map(|(k, v)| (k, Some(v))).collect(),
+        None if keeps_keys => vec![(k.to_vec(), None)],
+        None => Vec::new(),
+    }
+}
+
 fn check_steps(
     i: usize,
     s: &Stream,
@@ -603,6 +671,7 @@ fn check_steps(
             }
             Step::Aggregate { store, .. }
             | Step::WindowAggregate { store, .. }
+            | Step::Upsert { store }
             | Step::Join { store, .. } => {
                 if let Some(step) = key_changed {
                     return Err(TopologyError::KeyChangeBeforeState {
@@ -635,7 +704,9 @@ fn check_steps(
 fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &mut [bool]) {
     for step in steps {
         match step {
-            Step::Aggregate { .. } | Step::WindowAggregate { .. } => table = true,
+            Step::Aggregate { .. } | Step::WindowAggregate { .. } | Step::Upsert { .. } => {
+                table = true
+            }
             Step::Filter(_)
             | Step::MapValues(_)
             | Step::Peek(_)
@@ -831,6 +902,11 @@ impl Topology {
         self
     }
 
+    /// Whether sub-topology `sub` takes its sources' deletes through its steps.
+    pub fn takes_deletes(&self, sub: u32) -> bool {
+        self.streams.get(sub as usize).is_some_and(|s| s.deletes)
+    }
+
     /// Every store, by name.
     pub fn store_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.streams.iter().flat_map(|s| s.stores()).collect();
@@ -851,17 +927,14 @@ impl Topology {
         } else {
             Layout::Plain
         };
-        walk(&stream.steps, &mut |step| {
-            if let Step::Aggregate {
+        walk(&stream.steps, &mut |step| match step {
+            Step::Aggregate {
                 store: name,
                 layout: l,
                 ..
-            } = step
-            {
-                if name == store {
-                    layout = *l;
-                }
-            }
+            } if name == store => layout = *l,
+            Step::Upsert { store: name } if name == store => layout = Layout::Timestamped,
+            _ => {}
         });
         Some(StoreInfo {
             subtopology: sub as u32,
@@ -1260,83 +1333,153 @@ fn run_steps(
     for step in steps {
         let mut next = Vec::with_capacity(records.len());
         for r in records {
-            let ts = r.timestamp;
-            match step {
-                Step::Filter(f) => {
-                    if f(&r.key, &r.value) {
-                        next.push(r);
-                    }
-                }
-                Step::MapValues(f) => {
-                    let v = f(&r.key, &r.value);
-                    next.push(StreamRecord::new(r.key, v, ts));
-                }
-                Step::Map(f) => {
-                    let (k, v) = f(&r.key, &r.value);
-                    next.push(StreamRecord::new(k, v, ts));
-                }
-                Step::FlatMap { f, .. } => next.extend(
-                    f(&r.key, &r.value)
-                        .into_iter()
-                        .map(|(k, v)| StreamRecord::new(k, v, ts)),
-                ),
-                Step::FlatMapValues(f) => next.extend(
-                    f(&r.key, &r.value)
-                        .into_iter()
-                        .map(|v| StreamRecord::new(r.key.clone(), v, ts)),
-                ),
-                Step::Peek(f) => {
-                    f(&r.key, &r.value);
-                    next.push(r);
-                }
-                Step::Aggregate { store, f, layout } => {
-                    let current = stores.get(store, &r.key)?;
-                    match layout {
-                        Layout::Plain => {
-                            let agg = f(current.as_deref(), &r.key, &r.value);
-                            stores.put(store, &r.key, agg.clone());
-                            next.push(StreamRecord::new(r.key, agg, ts));
-                        }
-                        Layout::Timestamped => {
-                            let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
-                            stores.put(store, &r.key, timestamped(ts, &agg));
-                            next.push(StreamRecord::new(r.key, agg, ts));
-                        }
-                    }
-                }
-                Step::WindowAggregate { store, windows, f } => {
-                    let w = (store.as_str(), windows, f);
-                    window_aggregate(w, &r, stream_time, stores, out, &mut next)?
-                }
-                Step::Process { f, .. } => next.extend(f(task, &r, stream_time, stores)?),
-                Step::Join { store, inner } => {
-                    let table = stores.get(store, &r.key)?;
-                    if table.is_some() || !inner {
-                        let v = join_frame(&r.value, table.as_deref());
-                        next.push(StreamRecord::new(r.key, v, ts));
-                    }
-                }
-                Step::Fork { id, branches } => {
-                    next_fork_epoch(*id);
-                    let n = branches.len();
-                    let mut r = Some(r);
-                    for (b, branch) in branches.iter().enumerate() {
-                        let one = if b + 1 == n { r.take() } else { r.clone() };
-                        if let Some(one) = one {
-                            run_steps(task, branch, vec![one], stream_time, stores, out)?;
-                        }
-                    }
-                }
-                Step::To { sink, .. } => out.records.push(Emitted {
-                    sink: *sink,
-                    record: r,
-                }),
+            match &r.value {
+                Some(_) => run_step(task, step, r, stream_time, stores, out, &mut next)?,
+                None => run_delete(task, step, r, stream_time, stores, out, &mut next)?,
             }
         }
         records = next;
         if records.is_empty() {
             return Ok(());
         }
+    }
+    Ok(())
+}
+
+/// One step for one record with a value; what it passes on goes to `next`.
+fn run_step(
+    task: TaskId,
+    step: &Step,
+    r: StreamRecord,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let ts = r.timestamp;
+    let value: &[u8] = r.value.as_deref().unwrap_or_default();
+    match step {
+        Step::Filter(f) => {
+            if f(&r.key, value) {
+                next.push(r);
+            }
+        }
+        Step::MapValues(f) => {
+            let v = f(&r.key, value);
+            next.push(StreamRecord::new(r.key, v, ts));
+        }
+        Step::Map(f) => {
+            let (k, v) = f(&r.key, value);
+            next.push(StreamRecord::new(k, v, ts));
+        }
+        Step::FlatMapValues(f) => next.extend(
+            f(&r.key, value)
+                .into_iter()
+                .map(|v| StreamRecord::new(r.key.clone(), v, ts)),
+        ),
+        Step::Peek(f) => {
+            f(&r.key, value);
+            next.push(r);
+        }
+        Step::Aggregate { store, f, layout } => {
+            let current = stores.get(store, &r.key)?;
+            match layout {
+                Layout::Plain => {
+                    let agg = f(current.as_deref(), &r.key, value);
+                    stores.put(store, &r.key, agg.clone());
+                    next.push(StreamRecord::new(r.key, agg, ts));
+                }
+                Layout::Timestamped => {
+                    let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
+                    stores.put(store, &r.key, timestamped(ts, &agg));
+                    next.push(StreamRecord::new(r.key, agg, ts));
+                }
+            }
+        }
+        Step::WindowAggregate { store, windows, f } => {
+            let w = (store.as_str(), windows, f);
+            window_aggregate(w, &r, stream_time, stores, out, next)?
+        }
+        Step::Join { store, inner } => {
+            let table = stores.get(store, &r.key)?;
+            if table.is_some() || !inner {
+                let v = join_frame(value, table.as_deref());
+                next.push(StreamRecord::new(r.key, v, ts));
+            }
+        }
+        _ => run_any(task, step, r, stream_time, stores, out, next)?,
+    }
+    Ok(())
+}
+
+/// One step for a delete (a record without a value): steps that keep keys pass it on, the
+/// typed layer's steps decide, and steps that need a value pass over it, as Kafka Streams'
+/// aggregations and stream-table joins pass over null values.
+fn run_delete(
+    task: TaskId,
+    step: &Step,
+    r: StreamRecord,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    match step {
+        Step::Filter(_) | Step::MapValues(_) | Step::FlatMapValues(_) | Step::Peek(_) => {
+            next.push(r)
+        }
+        Step::Map(_)
+        | Step::Aggregate { .. }
+        | Step::WindowAggregate { .. }
+        | Step::Join { .. } => {}
+        _ => run_any(task, step, r, stream_time, stores, out, next)?,
+    }
+    Ok(())
+}
+
+/// The steps that take a record with a value and a delete alike.
+fn run_any(
+    task: TaskId,
+    step: &Step,
+    r: StreamRecord,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let ts = r.timestamp;
+    match step {
+        Step::FlatMap { f, .. } => next.extend(f(&r.key, r.value.as_deref()).into_iter().map(
+            |(k, v)| StreamRecord {
+                key: k.into(),
+                value: v.map(Bytes::from),
+                timestamp: ts,
+            },
+        )),
+        Step::Upsert { store } => {
+            match &r.value {
+                Some(v) => stores.put(store, &r.key, timestamped(ts, v)),
+                None => stores.delete(store, &r.key),
+            }
+            next.push(r);
+        }
+        Step::Process { f, .. } => next.extend(f(task, &r, stream_time, stores)?),
+        Step::Fork { id, branches } => {
+            next_fork_epoch(*id);
+            let n = branches.len();
+            let mut r = Some(r);
+            for (b, branch) in branches.iter().enumerate() {
+                let one = if b + 1 == n { r.take() } else { r.clone() };
+                if let Some(one) = one {
+                    run_steps(task, branch, vec![one], stream_time, stores, out)?;
+                }
+            }
+        }
+        Step::To { sink, .. } => out.records.push(Emitted {
+            sink: *sink,
+            record: r,
+        }),
+        _ => unreachable!("run_step and run_delete take the others"),
     }
     Ok(())
 }
@@ -1390,7 +1533,11 @@ fn fold_timestamped(
             ))
         })
     });
-    let agg = f(current.map(|(_, v)| v), &r.key, &r.value);
+    let agg = f(
+        current.map(|(_, v)| v),
+        &r.key,
+        r.value.as_deref().unwrap_or_default(),
+    );
     let ts = current.map_or(r.timestamp, |(old, _)| old.max(r.timestamp));
     (agg, ts)
 }
@@ -1487,7 +1634,7 @@ mod tests {
             .map(|e| {
                 (
                     String::from_utf8(e.record.key.to_vec()).unwrap(),
-                    String::from_utf8(e.record.value.to_vec()).unwrap(),
+                    String::from_utf8(e.record.value.unwrap().to_vec()).unwrap(),
                 )
             })
             .collect();

@@ -10,14 +10,23 @@ use std::sync::Arc;
 
 use baton_runtime::query::format::{Format, StoreFormat};
 use baton_runtime::record::undecodable;
-use baton_runtime::topology::{split_join_frame, Layout, Stream, Topology, TopologyError, Windows};
+use baton_runtime::topology::{
+    split_join_frame, Layout, RecordEffect, Stream, Topology, TopologyError, Windows,
+};
 
 use crate::describe::{Description, Node};
 use crate::serdes::{Long, Serde, TimeWindowed, Windowed};
+pub use crate::table::KTable;
+use crate::table::TableSource;
 use crate::windows::TimeWindows;
 
 /// A segment of stateless steps: the records one input record becomes.
 pub(crate) type Chain<K, V> = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(K, V)> + Send + Sync>;
+/// The same segment over a table's updates ([`KTable::to_stream`]): records with a value
+/// and deletes (`None`) alike, each giving records and deletes. Steps that keep keys take
+/// deletes on; the others, which need a value, pass over them.
+pub(crate) type Updates<K, V> =
+    Arc<dyn Fn(&[u8], Option<&[u8]>) -> Vec<(K, Option<V>)> + Send + Sync>;
 
 /// Builds an application. Start streams with [`StreamsBuilder::stream`], end them with
 /// [`KStream::to`], then [`StreamsBuilder::build`].
@@ -91,6 +100,7 @@ impl StreamsBuilder {
             ),
             key_changed: false,
             updates: false,
+            deletes: None,
         }
     }
 
@@ -126,6 +136,7 @@ impl StreamsBuilder {
             key_changed: false,
             updates: false,
             last,
+            deletes: None,
         }
     }
 
@@ -155,8 +166,9 @@ impl StreamsBuilder {
         KTable {
             graph: self.graph.clone(),
             at: None,
+            updates: None,
             key: Arc::new(consumed.key),
-            value: Arc::new(consumed.value),
+            value: Some(Arc::new(consumed.value)),
             last: Node::default(),
             source: Some(TableSource {
                 topic: topic.to_owned(),
@@ -215,7 +227,7 @@ pub(crate) struct Pos {
 
 impl Graph {
     /// Records how `store`'s keys and values read: the serdes' Kafka names.
-    fn store_format(&mut self, store: &str, key: &str, value: &str) {
+    pub(crate) fn store_format(&mut self, store: &str, key: &str, value: &str) {
         self.formats.push((
             store.to_owned(),
             StoreFormat {
@@ -225,12 +237,12 @@ impl Graph {
         ));
     }
 
-    fn start(&mut self, topic: &str) -> Pos {
+    pub(crate) fn start(&mut self, topic: &str) -> Pos {
         let name = self.description.next_name("KSTREAM-SOURCE-");
         self.start_named(topic, name)
     }
 
-    fn start_named(&mut self, topic: &str, name: Node) -> Pos {
+    pub(crate) fn start_named(&mut self, topic: &str, name: Node) -> Pos {
         let sub = self.streams.len();
         self.streams.push(Stream::from(&[topic]));
         self.description.add_source(sub, name, topic);
@@ -247,7 +259,13 @@ impl Graph {
     /// a sink, a filter and a source take three numbers whatever their names, and are named
     /// `<topic>-sink`, `-filter` and `-source` unless `prefix` is itself a generated name
     /// (`KSTREAM...-<10 digits>`), when the numbered names stand.
-    fn repartition(&mut self, prefix: &str, at: &Pos, last: &Node, encode: Encode) -> (Pos, Node) {
+    pub(crate) fn repartition(
+        &mut self,
+        prefix: &str,
+        at: &Pos,
+        last: &Node,
+        encode: Encode,
+    ) -> (Pos, Node) {
         let base = prefix.strip_suffix("-repartition").unwrap_or(prefix);
         let topic = self.topic(base);
         let sink = self.description.next_name("KSTREAM-SINK-");
@@ -263,7 +281,10 @@ impl Graph {
         self.description.add_sink(at.sub, sink, &topic, &filter);
         let exit = self.exit(at);
         let to = topic.clone();
-        self.edit(&exit, move |s| s.flat_map(encode).to(&to));
+        self.edit(&exit, move |s| {
+            s.flat_map_records(encode, RecordEffect::ChangesKeys)
+                .to(&to)
+        });
         self.repartition.push(topic.clone());
         let start = self.start_named(&topic, source);
         let last = self.description.last(start.sub);
@@ -289,18 +310,48 @@ impl Graph {
     }
 
     /// Adds tables to sub-topology `sub`'s sources.
-    fn edit_sources(&mut self, sub: usize, f: impl FnOnce(Stream) -> Stream) {
+    pub(crate) fn edit_sources(&mut self, sub: usize, f: impl FnOnce(Stream) -> Stream) {
         let s = std::mem::replace(&mut self.streams[sub], Stream::branch());
         self.streams[sub] = f(s);
     }
 
-    fn topic(&self, name: &str) -> String {
+    pub(crate) fn topic(&self, name: &str) -> String {
         format!("{}-{name}-repartition", self.app_id)
     }
 }
 
-/// A stream's records as the bytes a repartition topic takes.
-type Encode = Box<dyn Fn(&[u8], &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync>;
+/// A stream's records (and deletes, `None`) as the bytes a repartition topic or a store step
+/// takes.
+pub(crate) type Encode =
+    Box<dyn Fn(&[u8], Option<&[u8]>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> + Send + Sync>;
+
+/// The updates of two merged streams, each given with its values-only chain: `None` when
+/// neither carries deletes.
+fn merged_updates<K: 'static, V: 'static>(
+    (a, a_values): (Option<Updates<K, V>>, Chain<K, V>),
+    (b, b_values): (Option<Updates<K, V>>, Chain<K, V>),
+) -> Option<Updates<K, V>> {
+    if a.is_none() && b.is_none() {
+        return None;
+    }
+    let with_deletes = |u: Option<Updates<K, V>>, values: Chain<K, V>| -> Updates<K, V> {
+        u.unwrap_or_else(|| {
+            Arc::new(move |k, v| match v {
+                Some(v) => values(k, v)
+                    .into_iter()
+                    .map(|(k, v)| (k, Some(v)))
+                    .collect(),
+                None => Vec::new(),
+            })
+        })
+    };
+    let (a, b) = (with_deletes(a, a_values), with_deletes(b, b_values));
+    Some(Arc::new(move |k, v| {
+        let mut out = a(k, v);
+        out.extend(b(k, v));
+        out
+    }))
+}
 
 /// Whether `name` has the form of a name Kafka generates: Java's
 /// `name.matches("KSTREAM.*-[0-9]{10}")`.
@@ -315,20 +366,51 @@ fn is_generated_name(name: &str) -> bool {
 /// Reads a record's key and value with the serdes; a record that does not decode fails as
 /// undecodable (`--on-deserialization-error`), naming `topic`.
 /// `what` names the bytes in the failure (a topic, or a processor's output).
-/// The records a chain gives, as the bytes `key` and `value` make of them: what a
-/// repartition topic or a store step takes.
-fn encoding<K, V, KS, VS>(chain: Chain<K, V>, key: Arc<KS>, value: Arc<VS>) -> Encode
+/// The records a segment gives, as the bytes `key` and `value` make of them: what a
+/// repartition topic, a store step or a sink takes. With `deletes` (a table's updates), a
+/// delete gives the deletes of its keys; without, a delete gives nothing.
+pub(crate) fn encoding<K, V, KS, VS>(
+    chain: Chain<K, V>,
+    deletes: Option<Updates<K, V>>,
+    key: Arc<KS>,
+    value: Arc<VS>,
+) -> Encode
 where
     K: 'static,
     V: 'static,
     KS: Serde<Value = K>,
     VS: Serde<Value = V>,
 {
-    Box::new(move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
-        chain(k, v)
+    Box::new(move |k: &[u8], v: Option<&[u8]>| match (v, &deletes) {
+        (_, Some(updates)) => updates(k, v)
             .iter()
-            .map(|(k, v)| (key.serialize(k), value.serialize(v)))
-            .collect()
+            .map(|(k, v)| (key.serialize(k), v.as_ref().map(|v| value.serialize(v))))
+            .collect(),
+        (Some(v), None) => chain(k, v)
+            .iter()
+            .map(|(k, v)| (key.serialize(k), Some(value.serialize(v))))
+            .collect(),
+        (None, None) => Vec::new(),
+    })
+}
+
+/// Reads a table's updates (records and deletes) with the serdes; one that does not decode
+/// fails as undecodable, naming `what`.
+pub(crate) fn decoding_updates<KS: Serde + ?Sized, VS: Serde + ?Sized>(
+    key: Arc<KS>,
+    value: Arc<VS>,
+    what: String,
+) -> Updates<KS::Value, VS::Value> {
+    Arc::new(move |k, v| {
+        let k = key
+            .deserialize(k)
+            .unwrap_or_else(|e| undecodable(format!("{what}: key: {e}")));
+        let v = v.map(|v| {
+            value
+                .deserialize(v)
+                .unwrap_or_else(|e| undecodable(format!("{what}: value: {e}")))
+        });
+        vec![(k, v)]
     })
 }
 
@@ -465,6 +547,15 @@ pub struct Materialized {
 }
 
 impl Materialized {
+    /// The store's name when named; otherwise one number is taken, as Kafka's
+    /// `MaterializedInternal` takes one for a store it may not make.
+    pub(crate) fn name_or_burn(self, description: &mut Description) -> Option<String> {
+        if self.name.is_none() {
+            description.burn();
+        }
+        self.name
+    }
+
     /// As Kafka's `Materialized.as(name)`.
     pub fn named(name: &str) -> Self {
         Materialized {
@@ -510,6 +601,9 @@ pub struct KStream<K, V> {
     pub(crate) updates: bool,
     /// The last node, for `describe`.
     pub(crate) last: Node,
+    /// The segment with its deletes, where its records may be deletes (a table's updates):
+    /// a sink writes them as tombstones. `None`: they cannot be.
+    pub(crate) deletes: Option<Updates<K, V>>,
 }
 
 /// What a stateless step does to keys and record counts.
@@ -561,16 +655,45 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             key_changed: self.key_changed || effect == Effect::ChangesKeys,
             updates: self.updates && effect == Effect::KeepsKeys,
             last,
+            deletes: None,
         }
     }
 
-    /// Keeps the records for which `f(key, value)` holds.
+    /// Keeps the records for which `f(key, value)` holds. A delete passes.
     pub fn filter(self, f: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KStream<K, V> {
-        self.then("FILTER", Effect::KeepsKeys, move |k, v, out| {
-            if f(&k, &v) {
-                out.push((k, v));
-            }
+        self.then_keyed("FILTER", Effect::KeepsKeys, move |k, v, out| match v {
+            Some(v) if !f(&k, &v) => {}
+            v => out.push((k, v)),
         })
+    }
+
+    /// A step that keeps keys, over records and deletes alike (`None`): it runs once per
+    /// record whether the stream's records go on as values only ([`KStream::chain`]) or with
+    /// their deletes ([`KStream::deletes`]).
+    fn then_keyed<V2: Send + Sync + 'static>(
+        self,
+        kind: &str,
+        effect: Effect,
+        step: impl Fn(K, Option<V>, &mut Vec<(K, Option<V2>)>) + Send + Sync + 'static,
+    ) -> KStream<K, V2> {
+        let step = Arc::new(step);
+        let deletes = self.deletes.clone().map(|prev| -> Updates<K, V2> {
+            let step = step.clone();
+            Arc::new(move |k, v| {
+                let mut out = Vec::new();
+                for (k, v) in prev(k, v) {
+                    step(k, v, &mut out);
+                }
+                out
+            })
+        });
+        let mut next = self.then(kind, effect, move |k, v, out| {
+            let mut given = Vec::new();
+            step(k, Some(v), &mut given);
+            out.extend(given.into_iter().filter_map(|(k, v)| Some((k, v?))));
+        });
+        next.deletes = deletes;
+        next
     }
 
     /// Keeps the records for which `f(key, value)` does not hold.
@@ -578,14 +701,13 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         self.filter(move |k, v| !f(k, v))
     }
 
-    /// Replaces each value with `f(value)`.
+    /// Replaces each value with `f(value)`. A delete stays a delete.
     pub fn map_values<V2: Send + Sync + 'static>(
         self,
         f: impl Fn(&V) -> V2 + Send + Sync + 'static,
     ) -> KStream<K, V2> {
-        self.then("MAPVALUES", Effect::KeepsKeys, move |k, v, out| {
-            let v2 = f(&v);
-            out.push((k, v2));
+        self.then_keyed("MAPVALUES", Effect::KeepsKeys, move |k, v, out| {
+            out.push((k, v.map(|v| f(&v))));
         })
     }
 
@@ -635,8 +757,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         V2: Send + Sync + 'static,
         I: IntoIterator<Item = V2>,
     {
-        self.then("FLATMAPVALUES", Effect::FansOut, move |k, v, out| {
-            out.extend(f(&v).into_iter().map(|v2| (k.clone(), v2)))
+        self.then_keyed("FLATMAPVALUES", Effect::FansOut, move |k, v, out| match v {
+            Some(v) => out.extend(f(&v).into_iter().map(|v2| (k.clone(), Some(v2)))),
+            None => out.push((k, None)),
         })
     }
 
@@ -674,6 +797,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         }
         drop(g);
         let (a, b) = (self.chain, other.chain);
+        let deletes = merged_updates((self.deletes, a.clone()), (other.deletes, b.clone()));
         KStream {
             graph,
             at: self.at,
@@ -685,13 +809,16 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             key_changed: self.key_changed || other.key_changed,
             updates: false,
             last,
+            deletes,
         }
     }
 
     /// Calls `f(key, value)` for each record and passes it on.
     pub fn peek(self, f: impl Fn(&K, &V) + Send + Sync + 'static) -> KStream<K, V> {
-        self.then("PEEK", Effect::KeepsKeys, move |k, v, out| {
-            f(&k, &v);
+        self.then_keyed("PEEK", Effect::KeepsKeys, move |k, v, out| {
+            if let Some(v) = &v {
+                f(&k, v);
+            }
             out.push((k, v));
         })
     }
@@ -705,23 +832,17 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
     {
         let mut g = self.graph.borrow_mut();
         g.description.sink(self.at.sub, topic, &self.last);
-        let (chain, key, value) = (self.chain, produced.key, produced.value);
+        let (key, value) = (Arc::new(produced.key), Arc::new(produced.value));
+        // A delete is written as a tombstone: the key and no value.
+        let encode = encoding(self.chain, self.deletes, key, value);
         let topic = topic.to_owned();
         let at = g.exit(&self.at);
-        let updates = self.updates;
-        g.edit(&at, move |s| {
-            let encode = move |k: &[u8], v: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
-                chain(k, v)
-                    .iter()
-                    .map(|(k, v)| (key.serialize(k), value.serialize(v)))
-                    .collect()
-            };
-            if updates {
-                s.map_updates(encode).to(&topic)
-            } else {
-                s.flat_map(encode).to(&topic)
-            }
-        });
+        let effect = if self.updates {
+            RecordEffect::KeepsUpdates
+        } else {
+            RecordEffect::ChangesKeys
+        };
+        g.edit(&at, move |s| s.flat_map_records(encode, effect).to(&topic));
     }
 
     /// Joins each record with its key's value in `table` (read with
@@ -802,12 +923,13 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                     key_changed: false,
                     updates: false,
                     last: self.last,
+                    deletes: None,
                 };
             }
         };
         let (key, value) = (Arc::new(joined.key), Arc::new(joined.value));
         let (mut at, chain, mut last) = (self.at, self.chain, self.last);
-        let encode = encoding(chain, key.clone(), value.clone());
+        let encode = encoding(chain, None, key.clone(), value.clone());
         if self.key_changed {
             // Kafka's `repartitionForJoin`: named after the join, else after the stream's
             // last node.
@@ -818,7 +940,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             (at, last) = g.repartition(&prefix, &at, &last, encode);
         } else {
             at = g.exit(&at);
-            g.edit(&at, move |s| s.flat_map_keeping_keys(encode));
+            g.edit(&at, move |s| {
+                s.flat_map_records(encode, RecordEffect::KeepsKeys)
+            });
         }
         let store = src.store.clone();
         last = describe_join(&mut g, &at, src, joined.name.as_deref(), inner, &last);
@@ -834,7 +958,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 s.left_join_table(&store)
             }
         });
-        let (table_value, table_topic) = (table.value.clone(), src.topic.clone());
+        let table_topic = src.topic.clone();
+        // A table read from a topic always has its serde.
+        let table_value = table.value.clone();
         drop(g);
         KStream {
             graph,
@@ -849,16 +975,20 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 let v = value
                     .deserialize(v)
                     .unwrap_or_else(|e| undecodable(format!("joined value: {e}")));
-                let t = t.map(|t| {
-                    table_value
-                        .deserialize(t)
-                        .unwrap_or_else(|e| undecodable(format!("{table_topic}: value: {e}")))
+                let t = t.and_then(|t| {
+                    let serde = table_value.as_ref()?;
+                    Some(
+                        serde
+                            .deserialize(t)
+                            .unwrap_or_else(|e| undecodable(format!("{table_topic}: value: {e}"))),
+                    )
                 });
                 f(&v, t).map(|r| (k, r)).into_iter().collect()
             }),
             key_changed: false,
             updates: false,
             last,
+            deletes: None,
         }
     }
 
@@ -903,8 +1033,13 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 .to_owned(),
         };
         let (key, value) = (Arc::new(key), Arc::new(value));
-        let encode = encoding(self.chain, key.clone(), value.clone());
+        // A table's deletes go through as tombstones, and the reading side takes them.
+        let carries_deletes = self.deletes.is_some();
+        let encode = encoding(self.chain, self.deletes, key.clone(), value.clone());
         let (at, last) = g.repartition(&prefix, &self.at, &self.last, encode);
+        if carries_deletes {
+            g.edit_sources(at.sub, Stream::with_deletes);
+        }
         let topic = g.topic(prefix.strip_suffix("-repartition").unwrap_or(&prefix));
         if let Some(n) = partitions {
             g.repartition_partitions.push((topic.clone(), n));
@@ -913,10 +1048,11 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         KStream {
             graph,
             at,
-            chain: decoding(key, value, topic),
+            chain: decoding(key.clone(), value.clone(), topic.clone()),
             key_changed: false,
             updates: false,
             last,
+            deletes: carries_deletes.then(|| decoding_updates(key, value, topic)),
         }
     }
 
@@ -1079,7 +1215,7 @@ where
 
     /// The aggregation's steps, then its table, keyed with `table_key` (the grouped key's
     /// serde, or its windowed form).
-    fn aggregate_table<TK, AS: Serde>(
+    fn aggregate_table<TK: Send + Sync + 'static, AS: Serde>(
         self,
         materialized: Materialized,
         kind: &str,
@@ -1115,13 +1251,15 @@ where
         g.store_format(&store, key.name(), serde.name());
         let (mut at, chain) = (stream.at, stream.chain);
         let mut last = stream.last;
-        let encode = encoding(chain, key.clone(), value.clone());
+        let encode = encoding(chain, None, key.clone(), value.clone());
         if repartition {
             (at, last) = g.repartition(name.as_deref().unwrap_or(&store), &at, &last, encode);
         } else {
             // Keys as they came (decoded and encoded again): the store sits beside the source.
             at = g.exit(&at);
-            g.edit(&at, move |s| s.flat_map_keeping_keys(encode));
+            g.edit(&at, move |s| {
+                s.flat_map_records(encode, RecordEffect::KeepsKeys)
+            });
         }
         last = g
             .description
@@ -1143,14 +1281,7 @@ where
             None => s.aggregate_as(&store, Layout::Timestamped, step),
         });
         drop(g);
-        KTable {
-            graph,
-            at: Some(at),
-            key: table_key,
-            value: a_serde,
-            last,
-            source: None,
-        }
+        KTable::of_records(graph, at, (table_key, a_serde), last, "an aggregation")
     }
 }
 
@@ -1279,75 +1410,4 @@ fn describe_join(
     };
     g.description
         .add_processor(at.sub, join_node, &[last], &[store])
-}
-
-/// A table: each key's latest value, kept in a store backed by a changelog.
-pub struct KTable<K, V> {
-    graph: Rc<RefCell<Graph>>,
-    /// Where its updates come out; `None` for a table read from a topic.
-    at: Option<Pos>,
-    key: Arc<dyn Serde<Value = K>>,
-    value: Arc<dyn Serde<Value = V>>,
-    last: Node,
-    source: Option<TableSource>,
-}
-
-/// A table read from a topic ([`StreamsBuilder::table`]).
-struct TableSource {
-    topic: String,
-    store: String,
-    /// Its nodes' names, taken when it was read, as Kafka takes them.
-    source_node: Node,
-    table_node: Node,
-    /// When it was read, among the sources: its sub-topology's number follows from it.
-    rank: u64,
-    /// Whether a join reads it already.
-    placed: Rc<Cell<bool>>,
-}
-
-impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
-    /// The table's changes as a stream: every update of a key, in order.
-    ///
-    /// For a table read from a topic, its records as a stream (records without a value, the
-    /// deletes, are passed over as every Baton stream passes them over).
-    pub fn to_stream(self) -> KStream<K, V> {
-        let (key, value) = (self.key, self.value);
-        let mut g = self.graph.borrow_mut();
-        let (at, from) = match (self.at, &self.source) {
-            (Some(at), _) => (at, self.last),
-            (None, Some(src)) => {
-                let at = g.start_named(&src.topic, src.source_node.clone());
-                let source = g.description.last(at.sub);
-                let table =
-                    g.description
-                        .add_processor(at.sub, src.table_node.clone(), &[&source], &[]);
-                g.description.rank_subtopology(at.sub, src.rank);
-                (at, table)
-            }
-            (None, None) => {
-                let at = g.start("");
-                let last = g.description.last(at.sub);
-                (at, last)
-            }
-        };
-        let node = g.description.next_name("KTABLE-TOSTREAM-");
-        let last = g.description.add_processor(at.sub, node, &[&from], &[]);
-        drop(g);
-        KStream {
-            graph: self.graph,
-            at,
-            chain: Arc::new(move |k, v| {
-                let k = key
-                    .deserialize(k)
-                    .unwrap_or_else(|e| undecodable(format!("table key: {e}")));
-                let v = value
-                    .deserialize(v)
-                    .unwrap_or_else(|e| undecodable(format!("table value: {e}")));
-                vec![(k, v)]
-            }),
-            key_changed: false,
-            updates: true,
-            last,
-        }
-    }
 }

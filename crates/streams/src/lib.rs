@@ -31,6 +31,7 @@ pub mod queries;
 pub mod run;
 pub mod serdes;
 mod split;
+mod table;
 mod windows;
 
 pub use dsl::{

@@ -281,7 +281,9 @@ where
                          stores: &mut dyn Stores|
               -> Result<Vec<StreamRecord>, StoreError> {
             let mut ctx = ProcessorContext::new(stores, &allowed, r.timestamp, stream_time, task);
-            for (k, v) in chain(&r.key, &r.value) {
+            // A processor takes values: a delete (a table's update) passes it by.
+            let records = r.value.as_ref().map_or_else(Vec::new, |v| chain(&r.key, v));
+            for (k, v) in records {
                 let record = Record {
                     key: k,
                     value: v,
@@ -313,6 +315,7 @@ where
             key_changed: true,
             updates: false,
             last,
+            deletes: None,
         }
     }
 }

@@ -171,6 +171,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> BranchedKStream<K, V> {
                     key_changed: stream.key_changed,
                     updates: stream.updates,
                     last,
+                    deletes: None,
                 };
                 (name, branch)
             })

@@ -44,7 +44,7 @@ fn run(
     run_at(t, sub, stores, &stamped)
         .0
         .into_iter()
-        .map(|r| (r.key.to_vec(), r.value.to_vec()))
+        .map(|r| (r.key.to_vec(), r.value.unwrap().to_vec()))
         .collect()
 }
 
@@ -96,7 +96,7 @@ fn run_to_sinks(t: &Topology, sub: u32, records: &[(&str, &str)]) -> Vec<(String
             (
                 sinks[e.sink as usize].to_owned(),
                 Str.deserialize(&e.record.key).unwrap(),
-                Str.deserialize(&e.record.value).unwrap(),
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
             )
         })
         .collect()
@@ -278,7 +278,12 @@ fn a_record_failing_in_a_branch_leaves_nothing_for_the_next_record() {
     let got: Vec<(u16, String)> = out
         .records
         .iter()
-        .map(|e| (e.sink, Str.deserialize(&e.record.value).unwrap()))
+        .map(|e| {
+            (
+                e.sink,
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -583,7 +588,7 @@ fn tumbling_windows_count_by_record_time_and_drop_what_comes_after_the_grace() {
             (
                 key,
                 window.start_ms,
-                Long.deserialize(&r.value).unwrap(),
+                Long.deserialize(r.value.as_deref().unwrap()).unwrap(),
                 r.timestamp,
             )
         })
@@ -873,7 +878,7 @@ fn a_processor_keeps_its_store_forwards_and_punctuates_on_stream_time() {
         .map(|r| {
             (
                 Str.deserialize(&r.key).unwrap(),
-                Str.deserialize(&r.value).unwrap(),
+                Str.deserialize(r.value.as_deref().unwrap()).unwrap(),
                 r.timestamp,
             )
         })
@@ -900,7 +905,7 @@ fn a_processor_keeps_its_store_forwards_and_punctuates_on_stream_time() {
     let (out, _) = run_at(&t, 0, &mut stores, &[reset("a", 1360), at("a", 1370)]);
     let values: Vec<String> = out
         .iter()
-        .map(|r| Str.deserialize(&r.value).unwrap())
+        .map(|r| Str.deserialize(r.value.as_deref().unwrap()).unwrap())
         .collect();
     assert_eq!(values, ["1"]);
 }
@@ -985,7 +990,7 @@ fn wall_clock_punctuations_forward_to_the_sinks_on_their_own_schedules() {
         seen.extend(out.records.into_iter().map(|e| {
             (
                 Str.deserialize(&e.record.key).unwrap(),
-                Str.deserialize(&e.record.value).unwrap(),
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
                 e.record.timestamp,
             )
         }));
@@ -1070,4 +1075,126 @@ fn repartition_writes_its_topic_and_reads_it_back() {
         e.contains("rp-KSTREAM-REPARTITION-0000000001-repartition") && e.contains("at least 1"),
         "{e}"
     );
+}
+
+/// Runs `records` (`None`: a delete) through sub-topology `sub`, stamped by position; each
+/// output's key and value as text, `None` for a tombstone.
+fn run_updates(
+    t: &Topology,
+    sub: u32,
+    stores: &mut Mem,
+    records: &[(&str, Option<&str>)],
+) -> Vec<(String, Option<String>)> {
+    let mut out = Output::default();
+    for (i, (k, v)) in records.iter().enumerate() {
+        let r = match v {
+            Some(v) => StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), i as i64),
+            None => StreamRecord::delete(k.as_bytes().to_vec(), i as i64),
+        };
+        t.process(TaskId::new(sub, 0), r, i as i64, stores, &mut out)
+            .unwrap();
+    }
+    out.records
+        .into_iter()
+        .map(|e| {
+            let key = Str.deserialize(&e.record.key).unwrap();
+            let value = e.record.value.map(|v| {
+                // The sinks of these tests write strings or longs.
+                Str.deserialize(&v)
+                    .ok()
+                    .filter(|s| s.chars().all(|c| !c.is_control()))
+                    .unwrap_or_else(|| Long.deserialize(&v).unwrap().to_string())
+            });
+            (key, value)
+        })
+        .collect()
+}
+
+#[test]
+fn a_filtered_aggregation_writes_a_tombstone_for_each_update_it_rejects() {
+    let b = StreamsBuilder::new("busy");
+    b.stream("clicks", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("clicks"))
+        .filter(|_, n: &i64| *n >= 2)
+        .map_values(|n: &i64| format!("{n} clicks"))
+        .to_stream()
+        .to("busy-users", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let got = run_updates(
+        &t,
+        0,
+        &mut Mem::default(),
+        &[
+            ("a", Some("/")),
+            ("a", Some("/")),
+            ("b", Some("/")),
+            ("a", Some("/")),
+        ],
+    );
+    let want = [
+        ("a", None),
+        ("a", Some("2 clicks")),
+        ("b", None),
+        ("a", Some("3 clicks")),
+    ];
+    let want: Vec<(String, Option<String>)> = want
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.map(str::to_owned)))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_table_read_from_a_topic_passes_its_deletes_through_filter_and_to_stream() {
+    let b = StreamsBuilder::new("names");
+    b.table("names", Consumed::with(Str, Str), Materialized::generated())
+        .filter_not(|_, name: &String| name.starts_with('x'))
+        .to_stream()
+        .to("kept-names", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let got = run_updates(
+        &t,
+        0,
+        &mut Mem::default(),
+        &[("1", Some("ann")), ("2", Some("xavier")), ("1", None)],
+    );
+    let want = vec![
+        ("1".to_owned(), Some("ann".to_owned())),
+        ("2".to_owned(), None),
+        ("1".to_owned(), None),
+    ];
+    assert_eq!(
+        got, want,
+        "a rejected value and a read delete are both tombstones"
+    );
+}
+
+#[test]
+fn a_stream_made_a_table_keeps_each_keys_latest_value_in_its_store() {
+    let b = StreamsBuilder::new("profiles");
+    b.stream("updates", Consumed::with(Str, Str))
+        .to_table(Str, Str, Materialized::named("profiles"))
+        .map_values(|p: &String| p.len() as i64)
+        .to_stream()
+        .to("sizes", Produced::with(Str, Long));
+    let t = b.build().unwrap();
+    let mut stores = Mem::default();
+    let got = run_updates(
+        &t,
+        0,
+        &mut stores,
+        &[("a", Some("x")), ("b", Some("yy")), ("a", Some("zzz"))],
+    );
+    let want = vec![
+        ("a".to_owned(), Some("1".to_owned())),
+        ("b".to_owned(), Some("2".to_owned())),
+        ("a".to_owned(), Some("3".to_owned())),
+    ];
+    assert_eq!(got, want);
+    // Kafka's timestamped layout: the record's timestamp (its position here), then the value.
+    let a = stores.get("profiles", b"a").unwrap().unwrap();
+    assert_eq!(a[..8], 2i64.to_be_bytes());
+    assert_eq!(&a[8..], b"zzz");
+    assert!(t.store_names().contains(&"profiles"));
 }

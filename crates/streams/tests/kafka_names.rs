@@ -438,3 +438,112 @@ fn an_unnamed_repartition_is_numbered_as_kafkas() {
         &["app-KSTREAM-REPARTITION-0000000002-repartition"],
     );
 }
+
+/// `KStreamImplTest.shouldNotMaterializedKTableFromKStream`:
+/// `stream(input).toTable().toStream().to(output)` is source 0, `KSTREAM-TOTABLE-0000000001`
+/// (stores: []), `KTABLE-TOSTREAM-0000000003`, `KSTREAM-SINK-0000000004` (the store's
+/// number, 2, is taken and no store made). And `shouldMaterializeKTableFromKStream`:
+/// `toTable(Materialized.as("store"))` is `KSTREAM-TOTABLE-0000000001` with store `store`.
+#[test]
+fn a_stream_made_a_table_is_numbered_as_kafkas_to_table() {
+    let b = StreamsBuilder::new("app");
+    b.stream("input", Consumed::with(Str, Str))
+        .to_table(Str, Str, Materialized::generated())
+        .to_stream()
+        .to("output", Produced::with(Str, Str));
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000000",
+            "KSTREAM-TOTABLE-0000000001",
+            "KTABLE-TOSTREAM-0000000003",
+            "KSTREAM-SINK-0000000004",
+        ]],
+        &[],
+        &[],
+    );
+    let b = StreamsBuilder::new("app");
+    b.stream("input", Consumed::with(Str, Str))
+        .to_table(Str, Str, Materialized::named("store"));
+    check(
+        b,
+        &[&["KSTREAM-SOURCE-0000000000", "KSTREAM-TOTABLE-0000000001"]],
+        &["store"],
+        &[],
+    );
+}
+
+/// `KStreamImplTest.shouldSupportKeyChangeKTableFromKStream`: after a `map`, `toTable`
+/// repartitions through `KSTREAM-TOTABLE-0000000002-repartition` (sink 4, filter 5, source 6;
+/// the store's number, 3, taken), then `KTABLE-TOSTREAM-0000000007` and
+/// `KSTREAM-SINK-0000000008` in sub-topology 1.
+#[test]
+fn a_stream_made_a_table_after_a_key_change_repartitions_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    b.stream("input", Consumed::with(Str, Str))
+        .map(|k: &String, v: &String| (k.chars().take(1).collect::<String>(), v.clone()))
+        .to_table(Str, Str, Materialized::unnamed())
+        .to_stream()
+        .to("output", Produced::with(Str, Str));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-MAP-0000000001",
+                "KSTREAM-FILTER-0000000005",
+                "KSTREAM-SINK-0000000004",
+            ],
+            &[
+                "KSTREAM-SOURCE-0000000006",
+                "KSTREAM-TOTABLE-0000000002",
+                "KTABLE-TOSTREAM-0000000007",
+                "KSTREAM-SINK-0000000008",
+            ],
+        ],
+        &[],
+        &["app-KSTREAM-TOTABLE-0000000002-repartition"],
+    );
+}
+
+/// `TopologyTest.kTableNonMaterializedMapValuesShouldPreserveTopologyStructure` and
+/// `kTableNonMaterializedFilterShouldPreserveTopologyStructure`: `table("input-topic")`
+/// takes the store's number 0, then source 1 and table source 2; `mapValues` (or `filter`)
+/// is `KTABLE-MAPVALUES-0000000003` (`KTABLE-FILTER-0000000003`), with no store.
+#[test]
+fn table_operations_are_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    b.table(
+        "input-topic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    )
+    .map_values(|v: &String| v.len() as i64);
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000001",
+            "KTABLE-SOURCE-0000000002",
+            "KTABLE-MAPVALUES-0000000003",
+        ]],
+        &[],
+        &[],
+    );
+    let b = StreamsBuilder::new("app");
+    b.table(
+        "input-topic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    )
+    .filter(|_, v: &String| !v.is_empty());
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000001",
+            "KTABLE-SOURCE-0000000002",
+            "KTABLE-FILTER-0000000003",
+        ]],
+        &[],
+        &[],
+    );
+}

@@ -125,18 +125,23 @@ impl RecordEnv<'_> {
             return ControlFlow::Continue(());
         }
         // A record without a key is read with an empty one (a stateless step may give it a
-        // key, as word count's grouping does); one without a value is a delete, which no step
-        // here takes: it is passed over, as Kafka Streams' aggregations pass over null values.
-        let Some(v) = &r.value else {
+        // key, as word count's grouping does); one without a value is a delete, which only a
+        // table's updates read as a stream take: elsewhere it is passed over, as Kafka
+        // Streams' aggregations pass over null values.
+        if r.value.is_none() && !self.ctx.topology.takes_deletes(self.task.subtopology) {
             return ControlFlow::Continue(());
-        };
+        }
         let k = r.key.clone().unwrap_or_default();
         run.stream_time = run.stream_time.max(r.timestamp);
         run.pending.timestamp = r.timestamp;
         let step = run_record(
             &self.ctx.topology,
             self.task,
-            StreamRecord::new(k.clone(), v.clone(), r.timestamp),
+            StreamRecord {
+                key: k.clone(),
+                value: r.value.clone(),
+                timestamp: r.timestamp,
+            },
             run.stream_time,
             &mut run.pending,
             &mut run.out,
@@ -157,7 +162,7 @@ impl RecordEnv<'_> {
             undecodable,
         };
         if let Some(topic) = self.record_failed(&f)? {
-            run.dead_letters.push((topic, (Some(k), Some(v.clone()))));
+            run.dead_letters.push((topic, (Some(k), r.value.clone())));
         }
         ControlFlow::Continue(())
     }

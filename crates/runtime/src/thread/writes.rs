@@ -58,7 +58,7 @@ impl Driver {
             by_partition
                 .entry((sink, p))
                 .or_default()
-                .push(((Some(r.key), Some(r.value)), (i, r.timestamp)));
+                .push(((Some(r.key), r.value), (i, r.timestamp)));
         }
         for ((sink, p), batch) in by_partition {
             let tp = TopicPartition::new(&sinks[sink as usize], p);

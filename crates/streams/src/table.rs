@@ -1,0 +1,248 @@
+//! Tables: each key's latest value. [`KTable`]'s operations have Kafka Streams' meaning: an
+//! update that removes a key (a filter's rejection, a delete read from a table's topic) is a
+//! delete, which the steps that keep keys pass on and a sink writes as a tombstone.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use baton_runtime::topology::{RecordEffect, Stream};
+
+use crate::describe::Node;
+use crate::dsl::{decoding_updates, encoding, Graph, KStream, Materialized, Pos, Updates};
+use crate::serdes::Serde;
+
+/// A table: each key's latest value, kept in a store backed by a changelog.
+pub struct KTable<K, V> {
+    pub(crate) graph: Rc<RefCell<Graph>>,
+    /// Where its updates come out; `None` for a table read from a topic and not used yet.
+    pub(crate) at: Option<Pos>,
+    /// How the records at `at` read as the table's updates (a value, or `None` for a delete).
+    pub(crate) updates: Option<Updates<K, V>>,
+    pub(crate) key: Arc<dyn Serde<Value = K>>,
+    /// The values' serde: `None` after a `map_values`, whose values no serde has written yet.
+    pub(crate) value: Option<Arc<dyn Serde<Value = V>>>,
+    pub(crate) last: Node,
+    pub(crate) source: Option<TableSource>,
+}
+
+/// A table read from a topic ([`crate::StreamsBuilder::table`]).
+pub(crate) struct TableSource {
+    pub(crate) topic: String,
+    pub(crate) store: String,
+    /// Its nodes' names, taken when it was read, as Kafka takes them.
+    pub(crate) source_node: Node,
+    pub(crate) table_node: Node,
+    /// When it was read, among the sources: its sub-topology's number follows from it.
+    pub(crate) rank: u64,
+    /// Whether a join reads it already.
+    pub(crate) placed: Rc<Cell<bool>>,
+}
+
+impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
+    /// A table whose updates are the records at `at`, read with `key` and `value`: an
+    /// aggregation's, or a stream's made a table.
+    pub(crate) fn of_records(
+        graph: Rc<RefCell<Graph>>,
+        at: Pos,
+        (key, value): (Arc<dyn Serde<Value = K>>, Arc<dyn Serde<Value = V>>),
+        last: Node,
+        what: &str,
+    ) -> KTable<K, V> {
+        let updates = decoding_updates(key.clone(), value.clone(), what.to_owned());
+        KTable {
+            graph,
+            at: Some(at),
+            updates: Some(updates),
+            key,
+            value: Some(value),
+            last,
+            source: None,
+        }
+    }
+
+    /// Where the table's updates come out, and how they read: a table read from a topic is
+    /// read there now, in a sub-topology of its own that takes the topic's deletes.
+    fn placed(&mut self) -> (Pos, Updates<K, V>, Node) {
+        if let (Some(at), Some(updates)) = (&self.at, &self.updates) {
+            return (at.clone(), updates.clone(), self.last.clone());
+        }
+        let mut g = self.graph.borrow_mut();
+        let (at, last, what) = match &self.source {
+            Some(src) => {
+                let at = g.start_named(&src.topic, src.source_node.clone());
+                let source = g.description.last(at.sub);
+                let table =
+                    g.description
+                        .add_processor(at.sub, src.table_node.clone(), &[&source], &[]);
+                g.description.rank_subtopology(at.sub, src.rank);
+                g.edit_sources(at.sub, Stream::with_deletes);
+                (at, table, src.topic.clone())
+            }
+            None => {
+                let at = g.start("");
+                let last = g.description.last(at.sub);
+                (at, last, "a table".to_owned())
+            }
+        };
+        let updates = match &self.value {
+            Some(value) => decoding_updates(self.key.clone(), value.clone(), what),
+            None => Arc::new(|_: &[u8], _: Option<&[u8]>| Vec::new()) as Updates<K, V>,
+        };
+        self.at = Some(at.clone());
+        self.updates = Some(updates.clone());
+        self.last = last.clone();
+        (at, updates, last)
+    }
+
+    /// A table of each update of this one through `step` (which keeps the key), named
+    /// `<kind><number>` as Kafka numbers it.
+    fn then<V2: Send + Sync + 'static>(
+        mut self,
+        kind: &str,
+        value: Option<Arc<dyn Serde<Value = V2>>>,
+        step: impl Fn(&K, Option<V>) -> Option<V2> + Send + Sync + 'static,
+    ) -> KTable<K, V2> {
+        let (at, prev, last) = self.placed();
+        let mut g = self.graph.borrow_mut();
+        let node = g.description.next_name(kind);
+        let last = g.description.add_processor(at.sub, node, &[&last], &[]);
+        drop(g);
+        KTable {
+            graph: self.graph,
+            at: Some(at),
+            updates: Some(Arc::new(move |k, v| {
+                prev(k, v)
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let v2 = step(&k, v);
+                        (k, v2)
+                    })
+                    .collect()
+            })),
+            key: self.key,
+            value,
+            last,
+            source: None,
+        }
+    }
+
+    /// The table of the keys whose value satisfies `f`: an update that does not is a delete
+    /// of its key (Kafka Streams' `KTable.filter`, whose rejected updates go on as tombstones).
+    ///
+    /// ```
+    /// use baton_streams::serdes::{Long, Str};
+    /// use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+    ///
+    /// let builder = StreamsBuilder::new("busy-users");
+    /// builder
+    ///     .stream("clicks", Consumed::with(Str, Str))
+    ///     .group_by_key(Grouped::with(Str, Str))
+    ///     .count(Materialized::named("clicks-per-user"))
+    ///     .filter(|_, clicks: &i64| *clicks >= 3)
+    ///     .to_stream()
+    ///     .to("busy-users", Produced::with(Str, Long));
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn filter(self, f: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KTable<K, V> {
+        let value = self.value.clone();
+        self.then("KTABLE-FILTER-", value, move |k, v| v.filter(|v| f(k, v)))
+    }
+
+    /// The table of the keys whose value does not satisfy `f` (Kafka's `filterNot`).
+    pub fn filter_not(self, f: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KTable<K, V> {
+        let value = self.value.clone();
+        self.then("KTABLE-FILTER-", value, move |k, v| v.filter(|v| !f(k, v)))
+    }
+
+    /// The table of `f(value)` for each key (Kafka's `mapValues`); a delete stays a delete.
+    pub fn map_values<V2: Send + Sync + 'static>(
+        self,
+        f: impl Fn(&V) -> V2 + Send + Sync + 'static,
+    ) -> KTable<K, V2> {
+        self.then("KTABLE-MAPVALUES-", None, move |_, v| v.map(|v| f(&v)))
+    }
+
+    /// The table's updates as a stream: every update of a key, in order; a delete (a
+    /// filter's rejection, or a record without a value in a table's topic) goes on as one and
+    /// reaches a sink as a tombstone.
+    pub fn to_stream(mut self) -> KStream<K, V> {
+        let (at, updates, from) = self.placed();
+        let mut g = self.graph.borrow_mut();
+        let node = g.description.next_name("KTABLE-TOSTREAM-");
+        let last = g.description.add_processor(at.sub, node, &[&from], &[]);
+        drop(g);
+        let values = updates.clone();
+        KStream {
+            graph: self.graph,
+            at,
+            chain: Arc::new(move |k, v| {
+                values(k, Some(v))
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k, v?)))
+                    .collect()
+            }),
+            key_changed: false,
+            updates: true,
+            last,
+            deletes: Some(updates),
+        }
+    }
+}
+
+impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
+    /// The stream as a table: each record sets its key's value, a delete removes it (Kafka
+    /// Streams' `toTable`). `key` and `value` are the table's serdes (Kafka's
+    /// `Materialized.with`). With [`Materialized::named`], the table is kept in that store
+    /// (timestamped, with its changelog) and can be queried; otherwise it is not kept, as
+    /// Kafka keeps it only when named. After a key change the stream first goes through
+    /// `<app id>-KSTREAM-TOTABLE-<number>-repartition`, as Kafka's.
+    ///
+    /// ```
+    /// use baton_streams::serdes::Str;
+    /// use baton_streams::{Consumed, Materialized, Produced, StreamsBuilder};
+    ///
+    /// let builder = StreamsBuilder::new("profiles");
+    /// builder
+    ///     .stream("profile-updates", Consumed::with(Str, Str))
+    ///     .to_table(Str, Str, Materialized::named("profiles"))
+    ///     .map_values(|p: &String| p.len() as i64)
+    ///     .to_stream()
+    ///     .to("profile-sizes", Produced::with(Str, baton_streams::serdes::Long));
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn to_table<KS, VS>(self, key: KS, value: VS, materialized: Materialized) -> KTable<K, V>
+    where
+        KS: Serde<Value = K>,
+        VS: Serde<Value = V>,
+    {
+        let graph = self.graph.clone();
+        let mut g = graph.borrow_mut();
+        // Kafka's order: the operation's name, then the store's (burnt when not named).
+        let node = g.description.next_name("KSTREAM-TOTABLE-");
+        let store = materialized.name_or_burn(&mut g.description);
+        if let Some(store) = &store {
+            g.store_format(store, key.name(), value.name());
+        }
+        let (key, value) = (Arc::new(key), Arc::new(value));
+        let encode = encoding(self.chain, self.deletes, key.clone(), value.clone());
+        let (at, last) = if self.key_changed {
+            let (at, last) = g.repartition(node.as_str(), &self.at, &self.last, encode);
+            g.edit_sources(at.sub, Stream::with_deletes);
+            (at, last)
+        } else {
+            let at = g.exit(&self.at);
+            g.edit(&at, move |s| {
+                s.flat_map_records(encode, RecordEffect::KeepsUpdates)
+            });
+            (at, self.last)
+        };
+        let stores: Vec<&str> = store.iter().map(String::as_str).collect();
+        let last = g.description.add_processor(at.sub, node, &[&last], &stores);
+        if let Some(store) = store {
+            g.edit(&at, move |s| s.upsert(&store));
+        }
+        drop(g);
+        KTable::of_records(graph, at, (key, value), last, "a table")
+    }
+}

@@ -1,0 +1,242 @@
+//! Table operations on the real broker, through a scale-out and a drain: clicks counted per
+//! user, the table filtered to busy users (three clicks or more) and mapped to text, whose
+//! rejected updates reach the output as tombstones; profile updates made a table
+//! (`to_table`, kept in a store), empty profiles filtered out as deletes, mapped to their
+//! length. Read as tables (the last record per key), both outputs equal what the input says,
+//! a busy user's text and a quiet user's tombstone alike; no record of either output says
+//! anything the input does not.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use baton_kafka::client::NewTopic;
+use baton_kafka::records::KeyValue;
+use baton_streams::serdes::{Long, Str};
+use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+use bytes::Bytes;
+use common::Setup;
+
+const PARTITIONS: i32 = 2;
+const APP: &str = "busy-users";
+const CLICKS: &str = "tb-clicks";
+const PROFILES: &str = "tb-profiles";
+const BUSY: &str = "tb-busy-users";
+const SIZES: &str = "tb-profile-sizes";
+
+fn topology() -> baton_runtime::Topology {
+    let builder = StreamsBuilder::new(APP);
+    builder
+        .stream(CLICKS, Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("clicks"))
+        .filter(|_, n: &i64| *n >= 3)
+        .map_values(|n: &i64| format!("{n} clicks"))
+        .to_stream()
+        .to(BUSY, Produced::with(Str, Str));
+    builder
+        .stream(PROFILES, Consumed::with(Str, Str))
+        .to_table(Str, Str, Materialized::named("profiles"))
+        .filter_not(|_, p: &String| p.is_empty())
+        .map_values(|p: &String| p.len() as i64)
+        .to_stream()
+        .to(SIZES, Produced::with(Str, Long));
+    builder.build().unwrap()
+}
+
+/// The input of one phase: clicks and profile updates, keyed by user, over both partitions
+/// by key as a producer would send them.
+struct Input {
+    clicks: Vec<String>,
+    profiles: Vec<(String, String)>,
+}
+
+fn phase(n: usize) -> Input {
+    // Busy users, plus one quiet user per phase and `quiet0`, who clicks once in each phase
+    // and so turns busy in the third (its tombstones, then its count).
+    let mut clicks: Vec<String> = (0..600)
+        .map(|i| format!("user{}", (i * 7 + n * 3) % 17))
+        .collect();
+    clicks.push(format!("quiet{}", n + 1));
+    clicks.push("quiet0".to_owned());
+    let profiles = (0..120)
+        .map(|i| {
+            let user = format!("user{}", (i * 5 + n) % 23);
+            // Every fourth update empties the profile: the filtered table deletes the user.
+            let profile = if (i + n).is_multiple_of(4) {
+                String::new()
+            } else {
+                "x".repeat(1 + (i * 3 + n) % 11)
+            };
+            (user, profile)
+        })
+        .collect();
+    Input { clicks, profiles }
+}
+
+fn produce(setup: &Setup, input: &Input) {
+    let keyed = |k: &str, v: &str| -> KeyValue {
+        (
+            Some(Bytes::copy_from_slice(k.as_bytes())),
+            Some(Bytes::copy_from_slice(v.as_bytes())),
+        )
+    };
+    let by_partition = |records: Vec<(String, String)>| {
+        let mut out: BTreeMap<i32, Vec<KeyValue>> = BTreeMap::new();
+        for (k, v) in records {
+            let p = baton_runtime::partitioner::partition_for(k.as_bytes(), PARTITIONS as u32);
+            out.entry(p as i32).or_default().push(keyed(&k, &v));
+        }
+        out
+    };
+    let clicks = input.clicks.iter().map(|u| (u.clone(), "/".to_owned()));
+    for (p, records) in by_partition(clicks.collect()) {
+        setup.produce_to(CLICKS, p, &records);
+    }
+    for (p, records) in by_partition(input.profiles.clone()) {
+        setup.produce_to(PROFILES, p, &records);
+    }
+}
+
+/// What the outputs say once everything produced so far is processed: per user, the busy
+/// text or `None` (a tombstone); per user, the profile's length or `None`.
+type Want = (
+    BTreeMap<String, Option<String>>,
+    BTreeMap<String, Option<i64>>,
+);
+
+fn expected(inputs: &[Input]) -> Want {
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut profiles: BTreeMap<String, String> = BTreeMap::new();
+    for input in inputs {
+        for u in &input.clicks {
+            *counts.entry(u.clone()).or_default() += 1;
+        }
+        for (u, p) in &input.profiles {
+            profiles.insert(u.clone(), p.clone());
+        }
+    }
+    let busy = counts
+        .into_iter()
+        .map(|(u, n)| (u, (n >= 3).then(|| format!("{n} clicks"))))
+        .collect();
+    let sizes = profiles
+        .into_iter()
+        .map(|(u, p)| (u, (!p.is_empty()).then_some(p.len() as i64)))
+        .collect();
+    (busy, sizes)
+}
+
+/// The last record of each key of `topic`, its value read by `value` (`None`: a tombstone).
+fn latest<V>(
+    setup: &Setup,
+    topic: &str,
+    value: impl Fn(&[u8]) -> V,
+) -> BTreeMap<String, Option<V>> {
+    let mut out = BTreeMap::new();
+    for r in setup.read(topic).into_values().flatten() {
+        let k = String::from_utf8(r.key.expect("keyed").to_vec()).unwrap();
+        out.insert(k, r.value.as_deref().map(&value));
+    }
+    out
+}
+
+fn busy_view(setup: &Setup) -> BTreeMap<String, Option<String>> {
+    latest(setup, BUSY, |v| String::from_utf8(v.to_vec()).unwrap())
+}
+
+fn sizes_view(setup: &Setup) -> BTreeMap<String, Option<i64>> {
+    latest(setup, SIZES, |v| i64::from_be_bytes(v.try_into().unwrap()))
+}
+
+/// Every record of the busy output says something true of some moment: a tombstone for a
+/// count under three, else a count of three or more that never goes back within a key.
+fn check_busy_records(setup: &Setup) -> usize {
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    let mut tombstones = 0;
+    for r in setup.read(BUSY).into_values().flatten() {
+        let k = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+        let Some(v) = r.value else {
+            tombstones += 1;
+            assert!(
+                last.get(&k).copied().unwrap_or(0) < 3,
+                "{k}: a tombstone after a busy count"
+            );
+            continue;
+        };
+        let text = String::from_utf8(v.to_vec()).unwrap();
+        let n: i64 = text.strip_suffix(" clicks").unwrap().parse().unwrap();
+        assert!(n >= 3, "{k}: {text} passed the filter");
+        assert!(
+            n >= last.get(&k).copied().unwrap_or(0),
+            "{k}: went back to {n}"
+        );
+        last.insert(k, n);
+    }
+    tombstones
+}
+
+#[test]
+fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
+    let (broker, dir, setup) = common::start("tables", &[CLICKS, PROFILES], BUSY, PARTITIONS);
+    let sizes = NewTopic {
+        name: SIZES.into(),
+        partitions: PARTITIONS,
+        compacted: false,
+    };
+    setup
+        .rt
+        .block_on(setup.client.create_topics(&[sizes]))
+        .unwrap();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let run = |name: &str| {
+        let cfg = common::runtime_config(&broker.addr, &dir, APP, name, &[]);
+        setup.rt.spawn(baton_runtime::instance::run(
+            cfg,
+            topology(),
+            shutdown.clone(),
+        ))
+    };
+    let mut inputs = vec![phase(0)];
+    let a = run("a");
+    produce(&setup, &inputs[0]);
+    let want = expected(&inputs);
+    setup.await_equal(&want.0, "busy users, one instance", busy_view);
+    setup.await_equal(&want.1, "profile sizes, one instance", sizes_view);
+
+    // Scale out to two, then drain the first, with input before each.
+    let b = run("b");
+    inputs.push(phase(1));
+    produce(&setup, &inputs[1]);
+    setup.drain(APP, "a");
+    let drained = setup
+        .rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), a).await });
+    assert!(
+        matches!(drained, Ok(Ok(Ok(baton_runtime::Exit::Drained)))),
+        "a exits once drained: {drained:?}"
+    );
+    inputs.push(phase(2));
+    produce(&setup, &inputs[2]);
+    let want = expected(&inputs);
+    setup.await_equal(&want.0, "busy users, after the drain", busy_view);
+    setup.await_equal(&want.1, "profile sizes, after the drain", sizes_view);
+    let tombstones = check_busy_records(&setup);
+    let quiet = want.0.values().filter(|v| v.is_none()).count();
+    let deleted = want.1.values().filter(|v| v.is_none()).count();
+    assert!(
+        quiet > 0 && deleted > 0,
+        "the input has quiet users and emptied profiles"
+    );
+    eprintln!(
+        "tables: {} users ({quiet} quiet, {tombstones} tombstones written), {} profiles \
+         ({deleted} deleted) exact through a scale-out and a drain",
+        want.0.len(),
+        want.1.len()
+    );
+    stop.send(true).unwrap();
+    common::await_shutdown(&setup, "b", b);
+    drop(broker);
+    let _ = std::fs::remove_dir_all(&dir);
+}
