@@ -29,7 +29,7 @@ type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
 type MapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<u8> + Send + Sync>;
 type MapFn = Arc<dyn Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync>;
 /// Records as bytes, a delete without a value.
-type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+pub type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// Over records that may be deletes (no value), giving any, deletes too.
 type FlatMapFn = Arc<dyn Fn(&[u8], Option<&[u8]>) -> Records + Send + Sync>;
 type FlatMapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<Vec<u8>> + Send + Sync>;
@@ -48,8 +48,11 @@ type PunctuateFn = Arc<
         + Send
         + Sync,
 >;
-/// `(current aggregate or None, key, value) -> new aggregate`.
-type AggregateFn = Arc<dyn Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync>;
+/// `(current aggregate or None, key, value) -> new aggregate`, or `None` to remove the key.
+type AggregateFn = Arc<dyn Fn(Option<&[u8]>, &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
+/// A table's update `(key, new value, old value)` as the records a grouping of the table
+/// sends on, keys changed.
+type RegroupFn = Arc<dyn Fn(&[u8], Option<&[u8]>, Option<&[u8]>) -> Records + Send + Sync>;
 
 #[derive(Clone)]
 enum Step {
@@ -68,10 +71,13 @@ enum Step {
     FlatMapValues(FlatMapValuesFn),
     /// Sets the record's key to its value in `store` (a timestamped key-value store, the
     /// record's timestamp beside the value), or removes it for a delete, and passes the record
-    /// on: Kafka Streams' `toTable` with a store.
+    /// on with the value it replaced: Kafka Streams' `toTable` with a store.
     Upsert {
         store: String,
     },
+    /// A table's update, new and old value ([`StreamRecord::old`]), becomes records under new
+    /// keys (Kafka Streams' `KTable.groupBy`, whose records carry both to the aggregation).
+    Regroup(RegroupFn),
     /// Sees each record and passes it on unchanged.
     Peek(PeekFn),
     /// Updates the store's value for the record's key and passes `(key, new value)` on.
@@ -190,6 +196,73 @@ pub fn split_join_frame(frame: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
     }
 }
 
+/// A table update's new and old value as Kafka Streams writes a `Change` to a grouping's
+/// repartition topic (`ChangedSerializer`): the old value then the flag 0; the new value then
+/// 1; both: the new value's length (a zigzag varint), the new value, the old value, then 2.
+/// `None` when both are absent, which Kafka refuses too.
+pub fn change_frame(new: Option<&[u8]>, old: Option<&[u8]>) -> Option<Vec<u8>> {
+    match (new, old) {
+        (Some(new), Some(old)) => {
+            let mut out = Vec::with_capacity(6 + new.len() + old.len());
+            // Zigzag of a non-negative length: twice it.
+            let mut n = (new.len() as u32) << 1;
+            while n >= 0x80 {
+                out.push((n as u8 & 0x7f) | 0x80);
+                n >>= 7;
+            }
+            out.push(n as u8);
+            out.extend_from_slice(new);
+            out.extend_from_slice(old);
+            out.push(2);
+            Some(out)
+        }
+        (Some(value), None) | (None, Some(value)) => {
+            let mut out = Vec::with_capacity(1 + value.len());
+            out.extend_from_slice(value);
+            out.push(u8::from(new.is_some()));
+            Some(out)
+        }
+        (None, None) => None,
+    }
+}
+
+/// A table update as a grouping sends it: its new value, its old value, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change<'a> {
+    pub new: Option<&'a [u8]>,
+    pub old: Option<&'a [u8]>,
+}
+
+/// The new and old value of a [`change_frame`]; `None` if `frame` is not one.
+pub fn split_change_frame(frame: &[u8]) -> Option<Change<'_>> {
+    let (&flag, body) = frame.split_last()?;
+    let change = |new, old| Some(Change { new, old });
+    match flag {
+        0 => change(None, Some(body)),
+        1 => change(Some(body), None),
+        2 => {
+            let (mut n, mut shift, mut used) = (0u32, 0, 0);
+            loop {
+                let b = *body.get(used)?;
+                used += 1;
+                n |= u32::from(b & 0x7f) << shift;
+                if b & 0x80 == 0 {
+                    break;
+                }
+                shift += 7;
+                if shift > 28 {
+                    return None;
+                }
+            }
+            let len = ((n >> 1) as i32 ^ -((n & 1) as i32)) as usize;
+            let rest = body.get(used..)?;
+            let (new, old) = (rest.get(..len)?, rest.get(len..)?);
+            change(Some(new), Some(old))
+        }
+        _ => None,
+    }
+}
+
 /// A record flowing through a stream: key, value, and its timestamp (milliseconds since the
 /// epoch), which every step keeps, from the input record to the outputs. A record without a
 /// value is a delete: a table's update that removes its key (a tombstone at a sink).
@@ -198,6 +271,9 @@ pub struct StreamRecord {
     pub key: Bytes,
     pub value: Option<Bytes>,
     pub timestamp: i64,
+    /// A table's update straight from its store step (an aggregation, an upsert): the key's
+    /// value before it, which a grouping of the table subtracts ([`Step::Regroup`]).
+    pub old: Option<Bytes>,
 }
 
 impl StreamRecord {
@@ -206,6 +282,7 @@ impl StreamRecord {
             key: key.into(),
             value: Some(value.into()),
             timestamp,
+            old: None,
         }
     }
 
@@ -215,6 +292,7 @@ impl StreamRecord {
             key: key.into(),
             value: None,
             timestamp,
+            old: None,
         }
     }
 }
@@ -453,7 +531,7 @@ impl Stream {
     ) -> Self {
         self.steps.push(Step::Aggregate {
             store: store.to_owned(),
-            f: Arc::new(f),
+            f: Arc::new(move |c: Option<&[u8]>, k: &[u8], v: &[u8]| Some(f(c, k, v))),
             layout,
         });
         self
@@ -472,7 +550,7 @@ impl Stream {
         self.steps.push(Step::WindowAggregate {
             store: store.to_owned(),
             windows,
-            f: Arc::new(f),
+            f: Arc::new(move |c: Option<&[u8]>, k: &[u8], v: &[u8]| Some(f(c, k, v))),
         });
         self
     }
@@ -562,6 +640,33 @@ impl Stream {
         self
     }
 
+    /// Folds each record into `store` (timestamped) with `f(current, key, value)`, which may
+    /// remove the key (`None`: a delete goes on); passes on the new aggregate with the old
+    /// ([`StreamRecord::old`]). Kafka Streams' `KGroupedTable` aggregations.
+    pub fn aggregate_or_remove(
+        mut self,
+        store: &str,
+        f: impl Fn(Option<&[u8]>, &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::Aggregate {
+            store: store.to_owned(),
+            f: Arc::new(f),
+            layout: Layout::Timestamped,
+        });
+        self
+    }
+
+    /// Sends each table update `(key, new value, old value)` on as the records `f` gives,
+    /// keys changed: Kafka Streams' `KTable.groupBy`. Its records must come straight from a
+    /// store step that knows the old value ([`Stream::aggregate_as`], [`Stream::upsert`]).
+    pub fn regroup(
+        mut self,
+        f: impl Fn(&[u8], Option<&[u8]>, Option<&[u8]>) -> Records + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::Regroup(Arc::new(f)));
+        self
+    }
+
     /// Tables first, then the steps' stores: the order of the task's changelogs.
     fn stores(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
@@ -645,6 +750,7 @@ fn check_steps(
         match step {
             Step::Map(_)
             | Step::Process { .. }
+            | Step::Regroup(_)
             | Step::FlatMap {
                 keeps_keys: false, ..
             } => key_changed = key_changed.or(Some(here)),
@@ -712,9 +818,11 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::Peek(_)
             | Step::Join { .. }
             | Step::FlatMap { updates: true, .. } => {}
-            Step::Map(_) | Step::FlatMap { .. } | Step::FlatMapValues(_) | Step::Process { .. } => {
-                table = false
-            }
+            Step::Map(_)
+            | Step::FlatMap { .. }
+            | Step::FlatMapValues(_)
+            | Step::Process { .. }
+            | Step::Regroup(_) => table = false,
             Step::Fork { branches, .. } => {
                 // Two branches may write the same key: read as a table, the topic then holds
                 // whichever came last, as it would without the cache.
@@ -1383,18 +1491,27 @@ fn run_step(
         }
         Step::Aggregate { store, f, layout } => {
             let current = stores.get(store, &r.key)?;
-            match layout {
-                Layout::Plain => {
-                    let agg = f(current.as_deref(), &r.key, value);
-                    stores.put(store, &r.key, agg.clone());
-                    next.push(StreamRecord::new(r.key, agg, ts));
+            let (agg, ts) = match layout {
+                Layout::Plain => (f(current.as_deref(), &r.key, value), ts),
+                Layout::Timestamped => fold_timestamped(store, current.as_deref(), &r, f),
+            };
+            let old = match layout {
+                Layout::Plain => current.map(Bytes::from),
+                Layout::Timestamped => stored_value(store, current),
+            };
+            match &agg {
+                Some(agg) if *layout == Layout::Timestamped => {
+                    stores.put(store, &r.key, timestamped(ts, agg))
                 }
-                Layout::Timestamped => {
-                    let (agg, ts) = fold_timestamped(store, current.as_deref(), &r, f);
-                    stores.put(store, &r.key, timestamped(ts, &agg));
-                    next.push(StreamRecord::new(r.key, agg, ts));
-                }
+                Some(agg) => stores.put(store, &r.key, agg.clone()),
+                None => stores.delete(store, &r.key),
             }
+            next.push(StreamRecord {
+                key: r.key,
+                value: agg.map(Bytes::from),
+                timestamp: ts,
+                old,
+            });
         }
         Step::WindowAggregate { store, windows, f } => {
             let w = (store.as_str(), windows, f);
@@ -1454,15 +1571,27 @@ fn run_any(
                 key: k.into(),
                 value: v.map(Bytes::from),
                 timestamp: ts,
+                old: None,
             },
         )),
         Step::Upsert { store } => {
+            let old = stored_value(store, stores.get(store, &r.key)?);
             match &r.value {
                 Some(v) => stores.put(store, &r.key, timestamped(ts, v)),
                 None => stores.delete(store, &r.key),
             }
-            next.push(r);
+            next.push(StreamRecord { old, ..r });
         }
+        Step::Regroup(f) => next.extend(
+            f(&r.key, r.value.as_deref(), r.old.as_deref())
+                .into_iter()
+                .map(|(k, v)| StreamRecord {
+                    key: k.into(),
+                    value: v.map(Bytes::from),
+                    timestamp: ts,
+                    old: None,
+                }),
+        ),
         Step::Process { f, .. } => next.extend(f(task, &r, stream_time, stores)?),
         Step::Fork { id, branches } => {
             next_fork_epoch(*id);
@@ -1511,8 +1640,17 @@ fn window_aggregate(
         let key = window_store_key(&r.key, start);
         let current = stores.get(store, &key)?;
         let (agg, ts) = fold_timestamped(store, current.as_deref(), r, f);
-        stores.put(store, &key, timestamped(ts, &agg));
-        next.push(StreamRecord::new(windowed_key(&r.key, start), agg, ts));
+        let windowed = windowed_key(&r.key, start);
+        match agg {
+            Some(agg) => {
+                stores.put(store, &key, timestamped(ts, &agg));
+                next.push(StreamRecord::new(windowed, agg, ts));
+            }
+            None => {
+                stores.delete(store, &key);
+                next.push(StreamRecord::delete(windowed, ts));
+            }
+        }
     }
     Ok(())
 }
@@ -1524,7 +1662,7 @@ fn fold_timestamped(
     stored: Option<&[u8]>,
     r: &StreamRecord,
     f: &AggregateFn,
-) -> (Vec<u8>, i64) {
+) -> (Option<Vec<u8>>, i64) {
     let current = stored.map(|v| {
         split_timestamped(v).unwrap_or_else(|| {
             crate::record::undecodable(format!(
@@ -1540,6 +1678,18 @@ fn fold_timestamped(
     );
     let ts = current.map_or(r.timestamp, |(old, _)| old.max(r.timestamp));
     (agg, ts)
+}
+
+/// A timestamped store's value without its timestamp, as a record's old value.
+fn stored_value(store: &str, stored: Option<Vec<u8>>) -> Option<Bytes> {
+    let stored = Bytes::from(stored?);
+    if stored.len() < 8 {
+        crate::record::undecodable(format!(
+            "store {store:?}: a value of {} bytes has no 8-byte timestamp",
+            stored.len()
+        ));
+    }
+    Some(stored.slice(8..))
 }
 
 /// Baton's example application: counts events per key from `input` into the store `counts`
@@ -1573,6 +1723,43 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+
+    /// Kafka's `ChangedSerializer` layouts, written out by hand from its comment: old then
+    /// 0; new then 1; zigzag varint of the new value's length, new, old, then 2.
+    #[test]
+    fn change_frames_are_laid_out_as_kafkas() {
+        assert_eq!(change_frame(Some(b"ab"), None).unwrap(), b"ab\x01");
+        assert_eq!(change_frame(None, Some(b"c")).unwrap(), b"c\x00");
+        assert_eq!(
+            change_frame(Some(b"ab"), Some(b"c")).unwrap(),
+            [4, b'a', b'b', b'c', 2]
+        );
+        assert_eq!(change_frame(None, None), None);
+        let long = vec![7u8; 200];
+        let frame = change_frame(Some(&long), Some(b"")).unwrap();
+        assert_eq!(frame[..2], [0x90, 0x03], "zigzag 400 as a varint");
+        let change = |new, old| Some(Change { new, old });
+        assert_eq!(
+            split_change_frame(&frame),
+            change(Some(&long[..]), Some(&b""[..]))
+        );
+        for (new, old) in [
+            (Some(&b"x"[..]), None),
+            (None, Some(&b""[..])),
+            (Some(&b""[..]), Some(&b"yz"[..])),
+        ] {
+            let frame = change_frame(new, old).unwrap();
+            assert_eq!(split_change_frame(&frame), change(new, old));
+        }
+        for bad in [
+            &b""[..],
+            b"ab\x03",
+            b"\x08ab\x02",
+            b"\xff\xff\xff\xff\xff\x02",
+        ] {
+            assert_eq!(split_change_frame(bad), None, "{bad:?}");
+        }
+    }
 
     #[derive(Default)]
     struct MemStores(HashMap<(String, Vec<u8>), Vec<u8>>);

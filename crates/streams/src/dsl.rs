@@ -167,6 +167,7 @@ impl StreamsBuilder {
             graph: self.graph.clone(),
             at: None,
             updates: None,
+            changes: None,
             key: Arc::new(consumed.key),
             value: Some(Arc::new(consumed.value)),
             last: Node::default(),
@@ -315,6 +316,11 @@ impl Graph {
         self.streams[sub] = f(s);
     }
 
+    /// Records `topic` as a repartition topic this application makes and owns.
+    pub(crate) fn add_repartition(&mut self, topic: &str) {
+        self.repartition.push(topic.to_owned());
+    }
+
     pub(crate) fn topic(&self, name: &str) -> String {
         format!("{}-{name}-repartition", self.app_id)
     }
@@ -457,9 +463,9 @@ impl<KS: Serde, VS: Serde> Produced<KS, VS> {
 /// The serdes of a grouping, and the name of its repartition topic
 /// (`<application id>-<name>-repartition`) when it needs one.
 pub struct Grouped<KS, VS> {
-    key: KS,
-    value: VS,
-    name: Option<String>,
+    pub(crate) key: KS,
+    pub(crate) value: VS,
+    pub(crate) name: Option<String>,
 }
 
 impl<KS: Serde, VS: Serde> Grouped<KS, VS> {
@@ -541,7 +547,7 @@ impl<KS: Serde, VS: Serde> Joined<KS, VS> {
 
 /// A store's name: its changelog is `<application id>-<name>-changelog`, as in Kafka Streams.
 pub struct Materialized {
-    name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Kafka's `count(Materialized)` with no name takes one number more than `count()`.
     burns_for_count: bool,
 }

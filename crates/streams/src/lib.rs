@@ -26,6 +26,7 @@
 
 mod describe;
 mod dsl;
+mod grouped_table;
 mod process;
 pub mod queries;
 pub mod run;
@@ -38,6 +39,7 @@ pub use dsl::{
     Consumed, Grouped, Joined, KGroupedStream, KStream, KTable, Materialized, Produced,
     Repartitioned, StreamsBuilder, TimeWindowedKStream,
 };
+pub use grouped_table::KGroupedTable;
 pub use process::{KeyValueStore, Processor, ProcessorContext, Record};
 pub use run::{main, parse_args, run, run_with_queries, RunArgs, RunError};
 pub use serdes::{Window, Windowed};

@@ -6,10 +6,36 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use baton_runtime::record::undecodable;
 use baton_runtime::topology::{RecordEffect, Stream};
 
 use crate::describe::Node;
 use crate::dsl::{decoding_updates, encoding, Graph, KStream, Materialized, Pos, Updates};
+
+/// A table's updates with their old values: `(key, new value, old value)`, either `None`
+/// (a new key has no old value; a delete no new one).
+pub(crate) type Changes<K, V> = Arc<
+    dyn Fn(&[u8], Option<&[u8]>, Option<&[u8]>) -> Vec<(K, Option<V>, Option<V>)> + Send + Sync,
+>;
+
+/// Reads a table's updates with their old values with the serdes.
+pub(crate) fn decoding_changes<K: Send + Sync + 'static, V: Send + Sync + 'static>(
+    key: Arc<dyn Serde<Value = K>>,
+    value: Arc<dyn Serde<Value = V>>,
+    what: String,
+) -> Changes<K, V> {
+    let read = move |v: &[u8], which: &str| {
+        value
+            .deserialize(v)
+            .unwrap_or_else(|e| undecodable(format!("{what}: {which} value: {e}")))
+    };
+    Arc::new(move |k, new, old| {
+        let k = key
+            .deserialize(k)
+            .unwrap_or_else(|e| undecodable(format!("table key: {e}")));
+        vec![(k, new.map(|v| read(v, "new")), old.map(|v| read(v, "old")))]
+    })
+}
 use crate::serdes::Serde;
 
 /// A table: each key's latest value, kept in a store backed by a changelog.
@@ -19,6 +45,9 @@ pub struct KTable<K, V> {
     pub(crate) at: Option<Pos>,
     /// How the records at `at` read as the table's updates (a value, or `None` for a delete).
     pub(crate) updates: Option<Updates<K, V>>,
+    /// The same with each update's old value, where the records at `at` come from a store
+    /// step that knows it (an aggregation, a kept table): what a grouping subtracts.
+    pub(crate) changes: Option<Changes<K, V>>,
     pub(crate) key: Arc<dyn Serde<Value = K>>,
     /// The values' serde: `None` after a `map_values`, whose values no serde has written yet.
     pub(crate) value: Option<Arc<dyn Serde<Value = V>>>,
@@ -50,10 +79,12 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         what: &str,
     ) -> KTable<K, V> {
         let updates = decoding_updates(key.clone(), value.clone(), what.to_owned());
+        let changes = decoding_changes(key.clone(), value.clone(), what.to_owned());
         KTable {
             graph,
             at: Some(at),
             updates: Some(updates),
+            changes: Some(changes),
             key,
             value: Some(value),
             last,
@@ -62,8 +93,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     }
 
     /// Where the table's updates come out, and how they read: a table read from a topic is
-    /// read there now, in a sub-topology of its own that takes the topic's deletes.
-    fn placed(&mut self) -> (Pos, Updates<K, V>, Node) {
+    /// read there now, in a sub-topology of its own that takes the topic's deletes; with
+    /// `keep`, into its store (with a changelog of its own), so its updates carry old values.
+    pub(crate) fn placed(&mut self, keep: bool) -> (Pos, Updates<K, V>, Node) {
         if let (Some(at), Some(updates)) = (&self.at, &self.updates) {
             return (at.clone(), updates.clone(), self.last.clone());
         }
@@ -72,11 +104,16 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             Some(src) => {
                 let at = g.start_named(&src.topic, src.source_node.clone());
                 let source = g.description.last(at.sub);
+                let stores: &[&str] = if keep { &[src.store.as_str()] } else { &[] };
                 let table =
                     g.description
-                        .add_processor(at.sub, src.table_node.clone(), &[&source], &[]);
+                        .add_processor(at.sub, src.table_node.clone(), &[&source], stores);
                 g.description.rank_subtopology(at.sub, src.rank);
                 g.edit_sources(at.sub, Stream::with_deletes);
+                if keep {
+                    let store = src.store.clone();
+                    g.edit(&at, move |s| s.upsert(&store));
+                }
                 (at, table, src.topic.clone())
             }
             None => {
@@ -86,9 +123,12 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             }
         };
         let updates = match &self.value {
-            Some(value) => decoding_updates(self.key.clone(), value.clone(), what),
+            Some(value) => decoding_updates(self.key.clone(), value.clone(), what.clone()),
             None => Arc::new(|_: &[u8], _: Option<&[u8]>| Vec::new()) as Updates<K, V>,
         };
+        if let (true, Some(value)) = (keep && self.source.is_some(), &self.value) {
+            self.changes = Some(decoding_changes(self.key.clone(), value.clone(), what));
+        }
         self.at = Some(at.clone());
         self.updates = Some(updates.clone());
         self.last = last.clone();
@@ -103,7 +143,20 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         value: Option<Arc<dyn Serde<Value = V2>>>,
         step: impl Fn(&K, Option<V>) -> Option<V2> + Send + Sync + 'static,
     ) -> KTable<K, V2> {
-        let (at, prev, last) = self.placed();
+        let (at, prev, last) = self.placed(false);
+        let step = Arc::new(step);
+        let changes = self.changes.clone().map(|prev| -> Changes<K, V2> {
+            let step = step.clone();
+            Arc::new(move |k, new, old| {
+                prev(k, new, old)
+                    .into_iter()
+                    .map(|(k, new, old)| {
+                        let (new, old) = (step(&k, new), step(&k, old));
+                        (k, new, old)
+                    })
+                    .collect()
+            })
+        });
         let mut g = self.graph.borrow_mut();
         let node = g.description.next_name(kind);
         let last = g.description.add_processor(at.sub, node, &[&last], &[]);
@@ -120,6 +173,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
                     })
                     .collect()
             })),
+            changes,
             key: self.key,
             value,
             last,
@@ -167,7 +221,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     /// filter's rejection, or a record without a value in a table's topic) goes on as one and
     /// reaches a sink as a tombstone.
     pub fn to_stream(mut self) -> KStream<K, V> {
-        let (at, updates, from) = self.placed();
+        let (at, updates, from) = self.placed(false);
         let mut g = self.graph.borrow_mut();
         let node = g.description.next_name("KTABLE-TOSTREAM-");
         let last = g.description.add_processor(at.sub, node, &[&from], &[]);

@@ -1198,3 +1198,172 @@ fn a_stream_made_a_table_keeps_each_keys_latest_value_in_its_store() {
     assert_eq!(&a[8..], b"zzz");
     assert!(t.store_names().contains(&"profiles"));
 }
+
+/// Runs `records` (`None`: a delete) through sub-topology 0, then what it writes to its
+/// repartition topic through sub-topology 1, as two tasks would; sub-topology 1's outputs.
+fn run_regrouped(
+    t: &Topology,
+    stores: &mut Mem,
+    records: &[(&str, Option<&str>)],
+) -> Vec<(String, Option<String>)> {
+    let mut first = Output::default();
+    for (i, (k, v)) in records.iter().enumerate() {
+        let r = match v {
+            Some(v) => StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), i as i64),
+            None => StreamRecord::delete(k.as_bytes().to_vec(), i as i64),
+        };
+        t.process(TaskId::new(0, 0), r, i as i64, stores, &mut first)
+            .unwrap();
+    }
+    let mut out = Output::default();
+    for e in first.records {
+        let ts = e.record.timestamp;
+        t.process(TaskId::new(1, 0), e.record, ts, stores, &mut out)
+            .unwrap();
+    }
+    out.records
+        .into_iter()
+        .map(|e| {
+            let key = Str.deserialize(&e.record.key).unwrap();
+            (
+                key,
+                e.record
+                    .value
+                    .map(|v| String::from_utf8(v.to_vec()).unwrap()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_grouped_table_subtracts_a_rows_old_value_and_adds_its_new_one() {
+    let b = StreamsBuilder::new("cities");
+    b.table(
+        "user-cities",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    )
+    .group_by(
+        |u: &String, c: &String| (c.clone(), u.clone()),
+        Grouped::with(Str, Str),
+    )
+    .count(Materialized::named("users-per-city"))
+    .map_values(|n: &i64| n.to_string())
+    .to_stream()
+    .to("users-per-city", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let got = run_regrouped(
+        &t,
+        &mut Mem::default(),
+        &[
+            ("u1", Some("A")),
+            ("u2", Some("A")),
+            ("u1", Some("B")),
+            ("u2", None),
+            ("u3", Some("B")),
+            ("u3", Some("B")),
+        ],
+    );
+    let want: Vec<(String, Option<String>)> = [
+        ("A", "1"),
+        ("A", "2"),
+        // u1 moves: out of A first, then into B, as Kafka sends them.
+        ("A", "1"),
+        ("B", "1"),
+        // u2 deleted.
+        ("A", "0"),
+        ("B", "2"),
+        // The same city again: one record with both, subtracted and added.
+        ("B", "2"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_grouped_table_aggregates_and_reduces_with_adder_and_subtractor() {
+    let b = StreamsBuilder::new("members");
+    let members = b.stream("joins", Consumed::with(Str, Str)).to_table(
+        Str,
+        Str,
+        Materialized::named("member-team"),
+    );
+    members
+        .group_by(
+            |u: &String, team: &String| (team.clone(), u.clone()),
+            Grouped::with(Str, Str),
+        )
+        .aggregate(
+            String::new,
+            |_, user: String, list: String| {
+                let mut all: Vec<&str> = list.split(',').filter(|s| !s.is_empty()).collect();
+                all.push(&user);
+                all.sort_unstable();
+                all.join(",")
+            },
+            |_, user: String, list: String| {
+                list.split(',')
+                    .filter(|s| !s.is_empty() && *s != user)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+            Str,
+            Materialized::named("team-members"),
+        )
+        .to_stream()
+        .to("team-members", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let got = run_regrouped(
+        &t,
+        &mut Mem::default(),
+        &[
+            ("ann", Some("red")),
+            ("bob", Some("red")),
+            ("ann", Some("blue")),
+        ],
+    );
+    let want: Vec<(String, Option<String>)> = [
+        ("red", "ann"),
+        ("red", "ann,bob"),
+        ("red", "bob"),
+        ("blue", "ann"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+    .collect();
+    assert_eq!(got, want);
+
+    let b = StreamsBuilder::new("totals");
+    b.stream("prices", Consumed::with(Str, Long))
+        .to_table(Str, Long, Materialized::named("price"))
+        .group_by(
+            |_, p: &i64| ("all".to_owned(), *p),
+            Grouped::with(Str, Long),
+        )
+        .reduce(|a, b| a + b, |a, b| a - b, Materialized::named("total"))
+        .map_values(|n: &i64| n.to_string())
+        .to_stream()
+        .to("total", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let mut stores = Mem::default();
+    let mut first = Output::default();
+    for (i, (k, p)) in [("x", 5i64), ("y", 7), ("x", 1)].into_iter().enumerate() {
+        let r = StreamRecord::new(k.as_bytes().to_vec(), Long.serialize(&p), i as i64);
+        t.process(TaskId::new(0, 0), r, i as i64, &mut stores, &mut first)
+            .unwrap();
+    }
+    let mut out = Output::default();
+    for e in first.records {
+        t.process(TaskId::new(1, 0), e.record, 0, &mut stores, &mut out)
+            .unwrap();
+    }
+    let totals: Vec<String> = out
+        .records
+        .iter()
+        .map(|e| Str.deserialize(e.record.value.as_deref().unwrap()).unwrap())
+        .collect();
+    // x moves from 5 to 1 under one key: one change, 12 - 5 + 1.
+    assert_eq!(totals, ["5", "12", "8"]);
+}

@@ -547,3 +547,68 @@ fn table_operations_are_numbered_as_kafkas() {
         &[],
     );
 }
+
+/// `TopologyTest.tableZeroArgCountShouldPreserveTopologyStructure`:
+/// `table("input-topic").groupBy(..).count()` keeps the table in
+/// `input-topic-STATE-STORE-0000000000`, selects with `KTABLE-SELECT-0000000003`, then the
+/// store `KTABLE-AGGREGATE-STATE-STORE-0000000004`, sink 5 to
+/// `KTABLE-AGGREGATE-STATE-STORE-0000000004-repartition`, source 6 and
+/// `KTABLE-AGGREGATE-0000000007`. And `tableNamedMaterializedCountShouldPreserveTopologyStructure`:
+/// `count(Materialized.as("count-store"))`: sink 4 to `count-store-repartition`, source 5,
+/// `KTABLE-AGGREGATE-0000000006`.
+#[test]
+fn a_grouped_table_is_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    b.table(
+        "input-topic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    )
+    .group_by(
+        |k: &String, v: &String| (v.clone(), k.clone()),
+        Grouped::with(Str, Str),
+    )
+    .count(Materialized::generated());
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000001",
+                "KTABLE-SOURCE-0000000002",
+                "KTABLE-SELECT-0000000003",
+                "KSTREAM-SINK-0000000005",
+            ],
+            &["KSTREAM-SOURCE-0000000006", "KTABLE-AGGREGATE-0000000007"],
+        ],
+        &[
+            "input-topic-STATE-STORE-0000000000",
+            "KTABLE-AGGREGATE-STATE-STORE-0000000004",
+        ],
+        &["app-KTABLE-AGGREGATE-STATE-STORE-0000000004-repartition"],
+    );
+    let b = StreamsBuilder::new("app");
+    b.table(
+        "input-topic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    )
+    .group_by(
+        |k: &String, v: &String| (v.clone(), k.clone()),
+        Grouped::with(Str, Str),
+    )
+    .count(Materialized::named("count-store"));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000001",
+                "KTABLE-SOURCE-0000000002",
+                "KTABLE-SELECT-0000000003",
+                "KSTREAM-SINK-0000000004",
+            ],
+            &["KSTREAM-SOURCE-0000000005", "KTABLE-AGGREGATE-0000000006"],
+        ],
+        &["input-topic-STATE-STORE-0000000000", "count-store"],
+        &["app-count-store-repartition"],
+    );
+}

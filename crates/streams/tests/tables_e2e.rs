@@ -2,9 +2,10 @@
 //! user, the table filtered to busy users (three clicks or more) and mapped to text, whose
 //! rejected updates reach the output as tombstones; profile updates made a table
 //! (`to_table`, kept in a store), empty profiles filtered out as deletes, mapped to their
-//! length. Read as tables (the last record per key), both outputs equal what the input says,
-//! a busy user's text and a quiet user's tombstone alike; no record of either output says
-//! anything the input does not.
+//! length; users' moves between cities made a table and regrouped by city (`group_by` with
+//! `count`: a move subtracts one from the old city and adds one to the new). Read as tables
+//! (the last record per key), the outputs equal what the input says, a busy user's text and a
+//! quiet user's tombstone alike; no record of the busy output says anything the input does not.
 
 mod common;
 
@@ -24,6 +25,8 @@ const CLICKS: &str = "tb-clicks";
 const PROFILES: &str = "tb-profiles";
 const BUSY: &str = "tb-busy-users";
 const SIZES: &str = "tb-profile-sizes";
+const MOVES: &str = "tb-moves";
+const CITIES: &str = "tb-users-per-city";
 
 fn topology() -> baton_runtime::Topology {
     let builder = StreamsBuilder::new(APP);
@@ -42,6 +45,16 @@ fn topology() -> baton_runtime::Topology {
         .map_values(|p: &String| p.len() as i64)
         .to_stream()
         .to(SIZES, Produced::with(Str, Long));
+    builder
+        .stream(MOVES, Consumed::with(Str, Str))
+        .to_table(Str, Str, Materialized::named("user-city"))
+        .group_by(
+            |_, city: &String| (city.clone(), city.clone()),
+            Grouped::with(Str, Str).named("by-city"),
+        )
+        .count(Materialized::named("users-per-city"))
+        .to_stream()
+        .to(CITIES, Produced::with(Str, Long));
     builder.build().unwrap()
 }
 
@@ -50,6 +63,7 @@ fn topology() -> baton_runtime::Topology {
 struct Input {
     clicks: Vec<String>,
     profiles: Vec<(String, String)>,
+    moves: Vec<(String, String)>,
 }
 
 fn phase(n: usize) -> Input {
@@ -72,7 +86,17 @@ fn phase(n: usize) -> Input {
             (user, profile)
         })
         .collect();
-    Input { clicks, profiles }
+    let moves = (0..150)
+        .map(|i| {
+            let user = format!("user{}", (i * 11 + n * 5) % 31);
+            (user, format!("city{}", (i * 3 + n * 7) % 6))
+        })
+        .collect();
+    Input {
+        clicks,
+        profiles,
+        moves,
+    }
 }
 
 fn produce(setup: &Setup, input: &Input) {
@@ -97,19 +121,27 @@ fn produce(setup: &Setup, input: &Input) {
     for (p, records) in by_partition(input.profiles.clone()) {
         setup.produce_to(PROFILES, p, &records);
     }
+    for (p, records) in by_partition(input.moves.clone()) {
+        setup.produce_to(MOVES, p, &records);
+    }
 }
 
 /// What the outputs say once everything produced so far is processed: per user, the busy
-/// text or `None` (a tombstone); per user, the profile's length or `None`.
+/// text or `None` (a tombstone); per user, the profile's length or `None`; per city, its users.
 type Want = (
     BTreeMap<String, Option<String>>,
+    BTreeMap<String, Option<i64>>,
     BTreeMap<String, Option<i64>>,
 );
 
 fn expected(inputs: &[Input]) -> Want {
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     let mut profiles: BTreeMap<String, String> = BTreeMap::new();
+    let mut cities: BTreeMap<String, String> = BTreeMap::new();
     for input in inputs {
+        for (u, c) in &input.moves {
+            cities.insert(u.clone(), c.clone());
+        }
         for u in &input.clicks {
             *counts.entry(u.clone()).or_default() += 1;
         }
@@ -125,7 +157,16 @@ fn expected(inputs: &[Input]) -> Want {
         .into_iter()
         .map(|(u, p)| (u, (!p.is_empty()).then_some(p.len() as i64)))
         .collect();
-    (busy, sizes)
+    // Every city any user was in has a count, zero once all left it.
+    let mut per_city: BTreeMap<String, Option<i64>> = inputs
+        .iter()
+        .flat_map(|i| &i.moves)
+        .map(|(_, c)| (c.clone(), Some(0)))
+        .collect();
+    for c in cities.values() {
+        *per_city.get_mut(c).unwrap().as_mut().unwrap() += 1;
+    }
+    (busy, sizes, per_city)
 }
 
 /// The last record of each key of `topic`, its value read by `value` (`None`: a tombstone).
@@ -148,6 +189,10 @@ fn busy_view(setup: &Setup) -> BTreeMap<String, Option<String>> {
 
 fn sizes_view(setup: &Setup) -> BTreeMap<String, Option<i64>> {
     latest(setup, SIZES, |v| i64::from_be_bytes(v.try_into().unwrap()))
+}
+
+fn cities_view(setup: &Setup) -> BTreeMap<String, Option<i64>> {
+    latest(setup, CITIES, |v| i64::from_be_bytes(v.try_into().unwrap()))
 }
 
 /// Every record of the busy output says something true of some moment: a tombstone for a
@@ -180,14 +225,18 @@ fn check_busy_records(setup: &Setup) -> usize {
 #[test]
 fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     let (broker, dir, setup) = common::start("tables", &[CLICKS, PROFILES], BUSY, PARTITIONS);
-    let sizes = NewTopic {
-        name: SIZES.into(),
+    let topic = |name: &str| NewTopic {
+        name: name.into(),
         partitions: PARTITIONS,
         compacted: false,
     };
     setup
         .rt
-        .block_on(setup.client.create_topics(&[sizes]))
+        .block_on(
+            setup
+                .client
+                .create_topics(&[topic(SIZES), topic(MOVES), topic(CITIES)]),
+        )
         .unwrap();
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str| {
@@ -204,6 +253,7 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     let want = expected(&inputs);
     setup.await_equal(&want.0, "busy users, one instance", busy_view);
     setup.await_equal(&want.1, "profile sizes, one instance", sizes_view);
+    setup.await_equal(&want.2, "users per city, one instance", cities_view);
 
     // Scale out to two, then drain the first, with input before each.
     let b = run("b");
@@ -222,6 +272,7 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     let want = expected(&inputs);
     setup.await_equal(&want.0, "busy users, after the drain", busy_view);
     setup.await_equal(&want.1, "profile sizes, after the drain", sizes_view);
+    setup.await_equal(&want.2, "users per city, after the drain", cities_view);
     let tombstones = check_busy_records(&setup);
     let quiet = want.0.values().filter(|v| v.is_none()).count();
     let deleted = want.1.values().filter(|v| v.is_none()).count();
@@ -229,11 +280,14 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
         quiet > 0 && deleted > 0,
         "the input has quiet users and emptied profiles"
     );
+    let moved: usize = inputs.iter().map(|i| i.moves.len()).sum();
     eprintln!(
         "tables: {} users ({quiet} quiet, {tombstones} tombstones written), {} profiles \
-         ({deleted} deleted) exact through a scale-out and a drain",
+         ({deleted} deleted), {moved} moves over {} cities exact through a scale-out and a \
+         drain",
         want.0.len(),
-        want.1.len()
+        want.1.len(),
+        want.2.len()
     );
     stop.send(true).unwrap();
     common::await_shutdown(&setup, "b", b);

@@ -141,6 +141,7 @@ impl RecordEnv<'_> {
                 key: k.clone(),
                 value: r.value.clone(),
                 timestamp: r.timestamp,
+                old: None,
             },
             run.stream_time,
             &mut run.pending,
