@@ -48,6 +48,43 @@ impl Windows {
     }
 }
 
+/// Session windows (Kafka Streams' `SessionWindows`): a record joins every session of its key
+/// that ended at most `gap_ms` before it or starts at most `gap_ms` after it, merging them; a
+/// session takes records until stream time passes its end plus `gap_ms` plus `grace_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sessions {
+    pub gap_ms: i64,
+    pub grace_ms: i64,
+}
+
+impl Sessions {
+    /// How long a session's state is kept: the gap plus the grace (Kafka Streams' default
+    /// retention for a session store).
+    pub fn retention_ms(&self) -> i64 {
+        self.gap_ms.saturating_add(self.grace_ms)
+    }
+}
+
+/// A session's key as Kafka Streams' session stores, their changelogs and its
+/// `SessionWindowedSerializer` hold it (`SessionKeySchema`): the record key's bytes, then the
+/// session's end, then its start (8 bytes each, big-endian).
+pub fn session_key(key: &[u8], start: i64, end: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 16);
+    k.extend_from_slice(key);
+    k.extend_from_slice(&end.to_be_bytes());
+    k.extend_from_slice(&start.to_be_bytes());
+    k
+}
+
+/// The record key, start and end of a [`session_key`]; `None` if it is shorter than one.
+pub fn split_session_key(k: &[u8]) -> Option<(&[u8], i64, i64)> {
+    let at = k.len().checked_sub(16)?;
+    let (key, times) = k.split_at(at);
+    let end = i64::from_be_bytes(times[..8].try_into().ok()?);
+    let start = i64::from_be_bytes(times[8..].try_into().ok()?);
+    Some((key, start, end))
+}
+
 /// A window store's key as Kafka Streams' window stores and their changelogs hold it: the
 /// record key's bytes, the window start (8 bytes, big-endian), a sequence number (4 bytes, 0:
 /// one value per key and window).

@@ -119,6 +119,21 @@ impl Stores for Scope<'_> {
         }
     }
 
+    fn range(
+        &mut self,
+        store: &str,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<crate::topology::Entries, StoreError> {
+        let base = self.stores.range(store, from, to)?;
+        let mine = self
+            .writes
+            .iter()
+            .filter(|(s, _, _)| s == store)
+            .map(|(_, k, v)| (k.as_slice(), v.as_deref()));
+        Ok(crate::topology::overlay_range(base, mine, from, to))
+    }
+
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
         self.writes.push((store.to_owned(), key.to_vec(), value));
     }
@@ -198,6 +213,22 @@ mod tests {
     impl Stores for Map {
         fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
             Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
+        }
+        fn range(
+            &mut self,
+            store: &str,
+            from: &[u8],
+            to: &[u8],
+        ) -> Result<crate::topology::Entries, StoreError> {
+            let (from, to) = (
+                (store.to_owned(), from.to_vec()),
+                (store.to_owned(), to.to_vec()),
+            );
+            Ok(self
+                .0
+                .range(from..=to)
+                .map(|((_, k), v)| (k.clone(), v.clone()))
+                .collect())
         }
         fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
             let k = (store.to_owned(), key.to_vec());

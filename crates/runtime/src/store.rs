@@ -295,6 +295,17 @@ impl TaskStore {
         }))
     }
 
+    /// The entries with keys in `from..=to`, in key order. Keys held by digest (empty, or
+    /// over 64 KiB) are not in key order and are not among them.
+    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>> {
+        let mut entries = Vec::new();
+        for entry in self.data.range(from.to_vec()..=to.to_vec()) {
+            let (k, v) = entry.into_inner().map_err(|e| err(&self.path, e))?;
+            entries.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(entries)
+    }
+
     /// Entries in key order after `after`, until their bytes reach `max_bytes` (at least one),
     /// and the key to go on after (`None`: no more). Keys held by digest are not among them
     /// ([`TaskStore::long_entries`]). For writing a store's whole contents into its changelog

@@ -19,8 +19,8 @@ use baton_protocol::bridge::{Subtopology, Topology as WireTopology};
 use bytes::Bytes;
 
 pub use crate::layout::{
-    split_timestamped, timestamped, window_store_key, windowed_key, Layout, Windows,
-    WINDOW_CHANGELOG_EXTRA_RETENTION_MS,
+    session_key, split_session_key, split_timestamped, timestamped, window_store_key, windowed_key,
+    Layout, Sessions, Windows, WINDOW_CHANGELOG_EXTRA_RETENTION_MS,
 };
 use crate::query::format::{Format, StoreFormat};
 use crate::store::StoreError;
@@ -28,6 +28,8 @@ use crate::store::StoreError;
 type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
 type MapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<u8> + Send + Sync>;
 type MapFn = Arc<dyn Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync>;
+/// Store entries, key and value, in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 /// Records as bytes, a delete without a value.
 pub type Records = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// Over records that may be deletes (no value), giving any, deletes too.
@@ -50,6 +52,8 @@ type PunctuateFn = Arc<
 >;
 /// `(current aggregate or None, key, value) -> new aggregate`, or `None` to remove the key.
 type AggregateFn = Arc<dyn Fn(Option<&[u8]>, &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
+/// `(key, aggregate so far or None to start, a session's aggregate) -> the two merged`.
+type MergeFn = Arc<dyn Fn(&[u8], Option<&[u8]>, &[u8]) -> Vec<u8> + Send + Sync>;
 /// A table's update `(key, new value, old value)` as the records a grouping of the table
 /// sends on, keys changed.
 type RegroupFn = Arc<dyn Fn(&[u8], Option<&[u8]>, Option<&[u8]>) -> Records + Send + Sync>;
@@ -93,6 +97,17 @@ enum Step {
         store: String,
         windows: Windows,
         f: AggregateFn,
+    },
+    /// Kafka Streams' session-windowed aggregation: the record's key's sessions in `store`
+    /// (keys [`session_key`], plain values) within the gap of its timestamp are merged with
+    /// `merge` (from `None`, the initial aggregate), removed and sent on as deletes, then the
+    /// record is folded in with `f` and the merged session stored and sent on, stamped with
+    /// its end. A record for a session already closed is dropped and counted.
+    SessionAggregate {
+        store: String,
+        sessions: Sessions,
+        f: AggregateFn,
+        merge: MergeFn,
     },
     /// Looks the record's key up in a table of the stream ([`Stream::table`]) and passes on
     /// the record with its value and the table's as one [`join_frame`]; with `inner`, a key
@@ -656,6 +671,24 @@ impl Stream {
         self
     }
 
+    /// Aggregates each key's records per session ([`Step::SessionAggregate`]): `f(current or
+    /// None to start, key, value)`, `merge(key, aggregate so far or None to start, session)`.
+    pub fn session_aggregate(
+        mut self,
+        store: &str,
+        sessions: Sessions,
+        f: impl Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync + 'static,
+        merge: impl Fn(&[u8], Option<&[u8]>, &[u8]) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::SessionAggregate {
+            store: store.to_owned(),
+            sessions,
+            f: Arc::new(move |c: Option<&[u8]>, k: &[u8], v: &[u8]| Some(f(c, k, v))),
+            merge: Arc::new(merge),
+        });
+        self
+    }
+
     /// Sends each table update `(key, new value, old value)` on as the records `f` gives,
     /// keys changed: Kafka Streams' `KTable.groupBy`. Its records must come straight from a
     /// store step that knows the old value ([`Stream::aggregate_as`], [`Stream::upsert`]).
@@ -673,6 +706,7 @@ impl Stream {
         walk(&self.steps, &mut |s| match s {
             Step::Aggregate { store, .. }
             | Step::WindowAggregate { store, .. }
+            | Step::SessionAggregate { store, .. }
             | Step::Upsert { store } => out.push(store),
             Step::Process { stores, .. } => out.extend(stores.iter().map(String::as_str)),
             _ => {}
@@ -688,6 +722,19 @@ impl Stream {
                 windows,
                 ..
             } if name == store => found = found.or(Some(*windows)),
+            _ => {}
+        });
+        found
+    }
+
+    fn sessions_of(&self, store: &str) -> Option<Sessions> {
+        let mut found = None;
+        walk(&self.steps, &mut |s| match s {
+            Step::SessionAggregate {
+                store: name,
+                sessions,
+                ..
+            } if name == store => found = found.or(Some(*sessions)),
             _ => {}
         });
         found
@@ -775,8 +822,19 @@ fn check_steps(
                     store: store.clone(),
                 });
             }
+            Step::SessionAggregate {
+                store, sessions: w, ..
+            } if w.gap_ms <= 0 || w.grace_ms < 0 => {
+                return Err(TopologyError::BadSessions {
+                    stream: i,
+                    store: store.clone(),
+                    gap_ms: w.gap_ms,
+                    grace_ms: w.grace_ms,
+                });
+            }
             Step::Aggregate { store, .. }
             | Step::WindowAggregate { store, .. }
+            | Step::SessionAggregate { store, .. }
             | Step::Upsert { store }
             | Step::Join { store, .. } => {
                 if let Some(step) = key_changed {
@@ -810,9 +868,10 @@ fn check_steps(
 fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &mut [bool]) {
     for step in steps {
         match step {
-            Step::Aggregate { .. } | Step::WindowAggregate { .. } | Step::Upsert { .. } => {
-                table = true
-            }
+            Step::Aggregate { .. }
+            | Step::WindowAggregate { .. }
+            | Step::SessionAggregate { .. }
+            | Step::Upsert { .. } => table = true,
             Step::Filter(_)
             | Step::MapValues(_)
             | Step::Peek(_)
@@ -880,6 +939,13 @@ pub enum TopologyError {
         advance_ms: i64,
         grace_ms: i64,
     },
+    #[error("streams[{stream}]: store {store:?}: sessions with a gap of {gap_ms} ms and {grace_ms} ms of grace: the gap must be positive, the grace not negative")]
+    BadSessions {
+        stream: usize,
+        store: String,
+        gap_ms: i64,
+        grace_ms: i64,
+    },
     #[error("streams[{stream}]: a join reads store {store:?}, which is not a table of this stream (a table joined must be read in the joining stream's sub-topology)")]
     UnknownTable { stream: usize, store: String },
     #[error("{0}")]
@@ -933,6 +999,8 @@ pub struct StoreInfo {
 /// Where a processed record goes.
 pub trait Stores {
     fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The entries with keys in `from..=to`, in key order, writes not yet stored included.
+    fn range(&mut self, store: &str, from: &[u8], to: &[u8]) -> Result<Entries, StoreError>;
     /// Sets `key`'s value, or deletes it (`None`: a tombstone in the changelog).
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>);
 
@@ -943,6 +1011,28 @@ pub trait Stores {
     fn delete(&mut self, store: &str, key: &[u8]) {
         self.write(store, key, None);
     }
+}
+
+/// `base` (entries in key order) with `writes` in `from..=to` applied over it, in order (a
+/// later write of a key replaces an earlier one; `None` removes it): a range read that sees
+/// writes not yet stored.
+pub fn overlay_range<'w>(
+    base: Entries,
+    writes: impl IntoIterator<Item = (&'w [u8], Option<&'w [u8]>)>,
+    from: &[u8],
+    to: &[u8],
+) -> Entries {
+    let mut all: BTreeMap<Vec<u8>, Vec<u8>> = base.into_iter().collect();
+    for (k, v) in writes {
+        if k < from || k > to {
+            continue;
+        }
+        match v {
+            Some(v) => all.insert(k.to_vec(), v.to_vec()),
+            None => all.remove(k),
+        };
+    }
+    all.into_iter().collect()
 }
 
 impl Topology {
@@ -1248,10 +1338,12 @@ impl Topology {
     /// `cleanup.policy=compact,delete`), for window stores: the windows' retention plus
     /// [`WINDOW_CHANGELOG_EXTRA_RETENTION_MS`], as Kafka Streams sets it. `None`: compacted only.
     pub fn changelog_retention_ms(&self, store: &str) -> Option<i64> {
-        self.streams
-            .iter()
-            .find_map(|s| s.windows_of(store))
-            .map(|w| w.retention_ms() + WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
+        let windows = self.streams.iter().find_map(|s| s.windows_of(store));
+        let sessions = self.streams.iter().find_map(|s| s.sessions_of(store));
+        let retention = windows
+            .map(|w| w.retention_ms())
+            .or(sessions.map(|s| s.retention_ms()))?;
+        Some(retention + WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
     }
 
     /// Every source topic.
@@ -1517,6 +1609,15 @@ fn run_step(
             let w = (store.as_str(), windows, f);
             window_aggregate(w, &r, stream_time, stores, out, next)?
         }
+        Step::SessionAggregate {
+            store,
+            sessions,
+            f,
+            merge,
+        } => {
+            let s = (store.as_str(), sessions, f, merge);
+            session_aggregate(s, &r, stream_time, stores, out, next)?
+        }
         Step::Join { store, inner } => {
             let table = stores.get(store, &r.key)?;
             if table.is_some() || !inner {
@@ -1548,6 +1649,7 @@ fn run_delete(
         Step::Map(_)
         | Step::Aggregate { .. }
         | Step::WindowAggregate { .. }
+        | Step::SessionAggregate { .. }
         | Step::Join { .. } => {}
         _ => run_any(task, step, r, stream_time, stores, out, next)?,
     }
@@ -1680,6 +1782,68 @@ fn fold_timestamped(
     (agg, ts)
 }
 
+/// A session-windowed aggregation's step for one record ([`Step::SessionAggregate`]).
+fn session_aggregate(
+    (store, sessions, f, merge): (&str, &Sessions, &AggregateFn, &MergeFn),
+    r: &StreamRecord,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let ts = r.timestamp;
+    if ts < 0 {
+        crate::record::undecodable(format!(
+            "record timestamp {ts} is negative: sessions need event time"
+        ));
+    }
+    let value = r.value.as_deref().unwrap_or_default();
+    // Sessions that end at or after `ts - gap` and start at or before `ts + gap`: keys
+    // order by end, then start, so the end bounds the scan and the start is checked.
+    let earliest_end = ts.saturating_sub(sessions.gap_ms).max(0);
+    let latest_start = ts.saturating_add(sessions.gap_ms);
+    let from = session_key(&r.key, 0, earliest_end);
+    let to = session_key(&r.key, i64::MAX, i64::MAX);
+    let mut merged = Vec::new();
+    let (mut start, mut end) = (ts, ts);
+    for (k, v) in stores.range(store, &from, &to)? {
+        // A longer key that starts with this one sorts among these: not this key's.
+        match split_session_key(&k) {
+            Some((key, s, e)) if key == r.key.as_ref() && s <= latest_start => {
+                (start, end) = (start.min(s), end.max(e));
+                merged.push((k, v, e));
+            }
+            _ => {}
+        }
+    }
+    let close = stream_time
+        .saturating_sub(sessions.grace_ms)
+        .saturating_sub(sessions.gap_ms);
+    if end < close {
+        out.late += 1;
+        return Ok(());
+    }
+    let mut agg: Option<Vec<u8>> = None;
+    for (_, v, _) in &merged {
+        agg = Some(merge(&r.key, agg.as_deref(), v));
+    }
+    if (start, end) != (ts, ts) {
+        for (k, _, e) in merged {
+            stores.delete(store, &k);
+            next.push(StreamRecord::delete(k, e));
+        }
+    }
+    let key = session_key(&r.key, start, end);
+    match f(agg.as_deref(), &r.key, value) {
+        Some(agg) => {
+            stores.put(store, &key, agg.clone());
+            next.push(StreamRecord::new(key, agg, end));
+        }
+        None => stores.delete(store, &key),
+    }
+    Ok(())
+}
+
 /// A timestamped store's value without its timestamp, as a record's old value.
 fn stored_value(store: &str, stored: Option<Vec<u8>>) -> Option<Bytes> {
     let stored = Bytes::from(stored?);
@@ -1720,7 +1884,6 @@ pub fn count_per_key(app_id: &str, input: &str, output: &str) -> Result<Topology
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
 
@@ -1762,11 +1925,22 @@ mod tests {
     }
 
     #[derive(Default)]
-    struct MemStores(HashMap<(String, Vec<u8>), Vec<u8>>);
+    struct MemStores(BTreeMap<(String, Vec<u8>), Vec<u8>>);
 
     impl Stores for MemStores {
         fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
             Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
+        }
+        fn range(&mut self, store: &str, from: &[u8], to: &[u8]) -> Result<Entries, StoreError> {
+            let (from, to) = (
+                (store.to_owned(), from.to_vec()),
+                (store.to_owned(), to.to_vec()),
+            );
+            Ok(self
+                .0
+                .range(from..=to)
+                .map(|((_, k), v)| (k.clone(), v.clone()))
+                .collect())
         }
         fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
             let k = (store.to_owned(), key.to_vec());
@@ -1775,6 +1949,71 @@ mod tests {
                 None => self.0.remove(&k),
             };
         }
+    }
+
+    /// Kafka's `KStreamSessionWindowAggregate`, worked by hand: gap 10 ms, no grace.
+    #[test]
+    fn sessions_merge_within_the_gap_and_close_after_it() {
+        let count = |c: Option<&[u8]>, _: &[u8], _: &[u8]| {
+            (decode_count(c).unwrap_or(0) + 1).to_be_bytes().to_vec()
+        };
+        let merge = |_: &[u8], a: Option<&[u8]>, b: &[u8]| {
+            (decode_count(a).unwrap_or(0) + decode_count(Some(b)).unwrap_or(0))
+                .to_be_bytes()
+                .to_vec()
+        };
+        let sessions = Sessions {
+            gap_ms: 10,
+            grace_ms: 0,
+        };
+        let t = Topology::new(
+            "a",
+            vec![Stream::from(&["in"])
+                .session_aggregate("s", sessions, count, merge)
+                .to("out")],
+        )
+        .unwrap();
+        let (mut stores, mut out, mut time) = (MemStores::default(), Output::default(), 0);
+        for ts in [0, 5, 30, 15, 22] {
+            time = ts.max(time);
+            let r = StreamRecord::new(b"a".to_vec(), b"x".to_vec(), ts);
+            t.process(TaskId::new(0, 0), r, time, &mut stores, &mut out)
+                .unwrap();
+        }
+        let got: Vec<(i64, i64, Option<i64>, i64)> = out
+            .records
+            .iter()
+            .map(|e| {
+                let (key, start, end) = split_session_key(&e.record.key).unwrap();
+                assert_eq!(key, b"a");
+                let n = e
+                    .record
+                    .value
+                    .as_deref()
+                    .map(|v| decode_count(Some(v)).unwrap());
+                (start, end, n, e.record.timestamp)
+            })
+            .collect();
+        let want = vec![
+            (0, 0, Some(1), 0),
+            // 5 is within 10 of 0: the session [0,0] goes (a delete), [0,5] holds both.
+            (0, 0, None, 0),
+            (0, 5, Some(2), 5),
+            (30, 30, Some(1), 30),
+            // 15 would make [0,15], which ended before 30 - 10: late, dropped.
+            // 22 reaches [30,30]: merged into [22,30].
+            (30, 30, None, 30),
+            (22, 30, Some(2), 30),
+        ];
+        assert_eq!(got, want);
+        assert_eq!(out.late, 1);
+        let stored: Vec<(i64, i64)> = stores
+            .0
+            .keys()
+            .map(|(_, k)| split_session_key(k).map(|(_, s, e)| (s, e)).unwrap())
+            .collect();
+        assert_eq!(stored, vec![(0, 5), (22, 30)], "ordered by end, then start");
+        assert_eq!(t.changelog_retention_ms("s"), Some(10 + 86_400_000));
     }
 
     #[test]

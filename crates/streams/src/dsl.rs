@@ -11,14 +11,14 @@ use std::sync::Arc;
 use baton_runtime::query::format::{Format, StoreFormat};
 use baton_runtime::record::undecodable;
 use baton_runtime::topology::{
-    split_join_frame, Layout, RecordEffect, Stream, Topology, TopologyError, Windows,
+    split_join_frame, Layout, RecordEffect, Sessions, Stream, Topology, TopologyError, Windows,
 };
 
 use crate::describe::{Description, Node};
-use crate::serdes::{Long, Serde, TimeWindowed, Windowed};
+use crate::serdes::{Long, Serde};
 pub use crate::table::KTable;
 use crate::table::TableSource;
-use crate::windows::TimeWindows;
+use crate::windowed::WindowedBy;
 
 /// A segment of stateless steps: the records one input record becomes.
 pub(crate) type Chain<K, V> = Arc<dyn Fn(&[u8], &[u8]) -> Vec<(K, V)> + Send + Sync>;
@@ -1120,8 +1120,8 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
 /// Records grouped by key, ready to be aggregated into a table.
 pub struct KGroupedStream<K, V, KS, VS> {
     stream: KStream<K, V>,
-    key: Arc<KS>,
-    value: Arc<VS>,
+    pub(crate) key: Arc<KS>,
+    pub(crate) value: Arc<VS>,
     name: Option<String>,
     repartition: bool,
 }
@@ -1199,11 +1199,11 @@ where
     ///     .to("views-per-user", Produced::with(TimeWindowed::new(Str, minute), Long));
     /// assert!(builder.build().is_ok());
     /// ```
-    pub fn windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream<K, V, KS, VS> {
-        TimeWindowedKStream {
-            grouped: self,
-            windows,
-        }
+    ///
+    /// With [`crate::SessionWindows`], per session of each key (Kafka's
+    /// `windowedBy(SessionWindows...)`): see [`crate::SessionWindowedKStream`].
+    pub fn windowed_by<W: WindowedBy<K, V, KS, VS>>(self, windows: W) -> W::Windowed {
+        windows.cut(self)
     }
 
     /// The shared part of the aggregations: the grouping's repartition, then one store step
@@ -1216,17 +1216,17 @@ where
         fold: impl Fn(&[u8], Option<AS::Value>, V) -> AS::Value + Send + Sync + 'static,
     ) -> KTable<K, AS::Value> {
         let key: Arc<dyn Serde<Value = K>> = self.key.clone();
-        self.aggregate_table(materialized, kind, serde, None, key, fold)
+        self.aggregate_table(materialized, kind, serde, Windowing::Keyed, key, fold)
     }
 
     /// The aggregation's steps, then its table, keyed with `table_key` (the grouped key's
     /// serde, or its windowed form).
-    fn aggregate_table<TK: Send + Sync + 'static, AS: Serde>(
+    pub(crate) fn aggregate_table<TK: Send + Sync + 'static, AS: Serde>(
         self,
         materialized: Materialized,
         kind: &str,
         serde: AS,
-        windows: Option<Windows>,
+        windowing: Windowing<AS::Value>,
         table_key: Arc<dyn Serde<Value = TK>>,
         fold: impl Fn(&[u8], Option<AS::Value>, V) -> AS::Value + Send + Sync + 'static,
     ) -> KTable<TK, AS::Value> {
@@ -1271,6 +1271,7 @@ where
             .description
             .add_processor(at.sub, node, &[&last], &[store.as_str()]);
         let a_serde = Arc::new(serde);
+        let merge_serde = a_serde.clone();
         let (agg, v_serde) = (a_serde.clone(), value);
         let step = move |current: Option<&[u8]>, k: &[u8], v: &[u8]| {
             let current = current.map(|c| {
@@ -1282,90 +1283,35 @@ where
                 .unwrap_or_else(|e| undecodable(format!("grouped value: {e}")));
             agg.serialize(&fold(k, current, v))
         };
-        g.edit(&at, move |s| match windows {
-            Some(w) => s.window_aggregate(&store, w, step),
-            None => s.aggregate_as(&store, Layout::Timestamped, step),
+        g.edit(&at, move |s| match windowing {
+            Windowing::Keyed => s.aggregate_as(&store, Layout::Timestamped, step),
+            Windowing::Time(w) => s.window_aggregate(&store, w, step),
+            Windowing::Session(w, merge) => {
+                let merge = move |k: &[u8], acc: Option<&[u8]>, session: &[u8]| {
+                    let read = |v: &[u8]| {
+                        merge_serde
+                            .deserialize(v)
+                            .unwrap_or_else(|e| undecodable(format!("store value: {e}")))
+                    };
+                    merge_serde.serialize(&merge(k, acc.map(read), read(session)))
+                };
+                s.session_aggregate(&store, w, step, merge)
+            }
         });
         drop(g);
         KTable::of_records(graph, at, (table_key, a_serde), last, "an aggregation")
     }
 }
 
-/// A grouped stream cut into time windows: [`KGroupedStream::windowed_by`]. Its aggregations
-/// give a table keyed by [`Windowed`] keys, kept in a window store.
-pub struct TimeWindowedKStream<K, V, KS, VS> {
-    grouped: KGroupedStream<K, V, KS, VS>,
-    windows: TimeWindows,
+/// How an aggregation keeps its state: per key, per time window, or per session (with the
+/// merger of two sessions' aggregates, `merge(key, so far or None to start, session)`).
+pub(crate) enum Windowing<A> {
+    Keyed,
+    Time(Windows),
+    Session(Sessions, SessionMerge<A>),
 }
 
-impl<K, V, KS, VS> TimeWindowedKStream<K, V, KS, VS>
-where
-    K: Send + Sync + 'static,
-    V: Send + Sync + 'static,
-    KS: Serde<Value = K>,
-    VS: Serde<Value = V>,
-{
-    /// Counts each key's records per window (values 8-byte big-endian Longs).
-    pub fn count(self, materialized: Materialized) -> KTable<Windowed<K>, i64> {
-        self.aggregate_into(materialized, "COUNT", Long, |_, current, _| {
-            current.unwrap_or(0) + 1
-        })
-    }
-
-    /// Combines each key's values per window with `f(aggregate, value)`.
-    pub fn reduce(
-        self,
-        f: impl Fn(V, V) -> V + Send + Sync + 'static,
-        materialized: Materialized,
-    ) -> KTable<Windowed<K>, V>
-    where
-        VS: Clone,
-    {
-        let serde = (*self.grouped.value).clone();
-        self.aggregate_into(
-            materialized,
-            "REDUCE",
-            serde,
-            move |_, current, v| match current {
-                Some(acc) => f(acc, v),
-                None => v,
-            },
-        )
-    }
-
-    /// Folds each key's values per window: `init()` to start each window, then
-    /// `f(key, value, aggregate)`.
-    pub fn aggregate<AS: Serde>(
-        self,
-        init: impl Fn() -> AS::Value + Send + Sync + 'static,
-        f: impl Fn(&K, V, AS::Value) -> AS::Value + Send + Sync + 'static,
-        serde: AS,
-        materialized: Materialized,
-    ) -> KTable<Windowed<K>, AS::Value> {
-        let key = self.grouped.key.clone();
-        self.aggregate_into(materialized, "AGGREGATE", serde, move |k, current, v| {
-            let k = key
-                .deserialize(k)
-                .unwrap_or_else(|e| undecodable(format!("grouped key: {e}")));
-            f(&k, v, current.unwrap_or_else(&init))
-        })
-    }
-
-    fn aggregate_into<AS: Serde>(
-        self,
-        materialized: Materialized,
-        kind: &str,
-        serde: AS,
-        fold: impl Fn(&[u8], Option<AS::Value>, V) -> AS::Value + Send + Sync + 'static,
-    ) -> KTable<Windowed<K>, AS::Value> {
-        let windows = self.windows.runtime();
-        let key: Arc<dyn Serde<Value = K>> = self.grouped.key.clone();
-        let table_key: Arc<dyn Serde<Value = Windowed<K>>> =
-            Arc::new(TimeWindowed::shared(key, self.windows.size()));
-        self.grouped
-            .aggregate_table(materialized, kind, serde, Some(windows), table_key, fold)
-    }
-}
+pub(crate) type SessionMerge<A> = Arc<dyn Fn(&[u8], Option<A>, A) -> A + Send + Sync>;
 
 /// The table a stream joins, or why it cannot be joined: only a table read with
 /// [`StreamsBuilder::table`], and once per joining stream.

@@ -33,15 +33,17 @@ pub mod run;
 pub mod serdes;
 mod split;
 mod table;
+mod windowed;
 mod windows;
 
 pub use dsl::{
     Consumed, Grouped, Joined, KGroupedStream, KStream, KTable, Materialized, Produced,
-    Repartitioned, StreamsBuilder, TimeWindowedKStream,
+    Repartitioned, StreamsBuilder,
 };
 pub use grouped_table::KGroupedTable;
 pub use process::{KeyValueStore, Processor, ProcessorContext, Record};
 pub use run::{main, parse_args, run, run_with_queries, RunArgs, RunError};
 pub use serdes::{Window, Windowed};
 pub use split::{Branched, BranchedKStream};
-pub use windows::TimeWindows;
+pub use windowed::{SessionWindowedKStream, TimeWindowedKStream, WindowedBy};
+pub use windows::{SessionWindows, TimeWindows};

@@ -251,6 +251,62 @@ impl<K: Send + Sync + 'static> Serde for TimeWindowed<K> {
     }
 }
 
+/// A session-windowed key as Kafka's `SessionWindowedSerializer` writes it
+/// (`SessionKeySchema`): the key in its serde, then the session's end, then its start (8 bytes
+/// each, big-endian).
+///
+/// ```
+/// use baton_streams::serdes::{Serde, SessionWindowed, Str};
+/// use baton_streams::{Window, Windowed};
+///
+/// let serde = SessionWindowed::new(Str);
+/// let key = Windowed { key: "bob".to_string(), window: Window { start_ms: 10, end_ms: 25 } };
+/// let bytes = serde.serialize(&key);
+/// assert_eq!(&bytes[3..11], &25i64.to_be_bytes());
+/// assert_eq!(serde.deserialize(&bytes).unwrap(), key);
+/// ```
+pub struct SessionWindowed<K> {
+    inner: Arc<dyn Serde<Value = K>>,
+}
+
+impl<K: Send + Sync + 'static> SessionWindowed<K> {
+    /// Session-windowed keys of `inner`'s type.
+    pub fn new<S: Serde<Value = K>>(inner: S) -> SessionWindowed<K> {
+        SessionWindowed::shared(Arc::new(inner))
+    }
+
+    pub(crate) fn shared(inner: Arc<dyn Serde<Value = K>>) -> SessionWindowed<K> {
+        SessionWindowed { inner }
+    }
+}
+
+impl<K: Send + Sync + 'static> Serde for SessionWindowed<K> {
+    type Value = Windowed<K>;
+    fn name(&self) -> &'static str {
+        "SessionWindowed"
+    }
+    fn serialize(&self, value: &Windowed<K>) -> Vec<u8> {
+        let key = self.inner.serialize(&value.key);
+        baton_runtime::topology::session_key(&key, value.window.start_ms, value.window.end_ms)
+    }
+    fn deserialize(&self, bytes: &[u8]) -> Result<Windowed<K>, SerdeError> {
+        let Some((key, start_ms, end_ms)) = baton_runtime::topology::split_session_key(bytes)
+        else {
+            return Err(SerdeError {
+                serde: "SessionWindowed",
+                why: format!(
+                    "{} bytes, shorter than a session's end and start",
+                    bytes.len()
+                ),
+            });
+        };
+        Ok(Windowed {
+            key: self.inner.deserialize(key)?,
+            window: Window { start_ms, end_ms },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use baton_runtime::topology::Windows;
+use baton_runtime::topology::{Sessions, Windows};
 
 /// Windows `[start, start + size)` whose starts are multiples of the advance (the size unless
 /// [`TimeWindows::advance_by`] says otherwise). A window takes records until the task's stream
@@ -60,6 +60,53 @@ impl TimeWindows {
         Windows {
             size_ms: millis(self.size),
             advance_ms: millis(self.advance),
+            grace_ms: millis(self.grace),
+        }
+    }
+}
+
+/// Session windows, as Kafka Streams' `SessionWindows`: a key's records closer than the
+/// inactivity gap to each other make one session `[first, last]`; a record that bridges two
+/// sessions merges them. A session takes records until the task's stream time passes its end
+/// plus the gap plus the grace period; later ones are dropped and counted in
+/// `baton_late_records_dropped_total`. A gap of zero is refused when the topology is built.
+///
+/// ```
+/// use std::time::Duration;
+/// use baton_streams::SessionWindows;
+///
+/// let visits = SessionWindows::of_inactivity_gap_and_grace(
+///     Duration::from_secs(300),
+///     Duration::from_secs(30),
+/// );
+/// assert_eq!(visits.inactivity_gap(), Duration::from_secs(300));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionWindows {
+    gap: Duration,
+    grace: Duration,
+}
+
+impl SessionWindows {
+    /// Sessions that end after `gap` without a record and take no record after that
+    /// (`SessionWindows.ofInactivityGapWithNoGrace`).
+    pub fn of_inactivity_gap_with_no_grace(gap: Duration) -> SessionWindows {
+        SessionWindows::of_inactivity_gap_and_grace(gap, Duration::ZERO)
+    }
+
+    /// Sessions that end after `gap` without a record and take records up to `grace` after
+    /// that (`SessionWindows.ofInactivityGapAndGrace`).
+    pub fn of_inactivity_gap_and_grace(gap: Duration, grace: Duration) -> SessionWindows {
+        SessionWindows { gap, grace }
+    }
+
+    pub fn inactivity_gap(&self) -> Duration {
+        self.gap
+    }
+
+    pub(crate) fn runtime(&self) -> Sessions {
+        Sessions {
+            gap_ms: millis(self.gap),
             grace_ms: millis(self.grace),
         }
     }

@@ -21,6 +21,22 @@ impl Stores for Mem {
     fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
     }
+    fn range(
+        &mut self,
+        store: &str,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<baton_runtime::topology::Entries, StoreError> {
+        let (from, to) = (
+            (store.to_owned(), from.to_vec()),
+            (store.to_owned(), to.to_vec()),
+        );
+        Ok(self
+            .0
+            .range(from..=to)
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect())
+    }
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
         let k = (store.to_owned(), key.to_vec());
         match value {
@@ -1366,4 +1382,66 @@ fn a_grouped_table_aggregates_and_reduces_with_adder_and_subtractor() {
         .collect();
     // x moves from 5 to 1 under one key: one change, 12 - 5 + 1.
     assert_eq!(totals, ["5", "12", "8"]);
+}
+
+#[test]
+fn a_session_windowed_count_merges_sessions_and_writes_their_tombstones() {
+    use baton_streams::serdes::SessionWindowed;
+    use baton_streams::SessionWindows;
+    let gap = Duration::from_millis(10);
+    let b = StreamsBuilder::new("visits");
+    b.stream("clicks", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .windowed_by(SessionWindows::of_inactivity_gap_with_no_grace(gap))
+        .count(Materialized::named("clicks-per-visit"))
+        .to_stream()
+        .to("visits", Produced::with(SessionWindowed::new(Str), Long));
+    let t = b.build().unwrap();
+    assert_eq!(
+        t.changelog_retention_ms("clicks-per-visit"),
+        Some(10 + 86_400_000),
+        "gap + grace, plus Kafka Streams' extra day"
+    );
+    let click = |user: &str, ts: i64| (user.as_bytes().to_vec(), b"/".to_vec(), ts);
+    let (out, late) = run_at(
+        &t,
+        0,
+        &mut Mem::default(),
+        &[
+            click("ann", 0),
+            click("bob", 3),
+            click("ann", 8),
+            click("ann", 25),
+            // Within 10 of 8 and of 25: bridges [0,8] and [25,25] into one session.
+            click("ann", 17),
+            // Stream time 100: ann's [0,25] closed at 35 (end + gap), so 35 is late.
+            click("bob", 100),
+            click("ann", 35),
+        ],
+    );
+    assert_eq!(late, 1);
+    let serde = SessionWindowed::new(Str);
+    let got: Vec<(String, i64, i64, Option<i64>, i64)> = out
+        .iter()
+        .map(|r| {
+            let Windowed { key, window } = serde.deserialize(&r.key).unwrap();
+            let n = r.value.as_deref().map(|v| Long.deserialize(v).unwrap());
+            (key, window.start_ms, window.end_ms, n, r.timestamp)
+        })
+        .collect();
+    let want: Vec<(String, i64, i64, Option<i64>, i64)> = [
+        ("ann", 0, 0, Some(1), 0),
+        ("bob", 3, 3, Some(1), 3),
+        ("ann", 0, 0, None, 0),
+        ("ann", 0, 8, Some(2), 8),
+        ("ann", 25, 25, Some(1), 25),
+        ("ann", 0, 8, None, 8),
+        ("ann", 25, 25, None, 25),
+        ("ann", 0, 25, Some(4), 25),
+        ("bob", 100, 100, Some(1), 100),
+    ]
+    .iter()
+    .map(|&(k, s, e, n, ts)| (k.to_owned(), s, e, n, ts))
+    .collect();
+    assert_eq!(got, want);
 }

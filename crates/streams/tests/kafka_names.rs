@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use baton_streams::serdes::{Long, Str, TimeWindowed};
 use baton_streams::{
-    Branched, Consumed, Grouped, Joined, Materialized, Produced, Repartitioned, StreamsBuilder,
-    TimeWindows,
+    Branched, Consumed, Grouped, Joined, Materialized, Produced, Repartitioned, SessionWindows,
+    StreamsBuilder, TimeWindows,
 };
 
 /// Node names per sub-topology, as `describe` prints them.
@@ -610,5 +610,36 @@ fn a_grouped_table_is_numbered_as_kafkas() {
         ],
         &["input-topic-STATE-STORE-0000000000", "count-store"],
         &["app-count-store-repartition"],
+    );
+}
+
+/// `TopologyTest.sessionWindowZeroArgCountShouldPreserveTopologyStructure`:
+/// `groupByKey().windowedBy(SessionWindows...).count()` is `KSTREAM-AGGREGATE-0000000002` with
+/// store `KSTREAM-AGGREGATE-STATE-STORE-0000000001`; `sessionWindowNamedMaterializedCount...`:
+/// `count(Materialized.as("count-store"))` is `KSTREAM-AGGREGATE-0000000001`.
+#[test]
+fn a_session_windowed_count_is_numbered_as_kafkas() {
+    let gap = SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_millis(1));
+    let b = StreamsBuilder::new("app");
+    b.stream("input-topic", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .windowed_by(gap)
+        .count(Materialized::generated());
+    check(
+        b,
+        &[&["KSTREAM-SOURCE-0000000000", "KSTREAM-AGGREGATE-0000000002"]],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000001"],
+        &[],
+    );
+    let b = StreamsBuilder::new("app");
+    b.stream("input-topic", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .windowed_by(gap)
+        .count(Materialized::named("count-store"));
+    check(
+        b,
+        &[&["KSTREAM-SOURCE-0000000000", "KSTREAM-AGGREGATE-0000000001"]],
+        &["count-store"],
+        &[],
     );
 }

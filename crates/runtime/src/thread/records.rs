@@ -60,6 +60,34 @@ impl Stores for Pending<'_> {
         self.stores[idx].store.get(key)
     }
 
+    fn range(
+        &mut self,
+        store: &str,
+        from: &[u8],
+        to: &[u8],
+    ) -> std::result::Result<crate::topology::Entries, StoreError> {
+        let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
+            return Ok(Vec::new());
+        };
+        let base = self.stores[idx].store.range(from, to)?;
+        // Every write of the batch to this store is looked at: a range read is rare (session
+        // windows), and the writes are hashed for the reads and writes every record makes.
+        let tables = self
+            .tables
+            .get(&idx)
+            .into_iter()
+            .flat_map(|(w, _)| w.iter());
+        let tables = tables.map(|(k, v)| (k.as_slice(), v.as_deref()));
+        let writes = self.writes.get(&idx).into_iter().flat_map(|w| w.iter());
+        let writes = writes.map(|(k, (v, _))| (k.as_slice(), v.as_deref()));
+        Ok(crate::topology::overlay_range(
+            base,
+            writes.chain(tables),
+            from,
+            to,
+        ))
+    }
+
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
         if let Some(idx) = self.stores.iter().position(|s| s.name == store) {
             self.writes
