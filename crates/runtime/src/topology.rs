@@ -994,6 +994,8 @@ pub struct StoreInfo {
     /// How its values are laid out (a window store's are timestamped).
     pub layout: Layout,
     pub windows: Option<Windows>,
+    /// A session store's sessions (keys [`session_key`], plain values).
+    pub sessions: Option<Sessions>,
 }
 
 /// Where a processed record goes.
@@ -1139,6 +1141,7 @@ impl Topology {
             format: self.formats.get(store).copied().unwrap_or_default(),
             layout,
             windows,
+            sessions: stream.sessions_of(store),
         })
     }
 

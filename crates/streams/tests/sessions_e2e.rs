@@ -128,7 +128,18 @@ fn sessions_merge_exactly_through_a_scale_out_and_a_drain() {
     let a = run("a");
     let mut want = send(&setup, 0..3);
     setup.await_equal(&want, "sessions, one instance", |s| sessions(s).0);
-    let b = run("b");
+    // b serves queries: a session store is refused by name rather than read as a key-value
+    // store.
+    let queries = baton_streams::queries::Queries::new();
+    let b = {
+        let cfg = common::serving_config(&broker.addr, &dir, APP, "b");
+        setup.rt.spawn(baton_runtime::instance::run_with_queries(
+            cfg,
+            topology(),
+            shutdown.clone(),
+            queries.clone(),
+        ))
+    };
     want.extend(send(&setup, 3..6));
     setup.drain(APP, "a");
     let drained = setup
@@ -152,6 +163,11 @@ fn sessions_merge_exactly_through_a_scale_out_and_a_drain() {
          {closed} merged sessions ended in tombstones",
         want.len()
     );
+    let store = baton_streams::queries::StoreQuery::new(&queries, "clicks-per-visit", Str, Long);
+    let options = baton_streams::queries::QueryOptions::default();
+    let refused = setup.rt.block_on(store.get(&"user0".to_owned(), &options));
+    let why = refused.expect_err("a session store is not read as a key-value store");
+    assert!(why.to_string().contains("is a session store"), "{why}");
     stop.send(true).unwrap();
     common::await_shutdown(&setup, "b", b);
     drop(broker);

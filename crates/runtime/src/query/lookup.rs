@@ -128,6 +128,11 @@ impl Engine {
                 ),
             ));
         };
+        if info.sessions.is_some() {
+            return Err(QueryError::bad(format!(
+                "store {store:?} is a session store: sessions cannot be queried yet"
+            )));
+        }
         match (info.windows.is_some(), windows) {
             (true, false) => {
                 return Err(QueryError::bad(format!(
