@@ -37,18 +37,18 @@ pub fn undecodable(why: String) -> ! {
     panic::panic_any(Undecodable(why))
 }
 
-/// Runs `record` of task `task` through `topology` at `stream_time`: on success its writes
+/// Runs `record` of task `task`, read from `topic`, through `topology` at `stream_time`: on success its writes
 /// go to `stores`, its outputs and late-record count to `out`; on failure none of them does.
 pub fn run_record(
     topology: &Topology,
-    task: TaskId,
+    (task, topic): (TaskId, &str),
     record: StreamRecord,
     stream_time: i64,
     stores: &mut dyn Stores,
     out: &mut Output,
 ) -> RecordOutcome {
     contained(stores, out, |stores, out| {
-        topology.process(task, record, stream_time, stores, out)
+        topology.process_from(task, topic, record, stream_time, stores, out)
     })
 }
 
@@ -277,7 +277,7 @@ mod tests {
         let run = |stores: &mut Map, out: &mut Output, key: &'static str| {
             run_record(
                 &topology,
-                task,
+                (task, "in"),
                 StreamRecord::new(key, "v", 0),
                 0,
                 stores,

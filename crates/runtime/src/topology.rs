@@ -131,6 +131,9 @@ enum Step {
         id: usize,
         branches: Vec<Vec<Step>>,
     },
+    /// Passes each record to the steps of junction `.0` of the stream ([`Stream::junction`]),
+    /// where several paths (of several sources) meet: a merge, a join's two sides.
+    Junction(usize),
     /// Writes each record to the sink `topic` (its index among the sub-topology's sinks,
     /// [`Topology::sinks_of`], set when the topology is validated); passes nothing on.
     To {
@@ -329,10 +332,40 @@ pub struct Output {
     pub late: u64,
 }
 
+/// Where a list of steps starts in a stream: its main steps, the steps one source's records
+/// take instead ([`Stream::route`]), or a junction that several paths lead into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Root {
+    Main,
+    Source(String),
+    Junction(usize),
+}
+
+/// A place in a stream's steps: a root, then the branch indices of nested forks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub root: Root,
+    pub path: Vec<usize>,
+}
+
+impl Place {
+    /// The start of the main steps.
+    pub fn main() -> Place {
+        Place {
+            root: Root::Main,
+            path: Vec::new(),
+        }
+    }
+}
+
 /// One stream: sources, steps, and optionally sinks. Built with chained calls.
 #[derive(Clone)]
 pub struct Stream {
     sources: Vec<String>,
+    /// Sources whose records take these steps instead of the main ones.
+    routes: BTreeMap<String, Vec<Step>>,
+    /// Steps that several paths lead into ([`Step::Junction`]).
+    junctions: Vec<Vec<Step>>,
     /// Its sources' deletes (records without a value) go through the steps: a table's
     /// updates read as a stream ([`Stream::with_deletes`]). Otherwise they are passed over.
     deletes: bool,
@@ -346,9 +379,64 @@ impl Stream {
     pub fn from<S: AsRef<str>>(sources: &[S]) -> Stream {
         Stream {
             sources: sources.iter().map(|s| s.as_ref().to_owned()).collect(),
+            routes: BTreeMap::new(),
+            junctions: Vec::new(),
             deletes: false,
             tables: Vec::new(),
             steps: Vec::new(),
+        }
+    }
+
+    /// Reads `topic` too, its records taking steps of their own (empty so far, edited at
+    /// `Root::Source(topic)`) instead of the main ones.
+    pub fn route(mut self, topic: &str) -> Self {
+        self.sources.push(topic.to_owned());
+        self.routes.insert(topic.to_owned(), Vec::new());
+        self
+    }
+
+    /// A new junction's number: steps that end in `Step::Junction(n)` ([`Stream::to_junction`])
+    /// pass their records on to it, edited at `Root::Junction(n)`.
+    pub fn junction(&mut self) -> usize {
+        self.junctions.push(Vec::new());
+        self.junctions.len() - 1
+    }
+
+    /// Passes the records on to junction `n`; nothing comes after.
+    pub fn to_junction(mut self, n: usize) -> Self {
+        self.steps.push(Step::Junction(n));
+        self
+    }
+
+    /// Whether nothing reads its records yet: no steps, routes, junctions or tables.
+    pub fn is_fresh(&self) -> bool {
+        self.steps.is_empty()
+            && self.routes.is_empty()
+            && self.junctions.is_empty()
+            && self.tables.is_empty()
+    }
+
+    /// Its source topics.
+    pub fn sources(&self) -> &[String] {
+        &self.sources
+    }
+
+    /// Whether its sources' deletes go through its steps ([`Stream::with_deletes`]).
+    pub fn takes_deletes(&self) -> bool {
+        self.deletes
+    }
+
+    /// Every list of steps: the main ones, each route's, each junction's.
+    fn roots(&self) -> impl Iterator<Item = &Vec<Step>> {
+        std::iter::once(&self.steps)
+            .chain(self.routes.values())
+            .chain(self.junctions.iter())
+    }
+
+    /// Every step of every root, those in forks' branches included.
+    fn walk_all<'a>(&'a self, f: &mut impl FnMut(&'a Step)) {
+        for steps in self.roots() {
+            walk(steps, f);
         }
     }
 
@@ -384,20 +472,24 @@ impl Stream {
     /// forks, from the top; a fork is made when those steps do not end in one) and returns
     /// the new branch's path and its fork's id. Building a typed graph, every later step of a
     /// node goes into one of its branches this way.
-    pub fn open_branch(&mut self, path: &[usize]) -> (Vec<usize>, usize) {
-        let id = self.fork_at(path);
-        let Some(Step::Fork { branches, .. }) = self.steps_at(path).last_mut() else {
+    pub fn open_branch(&mut self, at: &Place) -> (Place, usize) {
+        let id = self.fork_at(at);
+        let Some(Step::Fork { branches, .. }) = self.steps_at(at).last_mut() else {
             unreachable!("fork_at made the fork");
         };
         branches.push(Vec::new());
-        let mut at = path.to_vec();
-        at.push(branches.len() - 1);
-        (at, id)
+        let mut path = at.path.clone();
+        path.push(branches.len() - 1);
+        let place = Place {
+            root: at.root.clone(),
+            path,
+        };
+        (place, id)
     }
 
     /// The id of the fork that ends the steps at `path`, made if they do not end in one.
-    pub fn fork_at(&mut self, path: &[usize]) -> usize {
-        let steps = self.steps_at(path);
+    pub fn fork_at(&mut self, at: &Place) -> usize {
+        let steps = self.steps_at(at);
         match steps.last() {
             Some(Step::Fork { id, .. }) => *id,
             _ => {
@@ -412,20 +504,22 @@ impl Stream {
     }
 
     /// Runs `f` on the steps at `path` ([`Stream::open_branch`]) as if they were a stream's.
-    pub fn edit_branch(&mut self, path: &[usize], f: impl FnOnce(Stream) -> Stream) {
-        let steps = std::mem::take(self.steps_at(path));
+    pub fn edit_branch(&mut self, at: &Place, f: impl FnOnce(Stream) -> Stream) {
+        let steps = std::mem::take(self.steps_at(at));
         let edited = f(Stream {
-            sources: Vec::new(),
-            deletes: false,
-            tables: Vec::new(),
             steps,
+            ..Stream::branch()
         });
-        *self.steps_at(path) = edited.steps;
+        *self.steps_at(at) = edited.steps;
     }
 
-    fn steps_at(&mut self, path: &[usize]) -> &mut Vec<Step> {
-        let mut steps = &mut self.steps;
-        for &b in path {
+    fn steps_at(&mut self, at: &Place) -> &mut Vec<Step> {
+        let mut steps = match &at.root {
+            Root::Main => &mut self.steps,
+            Root::Source(topic) => self.routes.entry(topic.clone()).or_default(),
+            Root::Junction(n) => &mut self.junctions[*n],
+        };
+        for &b in &at.path {
             match steps.last_mut() {
                 Some(Step::Fork { branches, .. }) if b < branches.len() => steps = &mut branches[b],
                 _ => panic!("no branch {b} at the end of these steps"),
@@ -703,7 +797,7 @@ impl Stream {
     /// Tables first, then the steps' stores: the order of the task's changelogs.
     fn stores(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
-        walk(&self.steps, &mut |s| match s {
+        self.walk_all(&mut |s| match s {
             Step::Aggregate { store, .. }
             | Step::WindowAggregate { store, .. }
             | Step::SessionAggregate { store, .. }
@@ -716,7 +810,7 @@ impl Stream {
 
     fn windows_of(&self, store: &str) -> Option<Windows> {
         let mut found = None;
-        walk(&self.steps, &mut |s| match s {
+        self.walk_all(&mut |s| match s {
             Step::WindowAggregate {
                 store: name,
                 windows,
@@ -729,7 +823,7 @@ impl Stream {
 
     fn sessions_of(&self, store: &str) -> Option<Sessions> {
         let mut found = None;
-        walk(&self.steps, &mut |s| match s {
+        self.walk_all(&mut |s| match s {
             Step::SessionAggregate {
                 store: name,
                 sessions,
@@ -743,7 +837,7 @@ impl Stream {
     /// The sink topics, in the order of their first `to`.
     fn sinks(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
-        walk(&self.steps, &mut |s| {
+        self.walk_all(&mut |s| {
             if let Step::To { topic, .. } = s {
                 if !out.contains(&topic.as_str()) {
                     out.push(topic);
@@ -780,18 +874,37 @@ fn values_only(
     }
 }
 
+/// Checks every root of stream `i`: a junction counts as after a key change when any path
+/// into it changed keys.
+fn check_stream(i: usize, s: &Stream) -> Result<(), TopologyError> {
+    let mut into = vec![None; s.junctions.len()];
+    check_steps(i, s, (&s.steps, "steps"), None, &mut into)?;
+    for (topic, steps) in &s.routes {
+        check_steps(i, s, (steps, &format!("routes[{topic}]")), None, &mut into)?;
+    }
+    for (n, steps) in s.junctions.iter().enumerate() {
+        let keys = into[n].clone();
+        check_steps(i, s, (steps, &format!("junctions[{n}]")), keys, &mut into)?;
+    }
+    Ok(())
+}
+
 fn check_steps(
     i: usize,
     s: &Stream,
-    steps: &[Step],
-    at: &str,
+    (steps, at): (&[Step], &str),
     mut key_changed: Option<String>,
+    into: &mut [Option<String>],
 ) -> Result<(), TopologyError> {
     for (j, step) in steps.iter().enumerate() {
         let here = format!("{at}[{j}]");
-        if matches!(step, Step::Fork { .. } | Step::To { .. }) && j + 1 < steps.len() {
+        if matches!(
+            step,
+            Step::Fork { .. } | Step::To { .. } | Step::Junction(_)
+        ) && j + 1 < steps.len()
+        {
             return Err(TopologyError::Invalid(format!(
-                "streams[{i}].{here}: nothing may follow a `to` or a fork in its branch"
+                "streams[{i}].{here}: nothing may follow a `to`, a fork or a junction in its branch"
             )));
         }
         match step {
@@ -847,15 +960,18 @@ fn check_steps(
             }
             Step::Fork { branches, .. } => {
                 for (b, branch) in branches.iter().enumerate() {
-                    check_steps(
-                        i,
-                        s,
-                        branch,
-                        &format!("{here}.branches[{b}]"),
-                        key_changed.clone(),
-                    )?;
+                    let at = format!("{here}.branches[{b}]");
+                    check_steps(i, s, (branch, &at), key_changed.clone(), into)?;
                 }
             }
+            Step::Junction(n) => match into.get_mut(*n) {
+                Some(keys) => *keys = keys.take().or(key_changed.clone()),
+                None => {
+                    return Err(TopologyError::Invalid(format!(
+                        "streams[{i}].{here}: no junction {n}"
+                    )))
+                }
+            },
             _ => {}
         }
     }
@@ -877,11 +993,13 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::Peek(_)
             | Step::Join { .. }
             | Step::FlatMap { updates: true, .. } => {}
+            // A junction's records come from several paths: not one table's updates.
             Step::Map(_)
             | Step::FlatMap { .. }
             | Step::FlatMapValues(_)
             | Step::Process { .. }
-            | Step::Regroup(_) => table = false,
+            | Step::Regroup(_)
+            | Step::Junction(_) => table = false,
             Step::Fork { branches, .. } => {
                 // Two branches may write the same key: read as a table, the topic then holds
                 // whichever came last, as it would without the cache.
@@ -1072,7 +1190,7 @@ impl Topology {
                 }
                 store_of.insert(store, i);
             }
-            check_steps(i, s, &s.steps, "steps", None)?;
+            check_stream(i, s)?;
         }
         let mut streams = streams;
         let mut table_sinks = Vec::with_capacity(streams.len());
@@ -1081,6 +1199,9 @@ impl Topology {
             let names: Vec<String> = s.sinks().into_iter().map(str::to_owned).collect();
             let mut tables = vec![true; names.len()];
             number_sinks(&mut s.steps, &names, false, &mut tables);
+            for steps in s.routes.values_mut().chain(s.junctions.iter_mut()) {
+                number_sinks(steps, &names, false, &mut tables);
+            }
             table_sinks.push(tables);
             sinks.push(names);
         }
@@ -1127,7 +1248,7 @@ impl Topology {
         } else {
             Layout::Plain
         };
-        walk(&stream.steps, &mut |step| match step {
+        stream.walk_all(&mut |step| match step {
             Step::Aggregate {
                 store: name,
                 layout: l,
@@ -1168,7 +1289,7 @@ impl Topology {
             out += &format!("   Sub-topology: {i}\n");
             out += &format!("    Source: (topics: [{}])\n", s.sources.join(", "));
             let mut steps = 0;
-            walk(&s.steps, &mut |_| steps += 1);
+            s.walk_all(&mut |_| steps += 1);
             out += &format!(
                 "    Processor: {steps} step(s) (stores: [{}])\n",
                 s.stores().join(", ")
@@ -1416,7 +1537,17 @@ impl Topology {
         let Some(stream) = self.streams.get(task.subtopology as usize) else {
             return Ok(());
         };
-        punctuate_steps(task, &stream.steps, now_ms, stream_time, stores, out)
+        let run = Run {
+            task,
+            junctions: &stream.junctions,
+        };
+        for steps in std::iter::once(&stream.steps).chain(stream.routes.values()) {
+            punctuate_steps(run, steps, now_ms, stream_time, stores, out)?;
+        }
+        for steps in &stream.junctions {
+            punctuate_steps(run, steps, now_ms, stream_time, stores, out)?;
+        }
+        Ok(())
     }
 
     /// Whether sink `sink` of subtopology `sub` carries a table's updates: each `to` of it
@@ -1487,15 +1618,42 @@ impl Topology {
         stores: &mut dyn Stores,
         out: &mut Output,
     ) -> Result<(), StoreError> {
+        self.process_from(task, "", record, stream_time, stores, out)
+    }
+
+    /// As [`Topology::process`], for a record of source topic `topic`: one with steps of its
+    /// own ([`Stream::route`]) takes them instead of the main ones.
+    pub fn process_from(
+        &self,
+        task: TaskId,
+        topic: &str,
+        record: StreamRecord,
+        stream_time: i64,
+        stores: &mut dyn Stores,
+        out: &mut Output,
+    ) -> Result<(), StoreError> {
         let Some(stream) = self.streams.get(task.subtopology as usize) else {
             return Ok(());
         };
-        run_steps(task, &stream.steps, vec![record], stream_time, stores, out)
+        let run = Run {
+            task,
+            junctions: &stream.junctions,
+        };
+        let steps = stream.routes.get(topic).unwrap_or(&stream.steps);
+        run_steps(run, steps, vec![record], stream_time, stores, out)
     }
 }
 
-fn punctuate_steps(
+/// What every step of one record's run may need besides the record: its task, and the
+/// junctions of its stream.
+#[derive(Clone, Copy)]
+struct Run<'a> {
     task: TaskId,
+    junctions: &'a [Vec<Step>],
+}
+
+fn punctuate_steps(
+    run: Run<'_>,
     steps: &[Step],
     now_ms: i64,
     stream_time: i64,
@@ -1507,14 +1665,14 @@ fn punctuate_steps(
             Step::Process {
                 wall: Some((_, p)), ..
             } => {
-                let records = p(task, now_ms, stream_time, stores)?;
+                let records = p(run.task, now_ms, stream_time, stores)?;
                 if !records.is_empty() {
-                    run_steps(task, &steps[i + 1..], records, stream_time, stores, out)?;
+                    run_steps(run, &steps[i + 1..], records, stream_time, stores, out)?;
                 }
             }
             Step::Fork { branches, .. } => {
                 for b in branches {
-                    punctuate_steps(task, b, now_ms, stream_time, stores, out)?;
+                    punctuate_steps(run, b, now_ms, stream_time, stores, out)?;
                 }
             }
             _ => {}
@@ -1526,7 +1684,7 @@ fn punctuate_steps(
 /// Runs `records` through `steps` in order; most steps keep one record one record, a
 /// flat-map makes it many, each going through the later steps in order.
 fn run_steps(
-    task: TaskId,
+    run: Run<'_>,
     steps: &[Step],
     mut records: Vec<StreamRecord>,
     stream_time: i64,
@@ -1537,8 +1695,8 @@ fn run_steps(
         let mut next = Vec::with_capacity(records.len());
         for r in records {
             match &r.value {
-                Some(_) => run_step(task, step, r, stream_time, stores, out, &mut next)?,
-                None => run_delete(task, step, r, stream_time, stores, out, &mut next)?,
+                Some(_) => run_step(run, step, r, stream_time, stores, out, &mut next)?,
+                None => run_delete(run, step, r, stream_time, stores, out, &mut next)?,
             }
         }
         records = next;
@@ -1551,7 +1709,7 @@ fn run_steps(
 
 /// One step for one record with a value; what it passes on goes to `next`.
 fn run_step(
-    task: TaskId,
+    run: Run<'_>,
     step: &Step,
     r: StreamRecord,
     stream_time: i64,
@@ -1628,7 +1786,7 @@ fn run_step(
                 next.push(StreamRecord::new(r.key, v, ts));
             }
         }
-        _ => run_any(task, step, r, stream_time, stores, out, next)?,
+        _ => run_any(run, step, r, stream_time, stores, out, next)?,
     }
     Ok(())
 }
@@ -1637,7 +1795,7 @@ fn run_step(
 /// typed layer's steps decide, and steps that need a value pass over it, as Kafka Streams'
 /// aggregations and stream-table joins pass over null values.
 fn run_delete(
-    task: TaskId,
+    run: Run<'_>,
     step: &Step,
     r: StreamRecord,
     stream_time: i64,
@@ -1654,14 +1812,14 @@ fn run_delete(
         | Step::WindowAggregate { .. }
         | Step::SessionAggregate { .. }
         | Step::Join { .. } => {}
-        _ => run_any(task, step, r, stream_time, stores, out, next)?,
+        _ => run_any(run, step, r, stream_time, stores, out, next)?,
     }
     Ok(())
 }
 
 /// The steps that take a record with a value and a delete alike.
 fn run_any(
-    task: TaskId,
+    run: Run<'_>,
     step: &Step,
     r: StreamRecord,
     stream_time: i64,
@@ -1697,7 +1855,12 @@ fn run_any(
                     old: None,
                 }),
         ),
-        Step::Process { f, .. } => next.extend(f(task, &r, stream_time, stores)?),
+        Step::Process { f, .. } => next.extend(f(run.task, &r, stream_time, stores)?),
+        Step::Junction(n) => {
+            if let Some(steps) = run.junctions.get(*n) {
+                run_steps(run, steps, vec![r], stream_time, stores, out)?;
+            }
+        }
         Step::Fork { id, branches } => {
             next_fork_epoch(*id);
             let n = branches.len();
@@ -1705,7 +1868,7 @@ fn run_any(
             for (b, branch) in branches.iter().enumerate() {
                 let one = if b + 1 == n { r.take() } else { r.clone() };
                 if let Some(one) = one {
-                    run_steps(task, branch, vec![one], stream_time, stores, out)?;
+                    run_steps(run, branch, vec![one], stream_time, stores, out)?;
                 }
             }
         }

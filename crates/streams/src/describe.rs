@@ -73,9 +73,20 @@ impl Description {
     /// them (`InternalTopologyBuilder.makeNodeGroups`), so a table read before the stream that
     /// joins it puts their sub-topology first.
     pub fn kafka_order(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.subtopologies.len()).collect();
+        let mut order: Vec<usize> = (0..self.subtopologies.len())
+            .filter(|&i| !self.subtopologies[i].is_empty())
+            .collect();
         order.sort_by_key(|&i| (self.ranks.get(i).copied().unwrap_or(u64::MAX), i));
         order
+    }
+
+    /// Moves sub-topology `from`'s nodes into `into` (a merge or a join made them one); `from`
+    /// is left empty and is numbered no more.
+    pub fn absorb(&mut self, from: usize, into: usize) {
+        let moved = std::mem::take(&mut self.subtopologies[from]);
+        self.subtopologies[into].extend(moved);
+        let rank = std::mem::replace(&mut self.ranks[from], u64::MAX);
+        self.rank_subtopology(into, rank);
     }
 
     fn push(&mut self, at: usize, entry: Entry) -> Node {

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use baton_runtime::query::format::{Format, StoreFormat};
 use baton_runtime::record::undecodable;
 use baton_runtime::topology::{
-    split_join_frame, Layout, RecordEffect, Sessions, Stream, Topology, TopologyError, Windows,
+    split_join_frame, Layout, Place, RecordEffect, Sessions, Stream, Topology, TopologyError,
+    Windows,
 };
 
 use crate::describe::{Description, Node};
@@ -55,7 +56,7 @@ pub struct StreamsBuilder {
 pub(crate) struct Graph {
     app_id: String,
     /// One per subtopology, in Kafka Streams' numbering order.
-    streams: Vec<Stream>,
+    pub(crate) streams: Vec<Stream>,
     repartition: Vec<String>,
     /// Repartition topics given a partition count of their own ([`KStream::repartition`]).
     repartition_partitions: Vec<(String, u32)>,
@@ -218,12 +219,12 @@ impl StreamsBuilder {
     }
 }
 
-/// A point in the byte-level topology: a sub-topology, and the branches of nested forks
-/// down to the steps that records reach there ([`Stream::open_branch`]).
+/// A point in the byte-level topology: a sub-topology, and the place in its steps that
+/// records reach there (a root, then the branches of nested forks, [`Stream::open_branch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Pos {
     pub(crate) sub: usize,
-    path: Vec<usize>,
+    pub(crate) place: Place,
 }
 
 impl Graph {
@@ -249,7 +250,7 @@ impl Graph {
         self.description.add_source(sub, name, topic);
         Pos {
             sub,
-            path: Vec::new(),
+            place: Place::main(),
         }
     }
 
@@ -296,18 +297,18 @@ impl Graph {
     /// stream (a sink, a store, a join) is a branch of its own, as a Kafka Streams node may
     /// have several children.
     pub(crate) fn exit(&mut self, at: &Pos) -> Pos {
-        let (path, _) = self.streams[at.sub].open_branch(&at.path);
-        Pos { sub: at.sub, path }
+        let (place, _) = self.streams[at.sub].open_branch(&at.place);
+        Pos { sub: at.sub, place }
     }
 
     /// The id of the fork whose branches take the records reaching `at`.
     pub(crate) fn fork_at(&mut self, at: &Pos) -> usize {
-        self.streams[at.sub].fork_at(&at.path)
+        self.streams[at.sub].fork_at(&at.place)
     }
 
     /// Adds steps at `at`, a branch just opened with [`Graph::exit`].
     pub(crate) fn edit(&mut self, at: &Pos, f: impl FnOnce(Stream) -> Stream) {
-        self.streams[at.sub].edit_branch(&at.path, f);
+        self.streams[at.sub].edit_branch(&at.place, f);
     }
 
     /// Adds tables to sub-topology `sub`'s sources.
@@ -330,34 +331,6 @@ impl Graph {
 /// takes.
 pub(crate) type Encode =
     Box<dyn Fn(&[u8], Option<&[u8]>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> + Send + Sync>;
-
-/// The updates of two merged streams, each given with its values-only chain: `None` when
-/// neither carries deletes.
-fn merged_updates<K: 'static, V: 'static>(
-    (a, a_values): (Option<Updates<K, V>>, Chain<K, V>),
-    (b, b_values): (Option<Updates<K, V>>, Chain<K, V>),
-) -> Option<Updates<K, V>> {
-    if a.is_none() && b.is_none() {
-        return None;
-    }
-    let with_deletes = |u: Option<Updates<K, V>>, values: Chain<K, V>| -> Updates<K, V> {
-        u.unwrap_or_else(|| {
-            Arc::new(move |k, v| match v {
-                Some(v) => values(k, v)
-                    .into_iter()
-                    .map(|(k, v)| (k, Some(v)))
-                    .collect(),
-                None => Vec::new(),
-            })
-        })
-    };
-    let (a, b) = (with_deletes(a, a_values), with_deletes(b, b_values));
-    Some(Arc::new(move |k, v| {
-        let mut out = a(k, v);
-        out.extend(b(k, v));
-        out
-    }))
-}
 
 /// Whether `name` has the form of a name Kafka generates: Java's
 /// `name.matches("KSTREAM.*-[0-9]{10}")`.
@@ -767,56 +740,6 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             Some(v) => out.extend(f(&v).into_iter().map(|v2| (k.clone(), Some(v2)))),
             None => out.push((k, None)),
         })
-    }
-
-    /// The records of both streams, as Kafka Streams' `merge`: each input record's results
-    /// from `self` first, then from `other`. Both must come from one stream (branches of a
-    /// [`KStream::split`], say); two topics are read as one stream with
-    /// [`StreamsBuilder::stream_of`].
-    ///
-    /// ```
-    /// use baton_streams::serdes::Str;
-    /// use baton_streams::{Branched, Consumed, Produced, StreamsBuilder};
-    ///
-    /// let builder = StreamsBuilder::new("shout");
-    /// let mut parts = builder
-    ///     .stream("words", Consumed::with(Str, Str))
-    ///     .split_named("words-")
-    ///     .branch(|_, w: &String| w.len() > 3, Branched::named("long"))
-    ///     .default_branch(Branched::named("short"));
-    /// let long = parts.remove("words-long").unwrap().map_values(|w: &String| w.to_uppercase());
-    /// let short = parts.remove("words-short").unwrap();
-    /// long.merge(short).to("shouted", Produced::with(Str, Str));
-    /// assert!(builder.build().is_ok());
-    /// ```
-    pub fn merge(self, other: KStream<K, V>) -> KStream<K, V> {
-        let graph = self.graph.clone();
-        let mut g = graph.borrow_mut();
-        let last =
-            g.description
-                .named_processor(self.at.sub, "MERGE", None, &[&self.last, &other.last]);
-        if !Rc::ptr_eq(&self.graph, &other.graph) || self.at != other.at {
-            g.errors.push(format!(
-                "merge: the streams come from different points of the topology (sub-topologies {} and {}); merge streams that come from one stream (branches of a split), or read two topics as one stream with StreamsBuilder::stream_of",
-                self.at.sub, other.at.sub
-            ));
-        }
-        drop(g);
-        let (a, b) = (self.chain, other.chain);
-        let deletes = merged_updates((self.deletes, a.clone()), (other.deletes, b.clone()));
-        KStream {
-            graph,
-            at: self.at,
-            chain: Arc::new(move |k, v| {
-                let mut out = a(k, v);
-                out.extend(b(k, v));
-                out
-            }),
-            key_changed: self.key_changed || other.key_changed,
-            updates: false,
-            last,
-            deletes,
-        }
     }
 
     /// Calls `f(key, value)` for each record and passes it on.

@@ -27,6 +27,7 @@
 mod describe;
 mod dsl;
 mod grouped_table;
+mod merge;
 mod process;
 pub mod queries;
 pub mod run;

@@ -243,16 +243,19 @@ fn branches_merge_back_and_a_stream_of_two_topics_reads_both() {
         described.contains("<-- KSTREAM-MAPVALUES-0000000005, half-high"),
         "{described}"
     );
-    // Streams of two sub-topologies cannot merge: said at build.
+    // A stream of another sub-topology merges only while nothing else reads it (a split
+    // reads it here): said at build.
     let builder = StreamsBuilder::new("mg");
     let a = builder.stream("a", Consumed::with(Str, Str));
-    let b = builder.stream("b", Consumed::with(Str, Str));
-    a.merge(b).to("out", Produced::with(Str, Str));
+    let mut parts = builder
+        .stream("b", Consumed::with(Str, Str))
+        .split_named("b-")
+        .branch(|_, v: &String| v.is_empty(), Branched::named("empty"))
+        .default_branch(Branched::named("rest"));
+    a.merge(parts.remove("b-rest").unwrap())
+        .to("out", Produced::with(Str, Str));
     let e = builder.build().err().unwrap().to_string();
-    assert!(
-        e.contains("merge: the streams come from different points"),
-        "{e}"
-    );
+    assert!(e.contains("is read by other steps already"), "{e}");
 }
 
 #[test]
@@ -1443,5 +1446,49 @@ fn a_session_windowed_count_merges_sessions_and_writes_their_tombstones() {
     .iter()
     .map(|&(k, s, e, n, ts)| (k.to_owned(), s, e, n, ts))
     .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn streams_of_two_topics_merge_each_with_its_own_steps() {
+    let b = StreamsBuilder::new("merged");
+    let shouts = b
+        .stream("shouts", Consumed::with(Str, Str))
+        .map_values(|s: &String| s.to_uppercase());
+    let whispers = b
+        .stream("whispers", Consumed::with(Str, Str))
+        .filter(|_, s: &String| s.len() > 2)
+        .map_values(|s: &String| s.to_lowercase());
+    shouts
+        .merge(whispers)
+        .map_values(|s: &String| format!("<{s}>"))
+        .to("voices", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    assert_eq!(t.sources_of(0), ["shouts", "whispers"], "one sub-topology");
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    for (topic, k, v) in [
+        ("shouts", "a", "hey"),
+        ("whispers", "b", "PSST"),
+        ("whispers", "c", "SH"),
+        ("shouts", "d", "yo"),
+    ] {
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 0);
+        t.process_from(TaskId::new(0, 0), topic, r, 0, &mut stores, &mut out)
+            .unwrap();
+    }
+    let got: Vec<(String, String)> = out
+        .records
+        .iter()
+        .map(|e| {
+            (
+                Str.deserialize(&e.record.key).unwrap(),
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [("a", "<HEY>"), ("b", "<psst>"), ("d", "<YO>")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     assert_eq!(got, want);
 }

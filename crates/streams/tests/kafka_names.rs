@@ -643,3 +643,24 @@ fn a_session_windowed_count_is_numbered_as_kafkas() {
         &[],
     );
 }
+
+/// Kafka's numbering for `stream(a).merge(stream(b)).to(out)`: both sources (0, 1), the merge
+/// (2) and the sink (3) in one sub-topology, as `KStreamImpl.merge` joins their node groups.
+#[test]
+fn streams_of_two_topics_merge_into_one_sub_topology() {
+    let b = StreamsBuilder::new("app");
+    let left = b.stream("a", Consumed::with(Str, Str));
+    let right = b.stream("b", Consumed::with(Str, Str));
+    left.merge(right).to("out", Produced::with(Str, Str));
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000000",
+            "KSTREAM-SOURCE-0000000001",
+            "KSTREAM-MERGE-0000000002",
+            "KSTREAM-SINK-0000000003",
+        ]],
+        &[],
+        &[],
+    );
+}

@@ -164,7 +164,7 @@ impl RecordEnv<'_> {
         run.pending.timestamp = r.timestamp;
         let step = run_record(
             &self.ctx.topology,
-            self.task,
+            (self.task, &self.sources[source].topic),
             StreamRecord {
                 key: k.clone(),
                 value: r.value.clone(),
