@@ -109,6 +109,25 @@ enum Step {
         f: AggregateFn,
         merge: MergeFn,
     },
+    /// One side of a stream-stream join (Kafka's `KStreamJoinWindow`): stores the record in
+    /// `store` under [`join_store_key`] (duplicates kept), unless it is older than stream time
+    /// minus `retention_ms` (then counted late), drops the key's records that fell out of the
+    /// retention, and passes the record on.
+    JoinWindow {
+        store: String,
+        retention_ms: i64,
+    },
+    /// A stream-stream inner join (Kafka's `KStreamKStreamJoin`): the record with each record
+    /// of its key in `other` (the other side's [`Step::JoinWindow`] store) from `before_ms`
+    /// before it to `after_ms` after it, in time order, each passed on as
+    /// `join_frame(left value, Some(right value))` stamped with the later timestamp; `left`:
+    /// this side is the join's left one.
+    WindowJoin {
+        other: String,
+        before_ms: i64,
+        after_ms: i64,
+        left: bool,
+    },
     /// Looks the record's key up in a table of the stream ([`Stream::table`]) and passes on
     /// the record with its value and the table's as one [`join_frame`]; with `inner`, a key
     /// the table lacks drops the record (Kafka Streams' `join`; else `leftJoin`).
@@ -783,6 +802,32 @@ impl Stream {
         self
     }
 
+    /// Stores each record in `store` for a stream-stream join ([`Step::JoinWindow`]).
+    pub fn join_window(mut self, store: &str, retention_ms: i64) -> Self {
+        self.steps.push(Step::JoinWindow {
+            store: store.to_owned(),
+            retention_ms,
+        });
+        self
+    }
+
+    /// Joins each record with the other side's records within the window
+    /// ([`Step::WindowJoin`]).
+    pub fn window_join(
+        mut self,
+        other: &str,
+        (before_ms, after_ms): (i64, i64),
+        left: bool,
+    ) -> Self {
+        self.steps.push(Step::WindowJoin {
+            other: other.to_owned(),
+            before_ms,
+            after_ms,
+            left,
+        });
+        self
+    }
+
     /// Sends each table update `(key, new value, old value)` on as the records `f` gives,
     /// keys changed: Kafka Streams' `KTable.groupBy`. Its records must come straight from a
     /// store step that knows the old value ([`Stream::aggregate_as`], [`Stream::upsert`]).
@@ -801,6 +846,7 @@ impl Stream {
             Step::Aggregate { store, .. }
             | Step::WindowAggregate { store, .. }
             | Step::SessionAggregate { store, .. }
+            | Step::JoinWindow { store, .. }
             | Step::Upsert { store } => out.push(store),
             Step::Process { stores, .. } => out.extend(stores.iter().map(String::as_str)),
             _ => {}
@@ -816,6 +862,18 @@ impl Stream {
                 windows,
                 ..
             } if name == store => found = found.or(Some(*windows)),
+            _ => {}
+        });
+        found
+    }
+
+    fn join_retention_of(&self, store: &str) -> Option<i64> {
+        let mut found = None;
+        self.walk_all(&mut |s| match s {
+            Step::JoinWindow {
+                store: name,
+                retention_ms,
+            } if name == store => found = found.or(Some(*retention_ms)),
             _ => {}
         });
         found
@@ -948,6 +1006,8 @@ fn check_steps(
             Step::Aggregate { store, .. }
             | Step::WindowAggregate { store, .. }
             | Step::SessionAggregate { store, .. }
+            | Step::JoinWindow { store, .. }
+            | Step::WindowJoin { other: store, .. }
             | Step::Upsert { store }
             | Step::Join { store, .. } => {
                 if let Some(step) = key_changed {
@@ -992,6 +1052,7 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::MapValues(_)
             | Step::Peek(_)
             | Step::Join { .. }
+            | Step::JoinWindow { .. }
             | Step::FlatMap { updates: true, .. } => {}
             // A junction's records come from several paths: not one table's updates.
             Step::Map(_)
@@ -999,6 +1060,7 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::FlatMapValues(_)
             | Step::Process { .. }
             | Step::Regroup(_)
+            | Step::WindowJoin { .. }
             | Step::Junction(_) => table = false,
             Step::Fork { branches, .. } => {
                 // Two branches may write the same key: read as a table, the topic then holds
@@ -1464,9 +1526,11 @@ impl Topology {
     pub fn changelog_retention_ms(&self, store: &str) -> Option<i64> {
         let windows = self.streams.iter().find_map(|s| s.windows_of(store));
         let sessions = self.streams.iter().find_map(|s| s.sessions_of(store));
+        let joins = self.streams.iter().find_map(|s| s.join_retention_of(store));
         let retention = windows
             .map(|w| w.retention_ms())
-            .or(sessions.map(|s| s.retention_ms()))?;
+            .or(sessions.map(|s| s.retention_ms()))
+            .or(joins)?;
         Some(retention + WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
     }
 
@@ -1779,6 +1843,19 @@ fn run_step(
             let s = (store.as_str(), sessions, f, merge);
             session_aggregate(s, &r, stream_time, stores, out, next)?
         }
+        Step::JoinWindow {
+            store,
+            retention_ms,
+        } => {
+            join_window_put((store, *retention_ms), &r, stream_time, stores, out)?;
+            next.push(r);
+        }
+        Step::WindowJoin {
+            other,
+            before_ms,
+            after_ms,
+            left,
+        } => window_join((other, *before_ms, *after_ms, *left), &r, stores, next)?,
         Step::Join { store, inner } => {
             let table = stores.get(store, &r.key)?;
             if table.is_some() || !inner {
@@ -1811,6 +1888,8 @@ fn run_delete(
         | Step::Aggregate { .. }
         | Step::WindowAggregate { .. }
         | Step::SessionAggregate { .. }
+        | Step::JoinWindow { .. }
+        | Step::WindowJoin { .. }
         | Step::Join { .. } => {}
         _ => run_any(run, step, r, stream_time, stores, out, next)?,
     }
@@ -2006,6 +2085,106 @@ fn session_aggregate(
             next.push(StreamRecord::new(key, agg, end));
         }
         None => stores.delete(store, &key),
+    }
+    Ok(())
+}
+
+/// A stream-stream join store's key, as Kafka Streams' window stores that keep duplicates
+/// hold it: the record key, its timestamp (8 bytes), a sequence number (4 bytes), all
+/// big-endian.
+pub fn join_store_key(key: &[u8], timestamp: i64, seq: i32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 12);
+    k.extend_from_slice(key);
+    k.extend_from_slice(&timestamp.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The timestamp and sequence number of a [`join_store_key`] of record key `key`; `None`
+/// for a key of another record key.
+fn split_join_store_key(stored: &[u8], key: &[u8]) -> Option<(i64, i32)> {
+    let rest = stored.strip_prefix(key).filter(|r| r.len() == 12)?;
+    let ts = i64::from_be_bytes(rest[..8].try_into().ok()?);
+    let seq = i32::from_be_bytes(rest[8..].try_into().ok()?);
+    Some((ts, seq))
+}
+
+/// [`Step::JoinWindow`] for one record.
+fn join_window_put(
+    (store, retention_ms): (&str, i64),
+    r: &StreamRecord,
+    stream_time: i64,
+    stores: &mut dyn Stores,
+    out: &mut Output,
+) -> Result<(), StoreError> {
+    let ts = r.timestamp;
+    if ts < 0 {
+        crate::record::undecodable(format!(
+            "record timestamp {ts} is negative: a windowed join needs event time"
+        ));
+    }
+    let cutoff = stream_time.saturating_sub(retention_ms);
+    if cutoff > 0 {
+        let (from, to) = (
+            join_store_key(&r.key, 0, 0),
+            join_store_key(&r.key, cutoff - 1, i32::MAX),
+        );
+        for (k, _) in stores.range(store, &from, &to)? {
+            if split_join_store_key(&k, &r.key).is_some() {
+                stores.delete(store, &k);
+            }
+        }
+    }
+    if ts < cutoff {
+        out.late += 1;
+        return Ok(());
+    }
+    let (from, to) = (
+        join_store_key(&r.key, ts, 0),
+        join_store_key(&r.key, ts, i32::MAX),
+    );
+    let last = stores
+        .range(store, &from, &to)?
+        .iter()
+        .filter_map(|(k, _)| split_join_store_key(k, &r.key).map(|(_, seq)| seq))
+        .max()
+        .unwrap_or(0);
+    let value = r.value.as_deref().unwrap_or_default().to_vec();
+    stores.put(
+        store,
+        &join_store_key(&r.key, ts, (last + 1) & i32::MAX),
+        value,
+    );
+    Ok(())
+}
+
+/// [`Step::WindowJoin`] for one record.
+fn window_join(
+    (other, before_ms, after_ms, left): (&str, i64, i64, bool),
+    r: &StreamRecord,
+    stores: &mut dyn Stores,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let ts = r.timestamp;
+    let value = r.value.as_deref().unwrap_or_default();
+    let (from, to) = (
+        ts.saturating_sub(before_ms).max(0),
+        ts.saturating_add(after_ms).max(0),
+    );
+    let (lo, hi) = (
+        join_store_key(&r.key, from, 0),
+        join_store_key(&r.key, to, i32::MAX),
+    );
+    for (k, v) in stores.range(other, &lo, &hi)? {
+        let Some((other_ts, _)) = split_join_store_key(&k, &r.key) else {
+            continue;
+        };
+        let frame = if left {
+            join_frame(value, Some(&v))
+        } else {
+            join_frame(&v, Some(value))
+        };
+        next.push(StreamRecord::new(r.key.clone(), frame, ts.max(other_ts)));
     }
     Ok(())
 }

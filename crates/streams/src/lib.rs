@@ -27,6 +27,7 @@
 mod describe;
 mod dsl;
 mod grouped_table;
+mod joins;
 mod merge;
 mod process;
 pub mod queries;
@@ -42,6 +43,7 @@ pub use dsl::{
     Repartitioned, StreamsBuilder,
 };
 pub use grouped_table::KGroupedTable;
+pub use joins::{JoinWindows, StreamJoined};
 pub use process::{KeyValueStore, Processor, ProcessorContext, Record};
 pub use run::{main, parse_args, run, run_with_queries, RunArgs, RunError};
 pub use serdes::{Window, Windowed};

@@ -1492,3 +1492,61 @@ fn streams_of_two_topics_merge_each_with_its_own_steps() {
         .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_stream_stream_join_pairs_records_of_either_side_within_the_window() {
+    use baton_streams::{JoinWindows, StreamJoined};
+    let b = StreamsBuilder::new("pay");
+    let orders = b.stream("orders", Consumed::with(Str, Str));
+    let payments = b.stream("payments", Consumed::with(Str, Str));
+    orders
+        .join_stream(
+            payments,
+            |o: &String, p: &String| format!("{o}/{p}"),
+            JoinWindows::of_time_difference_with_no_grace(Duration::from_millis(10)),
+            StreamJoined::with(Str, Str, Str),
+        )
+        .to("paid", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    assert_eq!(t.sources_of(0), ["orders", "payments"]);
+    assert_eq!(
+        t.changelog_retention_ms("KSTREAM-JOINTHIS-0000000004-store"),
+        Some(20 + 86_400_000),
+        "before + after + grace, plus Kafka Streams' extra day"
+    );
+    let (mut stores, mut out, mut time) = (Mem::default(), Output::default(), 0);
+    let input = [
+        ("orders", "a", "o1", 0),
+        ("payments", "a", "p1", 5),
+        // 20 is 20 after o1: no pair.
+        ("payments", "a", "p2", 20),
+        ("orders", "b", "o2", 21),
+        // Pairs with p2 (5 earlier) and p1 is 20 earlier: one pair.
+        ("orders", "a", "o3", 25),
+        // A second payment at the same time: both kept.
+        ("payments", "a", "p3", 20),
+    ];
+    for (topic, k, v, ts) in input {
+        time = time.max(ts);
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), ts);
+        t.process_from(TaskId::new(0, 0), topic, r, time, &mut stores, &mut out)
+            .unwrap();
+    }
+    let got: Vec<(String, String, i64)> = out
+        .records
+        .iter()
+        .map(|e| {
+            (
+                Str.deserialize(&e.record.key).unwrap(),
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
+                e.record.timestamp,
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, i64)> =
+        [("a", "o1/p1", 5), ("a", "o3/p2", 25), ("a", "o3/p3", 25)]
+            .iter()
+            .map(|(k, v, ts)| (k.to_string(), v.to_string(), *ts))
+            .collect();
+    assert_eq!(got, want);
+}

@@ -664,3 +664,38 @@ fn streams_of_two_topics_merge_into_one_sub_topology() {
         &[],
     );
 }
+
+/// `TopologyTest.streamStreamJoinTopologyWithDefaultStoresNames`: `stream1.join(stream2, ..,
+/// JoinWindows.of(100 ms), StreamJoined.with(..))` is one sub-topology: both sources, the
+/// windowed steps 2 and 3 with stores `KSTREAM-JOINTHIS-0000000004-store` and
+/// `KSTREAM-JOINOTHER-0000000005-store`, the joins 4 and 5, the merge 6.
+#[test]
+fn a_stream_stream_join_is_named_as_kafkas() {
+    use baton_streams::{JoinWindows, StreamJoined};
+    let b = StreamsBuilder::new("app");
+    let s1 = b.stream("input-topic1", Consumed::with(Str, Str));
+    let s2 = b.stream("input-topic2", Consumed::with(Str, Str));
+    s1.join_stream(
+        s2,
+        |a: &String, b: &String| format!("{a}+{b}"),
+        JoinWindows::of_time_difference_with_no_grace(Duration::from_millis(100)),
+        StreamJoined::with(Str, Str, Str),
+    );
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000000",
+            "KSTREAM-SOURCE-0000000001",
+            "KSTREAM-WINDOWED-0000000002",
+            "KSTREAM-WINDOWED-0000000003",
+            "KSTREAM-JOINTHIS-0000000004",
+            "KSTREAM-JOINOTHER-0000000005",
+            "KSTREAM-MERGE-0000000006",
+        ]],
+        &[
+            "KSTREAM-JOINTHIS-0000000004-store",
+            "KSTREAM-JOINOTHER-0000000005-store",
+        ],
+        &[],
+    );
+}
