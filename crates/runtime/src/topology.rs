@@ -128,6 +128,16 @@ enum Step {
         after_ms: i64,
         left: bool,
     },
+    /// One side of a table-table join (Kafka's `KTableKTableInnerJoin`, `LeftJoin`,
+    /// `RightJoin`): a table's update (a delete too) looks its key up in `other`, the other
+    /// side's timestamped store, and goes on as `join_frame(left value, right value)` stamped
+    /// with the later timestamp, or as a delete; `left`: this is the left side; `inner`: an
+    /// inner join, else a left join (whose right side needs a left row).
+    TableJoin {
+        other: String,
+        left: bool,
+        inner: bool,
+    },
     /// Looks the record's key up in a table of the stream ([`Stream::table`]) and passes on
     /// the record with its value and the table's as one [`join_frame`]; with `inner`, a key
     /// the table lacks drops the record (Kafka Streams' `join`; else `leftJoin`).
@@ -802,6 +812,16 @@ impl Stream {
         self
     }
 
+    /// Joins each table update with the other side's row ([`Step::TableJoin`]).
+    pub fn table_join(mut self, other: &str, left: bool, inner: bool) -> Self {
+        self.steps.push(Step::TableJoin {
+            other: other.to_owned(),
+            left,
+            inner,
+        });
+        self
+    }
+
     /// Stores each record in `store` for a stream-stream join ([`Step::JoinWindow`]).
     pub fn join_window(mut self, store: &str, retention_ms: i64) -> Self {
         self.steps.push(Step::JoinWindow {
@@ -1008,6 +1028,7 @@ fn check_steps(
             | Step::SessionAggregate { store, .. }
             | Step::JoinWindow { store, .. }
             | Step::WindowJoin { other: store, .. }
+            | Step::TableJoin { other: store, .. }
             | Step::Upsert { store }
             | Step::Join { store, .. } => {
                 if let Some(step) = key_changed {
@@ -1061,6 +1082,7 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::Process { .. }
             | Step::Regroup(_)
             | Step::WindowJoin { .. }
+            | Step::TableJoin { .. }
             | Step::Junction(_) => table = false,
             Step::Fork { branches, .. } => {
                 // Two branches may write the same key: read as a table, the topic then holds
@@ -1924,6 +1946,9 @@ fn run_any(
             }
             next.push(StreamRecord { old, ..r });
         }
+        Step::TableJoin { other, left, inner } => {
+            table_join((other, *left, *inner), r, stores, next)?
+        }
         Step::Regroup(f) => next.extend(
             f(&r.key, r.value.as_deref(), r.old.as_deref())
                 .into_iter()
@@ -2155,6 +2180,44 @@ fn join_window_put(
         &join_store_key(&r.key, ts, (last + 1) & i32::MAX),
         value,
     );
+    Ok(())
+}
+
+/// [`Step::TableJoin`] for one update.
+fn table_join(
+    (other, left, inner): (&str, bool, bool),
+    r: StreamRecord,
+    stores: &mut dyn Stores,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let stored = stores.get(other, &r.key)?;
+    let row = stored.as_deref().map(|v| {
+        split_timestamped(v).unwrap_or_else(|| {
+            crate::record::undecodable(format!(
+                "store {other:?}: a value of {} bytes has no 8-byte timestamp",
+                v.len()
+            ))
+        })
+    });
+    // An inner join, and a left join's right side, give nothing without the other row.
+    if row.is_none() && (inner || !left) {
+        return Ok(());
+    }
+    let timestamp = row.map_or(r.timestamp, |(ts, _)| ts.max(r.timestamp));
+    let row = row.map(|(_, v)| v);
+    let frame = match (left, r.value.as_deref(), row) {
+        (true, Some(v), row) => Some(join_frame(v, row)),
+        (false, Some(v), Some(row)) => Some(join_frame(row, Some(v))),
+        // A left join keeps the left row when its right one goes.
+        (false, None, Some(row)) if !inner => Some(join_frame(row, None)),
+        _ => None,
+    };
+    next.push(StreamRecord {
+        key: r.key,
+        value: frame.map(Bytes::from),
+        timestamp,
+        old: None,
+    });
     Ok(())
 }
 

@@ -35,6 +35,7 @@ pub mod run;
 pub mod serdes;
 mod split;
 mod table;
+mod table_joins;
 mod windowed;
 mod windows;
 

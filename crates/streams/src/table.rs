@@ -92,6 +92,42 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         }
     }
 
+    /// A table that never gets an update: what an operation refused at build gives.
+    pub(crate) fn unplaced<V2>(
+        graph: Rc<RefCell<Graph>>,
+        key: Arc<dyn Serde<Value = K>>,
+    ) -> KTable<K, V2> {
+        KTable {
+            graph,
+            at: None,
+            updates: None,
+            changes: None,
+            key,
+            value: None,
+            last: Node::default(),
+            source: None,
+        }
+    }
+
+    /// A table whose updates are the records at `at`, read by `updates` (a join's).
+    pub(crate) fn joined(
+        graph: Rc<RefCell<Graph>>,
+        at: Pos,
+        (key, updates): (Arc<dyn Serde<Value = K>>, Updates<K, V>),
+        last: Node,
+    ) -> KTable<K, V> {
+        KTable {
+            graph,
+            at: Some(at),
+            updates: Some(updates),
+            changes: None,
+            key,
+            value: None,
+            last,
+            source: None,
+        }
+    }
+
     /// Where the table's updates come out, and how they read: a table read from a topic is
     /// read there now, in a sub-topology of its own that takes the topic's deletes; with
     /// `keep`, into its store (with a changelog of its own), so its updates carry old values.

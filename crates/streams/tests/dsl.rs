@@ -1550,3 +1550,84 @@ fn a_stream_stream_join_pairs_records_of_either_side_within_the_window() {
             .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn tables_join_on_either_sides_updates_and_deletes() {
+    let (mut inner, mut left) = (Vec::new(), Vec::new());
+    for (is_inner, got) in [(true, &mut inner), (false, &mut left)] {
+        let b = StreamsBuilder::new("profiles");
+        let names = b.table(
+            "names",
+            Consumed::with(Str, Str),
+            Materialized::named("names"),
+        );
+        let cities = b.table(
+            "cities",
+            Consumed::with(Str, Str),
+            Materialized::named("cities"),
+        );
+        let joined = if is_inner {
+            names.join(cities, |n: &String, c: &String| format!("{n}@{c}"))
+        } else {
+            names.left_join(cities, |n: &String, c: Option<&String>| {
+                format!("{n}@{}", c.map_or("?", |c| c.as_str()))
+            })
+        };
+        joined.to_stream().to("profiles", Produced::with(Str, Str));
+        let t = b.build().unwrap();
+        assert_eq!(t.sources_of(0), ["names", "cities"]);
+        let (mut stores, mut out) = (Mem::default(), Output::default());
+        let input = [
+            ("names", "1", Some("ann"), 1),
+            ("cities", "1", Some("oslo"), 2),
+            ("cities", "2", Some("rome"), 3),
+            ("names", "2", Some("bob"), 4),
+            ("cities", "1", None, 5),
+            ("names", "2", None, 6),
+        ];
+        for (topic, k, v, ts) in input {
+            let r = match v {
+                Some(v) => StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), ts),
+                None => StreamRecord::delete(k.as_bytes().to_vec(), ts),
+            };
+            t.process_from(TaskId::new(0, 0), topic, r, ts, &mut stores, &mut out)
+                .unwrap();
+        }
+        *got = out
+            .records
+            .iter()
+            .map(|e| {
+                let v = e
+                    .record
+                    .value
+                    .as_deref()
+                    .map(|v| Str.deserialize(v).unwrap());
+                (Str.deserialize(&e.record.key).unwrap(), v)
+            })
+            .collect::<Vec<_>>();
+    }
+    let owned = |v: &[(&str, Option<&str>)]| -> Vec<(String, Option<String>)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.map(str::to_owned)))
+            .collect()
+    };
+    assert_eq!(
+        inner,
+        owned(&[
+            ("1", Some("ann@oslo")),
+            ("2", Some("bob@rome")),
+            ("1", None),
+            ("2", None),
+        ])
+    );
+    assert_eq!(
+        left,
+        owned(&[
+            ("1", Some("ann@?")),
+            ("1", Some("ann@oslo")),
+            ("2", Some("bob@rome")),
+            ("1", Some("ann@?")),
+            ("2", None),
+        ])
+    );
+}

@@ -699,3 +699,45 @@ fn a_stream_stream_join_is_named_as_kafkas() {
         &[],
     );
 }
+
+/// `StreamsBuilderTest.shouldAllowJoinUnmaterializedJoinedKTable`'s numbering: two tables read
+/// (`table-topic1`: store 0, source 1, table source 2; `table-topic2`: 3, 4, 5), then
+/// `table1.join(table2)`: `KTABLE-MERGE` first, then `KTABLE-JOINTHIS` and `KTABLE-JOINOTHER`
+/// (7, 8 and 9 there, after the stream's source 6), both tables kept in their stores, in one
+/// sub-topology.
+#[test]
+fn a_table_table_join_is_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    let t1 = b.table(
+        "table-topic1",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    let t2 = b.table(
+        "table-topic2",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    t1.join(t2, |a: &String, b: &String| format!("{a}{b}"))
+        .to_stream()
+        .to("out", Produced::with(Str, Str));
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000001",
+            "KTABLE-SOURCE-0000000002",
+            "KSTREAM-SOURCE-0000000004",
+            "KTABLE-SOURCE-0000000005",
+            "KTABLE-MERGE-0000000006",
+            "KTABLE-JOINTHIS-0000000007",
+            "KTABLE-JOINOTHER-0000000008",
+            "KTABLE-TOSTREAM-0000000009",
+            "KSTREAM-SINK-0000000010",
+        ]],
+        &[
+            "table-topic1-STATE-STORE-0000000000",
+            "table-topic2-STATE-STORE-0000000003",
+        ],
+        &[],
+    );
+}
