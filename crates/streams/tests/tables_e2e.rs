@@ -6,6 +6,8 @@
 //! `count`: a move subtracts one from the old city and adds one to the new). Read as tables
 //! (the last record per key), the outputs equal what the input says, a busy user's text and a
 //! quiet user's tombstone alike; no record of the busy output says anything the input does not.
+//! After the drain, two tables (names and homes, updated and deleted on either side) joined:
+//! the joined table holds exactly the people with both.
 
 mod common;
 
@@ -27,6 +29,9 @@ const BUSY: &str = "tb-busy-users";
 const SIZES: &str = "tb-profile-sizes";
 const MOVES: &str = "tb-moves";
 const CITIES: &str = "tb-users-per-city";
+const NAMES: &str = "tb-names";
+const HOMES: &str = "tb-homes";
+const PROFILES_OUT: &str = "tb-joined-profiles";
 
 fn topology() -> baton_runtime::Topology {
     let builder = StreamsBuilder::new(APP);
@@ -55,6 +60,20 @@ fn topology() -> baton_runtime::Topology {
         .count(Materialized::named("users-per-city"))
         .to_stream()
         .to(CITIES, Produced::with(Str, Long));
+    let names = builder.table(
+        NAMES,
+        Consumed::with(Str, Str),
+        Materialized::named("names"),
+    );
+    let homes = builder.table(
+        HOMES,
+        Consumed::with(Str, Str),
+        Materialized::named("homes"),
+    );
+    names
+        .join(homes, |n: &String, h: &String| format!("{n}@{h}"))
+        .to_stream()
+        .to(PROFILES_OUT, Produced::with(Str, Str));
     builder.build().unwrap()
 }
 
@@ -232,11 +251,14 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     };
     setup
         .rt
-        .block_on(
-            setup
-                .client
-                .create_topics(&[topic(SIZES), topic(MOVES), topic(CITIES)]),
-        )
+        .block_on(setup.client.create_topics(&[
+            topic(SIZES),
+            topic(MOVES),
+            topic(CITIES),
+            topic(NAMES),
+            topic(HOMES),
+            topic(PROFILES_OUT),
+        ]))
         .unwrap();
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str| {
@@ -273,6 +295,7 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     setup.await_equal(&want.0, "busy users, after the drain", busy_view);
     setup.await_equal(&want.1, "profile sizes, after the drain", sizes_view);
     setup.await_equal(&want.2, "users per city, after the drain", cities_view);
+    check_table_join(&setup);
     let tombstones = check_busy_records(&setup);
     let quiet = want.0.values().filter(|v| v.is_none()).count();
     let deleted = want.1.values().filter(|v| v.is_none()).count();
@@ -293,4 +316,46 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     common::await_shutdown(&setup, "b", b);
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Names and homes of 40 people, some changed and some deleted (a record without a value) on
+/// either side: the joined table holds `name@home` exactly for those with both at the end, and
+/// a person missing either has no row or a deleted one.
+fn check_table_join(setup: &Setup) {
+    let mut names: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut homes: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut records: BTreeMap<(&str, i32), Vec<KeyValue>> = BTreeMap::new();
+    for round in 0..3 {
+        for i in 0..40u32 {
+            let person = format!("person{i}");
+            let name = ((i + round) % 5 != 0).then(|| format!("n{i}r{round}"));
+            let home = ((i * 3 + round) % 7 != 0).then(|| format!("h{}", (i + round) % 9));
+            let p = baton_runtime::partitioner::partition_for(person.as_bytes(), PARTITIONS as u32)
+                as i32;
+            for (topic, value, side) in [(NAMES, &name, &mut names), (HOMES, &home, &mut homes)] {
+                side.insert(person.clone(), value.clone());
+                records.entry((topic, p)).or_default().push((
+                    Some(Bytes::from(person.clone())),
+                    value.clone().map(Bytes::from),
+                ));
+            }
+        }
+    }
+    for ((topic, p), batch) in &records {
+        setup.produce_to(topic, *p, batch);
+    }
+    let want: BTreeMap<String, Option<String>> = names
+        .iter()
+        .filter_map(|(k, n)| {
+            let (n, h) = (n.as_ref()?, homes.get(k)?.as_ref()?);
+            Some((k.clone(), Some(format!("{n}@{h}"))))
+        })
+        .collect();
+    let live = |s: &Setup| -> BTreeMap<String, Option<String>> {
+        latest(s, PROFILES_OUT, |v| String::from_utf8(v.to_vec()).unwrap())
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .collect()
+    };
+    setup.await_equal(&want, "names joined with homes", live);
 }
