@@ -130,13 +130,12 @@ enum Step {
     },
     /// One side of a table-table join (Kafka's `KTableKTableInnerJoin`, `LeftJoin`,
     /// `RightJoin`): a table's update (a delete too) looks its key up in `other`, the other
-    /// side's timestamped store, and goes on as `join_frame(left value, right value)` stamped
-    /// with the later timestamp, or as a delete; `left`: this is the left side; `inner`: an
-    /// inner join, else a left join (whose right side needs a left row).
+    /// side's timestamped store, and goes on as a [`row_pair`] stamped with the later
+    /// timestamp, or as a delete; `left`: this is the left side.
     TableJoin {
         other: String,
         left: bool,
-        inner: bool,
+        kind: TableJoinKind,
     },
     /// Looks the record's key up in a table of the stream ([`Stream::table`]) and passes on
     /// the record with its value and the table's as one [`join_frame`]; with `inner`, a key
@@ -813,11 +812,11 @@ impl Stream {
     }
 
     /// Joins each table update with the other side's row ([`Step::TableJoin`]).
-    pub fn table_join(mut self, other: &str, left: bool, inner: bool) -> Self {
+    pub fn table_join(mut self, other: &str, left: bool, kind: TableJoinKind) -> Self {
         self.steps.push(Step::TableJoin {
             other: other.to_owned(),
             left,
-            inner,
+            kind,
         });
         self
     }
@@ -1946,8 +1945,8 @@ fn run_any(
             }
             next.push(StreamRecord { old, ..r });
         }
-        Step::TableJoin { other, left, inner } => {
-            table_join((other, *left, *inner), r, stores, next)?
+        Step::TableJoin { other, left, kind } => {
+            table_join((other, *left, *kind), r, stores, next)?
         }
         Step::Regroup(f) => next.extend(
             f(&r.key, r.value.as_deref(), r.old.as_deref())
@@ -2183,9 +2182,60 @@ fn join_window_put(
     Ok(())
 }
 
-/// [`Step::TableJoin`] for one update.
+/// Which rows a table-table join keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableJoinKind {
+    /// Keys both tables have.
+    Inner,
+    /// Every key of the left table.
+    Left,
+    /// Every key of either table.
+    Outer,
+}
+
+/// A table join's row: the left and the right value, either absent. A presence byte and the
+/// length (`u32`, big-endian) of the left one, its bytes, a presence byte for the right one,
+/// its bytes.
+pub fn row_pair(left: Option<&[u8]>, right: Option<&[u8]>) -> Vec<u8> {
+    let (l, r) = (left.unwrap_or_default(), right.unwrap_or_default());
+    let mut out = Vec::with_capacity(6 + l.len() + r.len());
+    out.push(u8::from(left.is_some()));
+    out.extend_from_slice(&(l.len() as u32).to_be_bytes());
+    out.extend_from_slice(l);
+    out.push(u8::from(right.is_some()));
+    out.extend_from_slice(r);
+    out
+}
+
+/// The two sides of a [`row_pair`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowPair<'a> {
+    pub left: Option<&'a [u8]>,
+    pub right: Option<&'a [u8]>,
+}
+
+/// The sides of a [`row_pair`]; `None` if `frame` is not one.
+pub fn split_row_pair(frame: &[u8]) -> Option<RowPair<'_>> {
+    let (&has_left, rest) = frame.split_first()?;
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let rest = &rest[4..];
+    let (left, rest) = (rest.get(..len)?, rest.get(len..)?);
+    let (&has_right, right) = rest.split_first()?;
+    let side = |present: u8, bytes| match present {
+        0 if bytes == b"" => Some(None),
+        1 => Some(Some(bytes)),
+        _ => None,
+    };
+    Some(RowPair {
+        left: side(has_left, left)?,
+        right: side(has_right, right)?,
+    })
+}
+
+/// [`Step::TableJoin`] for one update: Kafka's `KTableKTableInnerJoin`, `LeftJoin` (its left
+/// side), `RightJoin` (a left join's right side) and `OuterJoin`, without old values.
 fn table_join(
-    (other, left, inner): (&str, bool, bool),
+    (other, left, kind): (&str, bool, TableJoinKind),
     r: StreamRecord,
     stores: &mut dyn Stores,
     next: &mut Vec<StreamRecord>,
@@ -2199,22 +2249,34 @@ fn table_join(
             ))
         })
     });
-    // An inner join, and a left join's right side, give nothing without the other row.
-    if row.is_none() && (inner || !left) {
+    let keeps_mine = match kind {
+        TableJoinKind::Inner => false,
+        TableJoinKind::Left => left,
+        TableJoinKind::Outer => true,
+    };
+    // Without the other row, only a join that keeps this side's rows says anything: its row,
+    // or (a left join) the delete of its row; an outer join's delete of a key neither side
+    // has says nothing.
+    if row.is_none() && (!keeps_mine || (r.value.is_none() && kind == TableJoinKind::Outer)) {
         return Ok(());
     }
+    let keeps_theirs = match kind {
+        TableJoinKind::Inner => false,
+        TableJoinKind::Left => !left,
+        TableJoinKind::Outer => true,
+    };
     let timestamp = row.map_or(r.timestamp, |(ts, _)| ts.max(r.timestamp));
-    let row = row.map(|(_, v)| v);
-    let frame = match (left, r.value.as_deref(), row) {
-        (true, Some(v), row) => Some(join_frame(v, row)),
-        (false, Some(v), Some(row)) => Some(join_frame(row, Some(v))),
-        // A left join keeps the left row when its right one goes.
-        (false, None, Some(row)) if !inner => Some(join_frame(row, None)),
-        _ => None,
+    let theirs = row.map(|(_, v)| v);
+    let mine = r.value.as_deref();
+    let value = match (mine, theirs) {
+        (None, Some(_)) if !keeps_theirs => None,
+        (None, None) => None,
+        _ if left => Some(row_pair(mine, theirs)),
+        _ => Some(row_pair(theirs, mine)),
     };
     next.push(StreamRecord {
         key: r.key,
-        value: frame.map(Bytes::from),
+        value: value.map(Bytes::from),
         timestamp,
         old: None,
     });
@@ -2294,6 +2356,26 @@ pub fn count_per_key(app_id: &str, input: &str, output: &str) -> Result<Topology
 mod tests {
 
     use super::*;
+
+    #[test]
+    fn row_pairs_keep_either_side_absent() {
+        for (left, right) in [
+            (Some(&b"ab"[..]), Some(&b"c"[..])),
+            (None, Some(&b"c"[..])),
+            (Some(&b""[..]), None),
+            (None, None),
+        ] {
+            let frame = row_pair(left, right);
+            assert_eq!(split_row_pair(&frame), Some(RowPair { left, right }));
+        }
+        for bad in [
+            &b""[..],
+            b"\x01\x00\x00\x00\x09ab\x00",
+            b"\x00\x00\x00\x00\x00\x00x",
+        ] {
+            assert_eq!(split_row_pair(bad), None, "{bad:?}");
+        }
+    }
 
     /// Kafka's `ChangedSerializer` layouts, written out by hand from its comment: old then
     /// 0; new then 1; zigzag varint of the new value's length, new, old, then 2.

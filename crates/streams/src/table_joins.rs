@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use baton_runtime::record::undecodable;
-use baton_runtime::topology::{split_join_frame, Place, Root};
+use baton_runtime::topology::{split_row_pair, Place, Root, RowPair, TableJoinKind};
 
 use crate::dsl::{Pos, Updates};
 use crate::table::KTable;
@@ -40,7 +40,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VO: Send + Sync + 'static,
         VR: Send + Sync + 'static,
     {
-        self.join_table(other, true, move |v, o| o.map(|o| joiner(v, o)))
+        self.join_table(other, TableJoinKind::Inner, move |v, o| {
+            Some(joiner(v?, o?))
+        })
     }
 
     /// The table of `joiner(value, other value or None)` for each key of this table (Kafka
@@ -55,14 +57,29 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VO: Send + Sync + 'static,
         VR: Send + Sync + 'static,
     {
-        self.join_table(other, false, move |v, o| Some(joiner(v, o)))
+        self.join_table(other, TableJoinKind::Left, move |v, o| Some(joiner(v?, o)))
+    }
+
+    /// The table of `joiner(value or None, other value or None)` for each key either table
+    /// has (Kafka Streams' `KTable.outerJoin`): a key deleted on one side keeps the other's
+    /// row; deleted on both, it is deleted.
+    pub fn outer_join<VO, VR>(
+        self,
+        other: KTable<K, VO>,
+        joiner: impl Fn(Option<&V>, Option<&VO>) -> VR + Send + Sync + 'static,
+    ) -> KTable<K, VR>
+    where
+        VO: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+    {
+        self.join_table(other, TableJoinKind::Outer, move |v, o| Some(joiner(v, o)))
     }
 
     fn join_table<VO, VR>(
         mut self,
         mut other: KTable<K, VO>,
-        inner: bool,
-        joiner: impl Fn(&V, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
+        kind: TableJoinKind,
+        joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
     ) -> KTable<K, VR>
     where
         VO: Send + Sync + 'static,
@@ -119,7 +136,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             let exit = g.exit(from);
             let theirs = theirs.clone();
             g.edit(&exit, move |s| {
-                s.table_join(&theirs, left, inner).to_junction(junction)
+                s.table_join(&theirs, left, kind).to_junction(junction)
             });
         }
         drop(g);
@@ -184,7 +201,7 @@ fn read_value<T: Send + Sync + 'static>(serde: &ValueSerde<T>, bytes: &[u8]) -> 
 fn joined_rows<K, V, VO, VR>(
     key: Arc<dyn crate::serdes::Serde<Value = K>>,
     (value, other): (ValueSerde<V>, ValueSerde<VO>),
-    joiner: impl Fn(&V, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
+    joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
 ) -> Updates<K, VR>
 where
     K: Send + Sync + 'static,
@@ -199,10 +216,11 @@ where
         let Some(frame) = frame else {
             return vec![(k, None)];
         };
-        let Some((v, o)) = split_join_frame(frame) else {
+        let Some(RowPair { left, right }) = split_row_pair(frame) else {
             undecodable("join: a value that is not a joined pair".into())
         };
-        let (v, o) = (read_value(&value, v), o.map(|o| read_value(&other, o)));
-        vec![(k, joiner(&v, o.as_ref()))]
+        let v = left.map(|v| read_value(&value, v));
+        let o = right.map(|o| read_value(&other, o));
+        vec![(k, joiner(v.as_ref(), o.as_ref()))]
     })
 }

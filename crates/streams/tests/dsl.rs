@@ -1553,8 +1553,8 @@ fn a_stream_stream_join_pairs_records_of_either_side_within_the_window() {
 
 #[test]
 fn tables_join_on_either_sides_updates_and_deletes() {
-    let (mut inner, mut left) = (Vec::new(), Vec::new());
-    for (is_inner, got) in [(true, &mut inner), (false, &mut left)] {
+    let (mut inner, mut left, mut outer) = (Vec::new(), Vec::new(), Vec::new());
+    for (kind, got) in [(0, &mut inner), (1, &mut left), (2, &mut outer)] {
         let b = StreamsBuilder::new("profiles");
         let names = b.table(
             "names",
@@ -1566,12 +1566,15 @@ fn tables_join_on_either_sides_updates_and_deletes() {
             Consumed::with(Str, Str),
             Materialized::named("cities"),
         );
-        let joined = if is_inner {
-            names.join(cities, |n: &String, c: &String| format!("{n}@{c}"))
-        } else {
-            names.left_join(cities, |n: &String, c: Option<&String>| {
-                format!("{n}@{}", c.map_or("?", |c| c.as_str()))
-            })
+        let or_unknown = |s: Option<&String>| s.map_or("?".to_owned(), String::clone);
+        let joined = match kind {
+            0 => names.join(cities, |n: &String, c: &String| format!("{n}@{c}")),
+            1 => names.left_join(cities, move |n: &String, c: Option<&String>| {
+                format!("{n}@{}", or_unknown(c))
+            }),
+            _ => names.outer_join(cities, move |n: Option<&String>, c: Option<&String>| {
+                format!("{}@{}", or_unknown(n), or_unknown(c))
+            }),
         };
         joined.to_stream().to("profiles", Produced::with(Str, Str));
         let t = b.build().unwrap();
@@ -1628,6 +1631,19 @@ fn tables_join_on_either_sides_updates_and_deletes() {
             ("2", Some("bob@rome")),
             ("1", Some("ann@?")),
             ("2", None),
+        ])
+    );
+    // Kafka's `KTableKTableOuterJoin`: every key of either side; a side's delete keeps the
+    // other's row.
+    assert_eq!(
+        outer,
+        owned(&[
+            ("1", Some("ann@?")),
+            ("1", Some("ann@oslo")),
+            ("2", Some("?@rome")),
+            ("2", Some("bob@rome")),
+            ("1", Some("ann@?")),
+            ("2", Some("?@rome")),
         ])
     );
 }
