@@ -130,7 +130,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         let other_at = match g.absorb(&other.at, self.at.sub) {
             Ok(at) => at,
             Err(why) => {
-                g.errors.push(why.replace("merge:", "join_stream:"));
+                g.errors.push(format!("join_stream: {why}"));
                 other.at.clone()
             }
         };

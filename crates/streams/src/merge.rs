@@ -72,7 +72,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         let other_at = match g.absorb(&other.at, self.at.sub) {
             Ok(at) => at,
             Err(why) => {
-                g.errors.push(why);
+                g.errors.push(format!("merge: {why}"));
                 other.at.clone()
             }
         };
@@ -108,21 +108,24 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
     }
 }
 
+/// Why a stream cannot be taken into another's sub-topology: other steps read it already.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the stream of sub-topology {sub} is read by other steps already; merge or join it before anything else reads it, or repartition it first")]
+pub(crate) struct Unabsorbed {
+    sub: usize,
+}
+
 impl Graph {
     /// Takes the sub-topology of `at` into sub-topology `into`, when nothing reads its records
     /// yet: its topics become routes of `into` leading to a junction, where `at`'s records
     /// now come out. `at` itself when it is in `into` already.
-    pub(crate) fn absorb(&mut self, at: &Pos, into: usize) -> Result<Pos, String> {
+    pub(crate) fn absorb(&mut self, at: &Pos, into: usize) -> Result<Pos, Unabsorbed> {
         if at.sub == into {
             return Ok(at.clone());
         }
         let from = &self.streams[at.sub];
         if !from.is_fresh() || at.place != Place::main() {
-            return Err(format!(
-                "merge: the stream of sub-topology {} is read by other steps already; merge or \
-                 join it before anything else reads it, or repartition it first",
-                at.sub
-            ));
+            return Err(Unabsorbed { sub: at.sub });
         }
         let (topics, deletes) = (from.sources().to_vec(), from.takes_deletes());
         self.streams[at.sub] = Stream::branch();
