@@ -357,8 +357,8 @@ pub(crate) fn encoding<K, V, KS, VS>(
 where
     K: 'static,
     V: 'static,
-    KS: Serde<Value = K>,
-    VS: Serde<Value = V>,
+    KS: Serde<Value = K> + ?Sized,
+    VS: Serde<Value = V> + ?Sized,
 {
     Box::new(move |k: &[u8], v: Option<&[u8]>| match (v, &deletes) {
         (_, Some(updates)) => updates(k, v)

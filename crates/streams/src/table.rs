@@ -174,9 +174,20 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     /// A table of each update of this one through `step` (which keeps the key), named
     /// `<kind><number>` as Kafka numbers it.
     fn then<V2: Send + Sync + 'static>(
+        self,
+        kind: &str,
+        value: Option<Arc<dyn Serde<Value = V2>>>,
+        step: impl Fn(&K, Option<V>) -> Option<V2> + Send + Sync + 'static,
+    ) -> KTable<K, V2> {
+        self.then_kept(kind, value, None, step)
+    }
+
+    /// As [`KTable::then`], the result kept in `store` when given.
+    fn then_kept<V2: Send + Sync + 'static>(
         mut self,
         kind: &str,
         value: Option<Arc<dyn Serde<Value = V2>>>,
+        store: Option<String>,
         step: impl Fn(&K, Option<V>) -> Option<V2> + Send + Sync + 'static,
     ) -> KTable<K, V2> {
         let (at, prev, last) = self.placed(false);
@@ -195,9 +206,10 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         });
         let mut g = self.graph.borrow_mut();
         let node = g.description.next_name(kind);
-        let last = g.description.add_processor(at.sub, node, &[&last], &[]);
+        let stores: Vec<&str> = store.iter().map(String::as_str).collect();
+        let last = g.description.add_processor(at.sub, node, &[&last], &stores);
         drop(g);
-        KTable {
+        let table = KTable {
             graph: self.graph,
             at: Some(at),
             updates: Some(Arc::new(move |k, v| {
@@ -214,7 +226,80 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             value,
             last,
             source: None,
+        };
+        match store {
+            Some(store) => table.kept_in(&store),
+            None => table,
         }
+    }
+
+    /// The same table, kept in `store` (timestamped, with its changelog): queryable, and its
+    /// updates carry the values they replace. It needs the values' serde.
+    fn kept_in(self, store: &str) -> KTable<K, V> {
+        let (Some(at), Some(updates), Some(value)) = (self.at, self.updates, self.value) else {
+            let mut g = self.graph.borrow_mut();
+            g.errors.push(format!(
+                "store {store:?}: the table's values have no serde to keep them with"
+            ));
+            drop(g);
+            return KTable::<K, V>::unplaced(self.graph, self.key);
+        };
+        let mut g = self.graph.borrow_mut();
+        g.store_format(store, self.key.name(), value.name());
+        let values: crate::dsl::Chain<K, V> = {
+            let updates = updates.clone();
+            Arc::new(move |k, v| {
+                updates(k, Some(v))
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k, v?)))
+                    .collect()
+            })
+        };
+        let encode = encoding(values, Some(updates), self.key.clone(), value.clone());
+        let exit = g.exit(&at);
+        let kept = store.to_owned();
+        g.edit(&exit, move |s| {
+            s.flat_map_records(encode, RecordEffect::KeepsUpdates)
+                .upsert(&kept)
+        });
+        drop(g);
+        KTable::of_records(
+            self.graph,
+            exit,
+            (self.key, value),
+            self.last,
+            "a kept table",
+        )
+    }
+
+    /// As [`KTable::filter`], the result kept in a store when `materialized` names one
+    /// (Kafka's `filter(predicate, Materialized)`): queryable by that name.
+    pub fn filter_as(
+        self,
+        f: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+        materialized: Materialized,
+    ) -> KTable<K, V> {
+        // Kafka takes the store's number (named or not) before the filter's.
+        let store = materialized.name_or_burn(&mut self.graph.borrow_mut().description);
+        let value = self.value.clone();
+        self.then_kept("KTABLE-FILTER-", value, store, move |k, v| {
+            v.filter(|v| f(k, v))
+        })
+    }
+
+    /// As [`KTable::map_values`], the result written with `serde` and kept in a store when
+    /// `materialized` names one (Kafka's `mapValues(mapper, Materialized)`).
+    pub fn map_values_as<VS: Serde>(
+        self,
+        f: impl Fn(&V) -> VS::Value + Send + Sync + 'static,
+        serde: VS,
+        materialized: Materialized,
+    ) -> KTable<K, VS::Value> {
+        let store = materialized.name_or_burn(&mut self.graph.borrow_mut().description);
+        let value: Arc<dyn Serde<Value = VS::Value>> = Arc::new(serde);
+        self.then_kept("KTABLE-MAPVALUES-", Some(value), store, move |_, v| {
+            v.map(|v| f(&v))
+        })
     }
 
     /// The table of the keys whose value satisfies `f`: an update that does not is a delete

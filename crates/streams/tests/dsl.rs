@@ -1647,3 +1647,55 @@ fn tables_join_on_either_sides_updates_and_deletes() {
         ])
     );
 }
+
+#[test]
+fn a_filtered_table_kept_in_a_store_holds_exactly_its_rows() {
+    let b = StreamsBuilder::new("kept");
+    b.table("names", Consumed::with(Str, Str), Materialized::generated())
+        .filter_as(
+            |_, n: &String| n.len() > 2,
+            Materialized::named("long-names"),
+        )
+        .to_stream()
+        .to("long-names", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    assert!(t.store_names().contains(&"long-names"));
+    let mut stores = Mem::default();
+    let got = run_updates(
+        &t,
+        0,
+        &mut stores,
+        &[
+            ("1", Some("ann")),
+            ("2", Some("bo")),
+            ("3", Some("cyd")),
+            ("3", None),
+        ],
+    );
+    assert_eq!(
+        got,
+        vec![
+            ("1".to_owned(), Some("ann".to_owned())),
+            ("2".to_owned(), None),
+            ("3".to_owned(), Some("cyd".to_owned())),
+            ("3".to_owned(), None),
+        ]
+    );
+    let kept: Vec<String> = stores
+        .0
+        .iter()
+        .filter(|((s, _), _)| s == "long-names")
+        .map(|((_, k), v)| {
+            format!(
+                "{}={}",
+                String::from_utf8_lossy(k),
+                String::from_utf8_lossy(&v[8..])
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        ["1=ann"],
+        "timestamped rows, the rejected and deleted ones gone"
+    );
+}

@@ -741,3 +741,49 @@ fn a_table_table_join_is_numbered_as_kafkas() {
         &[],
     );
 }
+
+/// `TopologyTest.kTableNamedMaterializedMapValuesShouldPreserveTopologyStructure`:
+/// `mapValues(.., Materialized.as("store-name"))` is `KTABLE-MAPVALUES-0000000003` with store
+/// `store-name`; `kTableAnonymousMaterializedMapValues...`: `Materialized.with(..)` takes the
+/// store's number, 3, so the step is `KTABLE-MAPVALUES-0000000004`, with no store.
+#[test]
+fn kept_table_operations_are_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    b.table(
+        "input-topic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    )
+    .map_values_as(
+        |v: &String| v.len() as i64,
+        Long,
+        Materialized::named("store-name"),
+    );
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000001",
+            "KTABLE-SOURCE-0000000002",
+            "KTABLE-MAPVALUES-0000000003",
+        ]],
+        &["store-name"],
+        &[],
+    );
+    let b = StreamsBuilder::new("app");
+    b.table(
+        "input-topic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    )
+    .filter_as(|_, v: &String| !v.is_empty(), Materialized::unnamed());
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000001",
+            "KTABLE-SOURCE-0000000002",
+            "KTABLE-FILTER-0000000004",
+        ]],
+        &[],
+        &[],
+    );
+}
