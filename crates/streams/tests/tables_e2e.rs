@@ -278,7 +278,17 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     setup.await_equal(&want.2, "users per city, one instance", cities_view);
 
     // Scale out to two, then drain the first, with input before each.
-    let b = run("b");
+    // b serves queries: the kept tables are read by key.
+    let queries = baton_streams::queries::Queries::new();
+    let b = {
+        let cfg = common::serving_config(&broker.addr, &dir, APP, "b");
+        setup.rt.spawn(baton_runtime::instance::run_with_queries(
+            cfg,
+            topology(),
+            shutdown.clone(),
+            queries.clone(),
+        ))
+    };
     inputs.push(phase(1));
     produce(&setup, &inputs[1]);
     setup.drain(APP, "a");
@@ -296,6 +306,7 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     setup.await_equal(&want.1, "profile sizes, after the drain", sizes_view);
     setup.await_equal(&want.2, "users per city, after the drain", cities_view);
     check_table_join(&setup);
+    check_kept_tables(&setup, &queries, &inputs);
     let tombstones = check_busy_records(&setup);
     let quiet = want.0.values().filter(|v| v.is_none()).count();
     let deleted = want.1.values().filter(|v| v.is_none()).count();
@@ -358,4 +369,51 @@ fn check_table_join(setup: &Setup) {
             .collect()
     };
     setup.await_equal(&want, "names joined with homes", live);
+}
+
+/// The stream made a table (`profiles`) and the regrouped one (`users-per-city`) answer
+/// queries by key with what the input says.
+fn check_kept_tables(setup: &Setup, queries: &baton_streams::queries::Queries, inputs: &[Input]) {
+    use baton_streams::queries::{QueryOptions, StoreQuery};
+    let mut profiles: BTreeMap<String, String> = BTreeMap::new();
+    for input in inputs {
+        for (u, p) in &input.profiles {
+            profiles.insert(u.clone(), p.clone());
+        }
+    }
+    let (_, _, per_city) = expected(inputs);
+    let store = StoreQuery::new(queries, "profiles", Str, Str);
+    let counts = StoreQuery::new(queries, "users-per-city", Str, Long);
+    let options = QueryOptions::default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut wrong = Vec::new();
+        for (user, profile) in &profiles {
+            let got = setup
+                .rt
+                .block_on(store.get(user, &options))
+                .map(|a| a.value);
+            if got.as_ref().ok() != Some(&Some(profile.clone())) {
+                wrong.push(format!("{user}: {got:?}, want {profile:?}"));
+            }
+        }
+        for (city, n) in &per_city {
+            let got = setup
+                .rt
+                .block_on(counts.get(city, &options))
+                .map(|a| a.value);
+            if got.as_ref().ok() != Some(n) {
+                wrong.push(format!("{city}: {got:?}, want {n:?}"));
+            }
+        }
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kept tables answer queries: {}",
+            wrong.join("; ")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
