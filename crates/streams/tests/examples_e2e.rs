@@ -54,15 +54,26 @@ fn latest(setup: &Setup, topic: &str) -> BTreeMap<String, Option<Vec<u8>>> {
     out
 }
 
-/// Two instances of `example`, then the first drained; `phases` sent before each step.
+/// Two instances of `example`, then the first drained; `phases` sent before each step. The
+/// second starts once the first has written to `output`: a drain written before an instance
+/// read the control topic's end at its start is an earlier life's, and is not for it.
 fn scale_and_drain(
     setup: &Setup,
-    (broker, dir): (&str, &std::path::Path),
+    (broker, dir, output): (&str, &std::path::Path, &str),
     (example, app, args): (&str, &str, &[&str]),
     phases: [&dyn Fn(); 3],
 ) -> Instance {
     let mut a = Instance::spawn(example, broker, dir, "a", app, args);
     phases[0]();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while setup.read(output).values().all(Vec::is_empty) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{example}: no output within 60 s\n{}",
+            a.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let b = Instance::spawn(example, broker, dir, "b", app, args);
     phases[1]();
     setup.drain(app, "a");
@@ -114,7 +125,7 @@ fn top_products_and_order_payments_end_exact_through_a_scale_out_and_a_drain() {
     ];
     let mut b = scale_and_drain(
         &setup,
-        (&broker.addr, &dir),
+        (&broker.addr, &dir, "ex-products-per-category"),
         ("top-products", "top-products", &args),
         [&|| phase(0), &|| phase(1), &|| phase(2)],
     );
@@ -159,7 +170,7 @@ fn top_products_and_order_payments_end_exact_through_a_scale_out_and_a_drain() {
     ];
     let mut b = scale_and_drain(
         &setup,
-        (&broker.addr, &dir),
+        (&broker.addr, &dir, "ex-paid"),
         ("order-payments", "order-payments", &args),
         [&|| orders(0..100), &|| orders(100..200), &|| {
             orders(200..300)
