@@ -873,42 +873,47 @@ impl Stream {
         out
     }
 
-    fn windows_of(&self, store: &str) -> Option<Windows> {
+    /// What `f` says of the first step (of any root) it says something of.
+    fn find<T>(&self, f: impl Fn(&Step) -> Option<T>) -> Option<T> {
         let mut found = None;
-        self.walk_all(&mut |s| match s {
+        self.walk_all(&mut |s| {
+            if found.is_none() {
+                found = f(s);
+            }
+        });
+        found
+    }
+
+    fn windows_of(&self, store: &str) -> Option<Windows> {
+        self.find(|s| match s {
             Step::WindowAggregate {
                 store: name,
                 windows,
                 ..
-            } if name == store => found = found.or(Some(*windows)),
-            _ => {}
-        });
-        found
+            } if name == store => Some(*windows),
+            _ => None,
+        })
     }
 
     fn join_retention_of(&self, store: &str) -> Option<i64> {
-        let mut found = None;
-        self.walk_all(&mut |s| match s {
+        self.find(|s| match s {
             Step::JoinWindow {
                 store: name,
                 retention_ms,
-            } if name == store => found = found.or(Some(*retention_ms)),
-            _ => {}
-        });
-        found
+            } if name == store => Some(*retention_ms),
+            _ => None,
+        })
     }
 
     fn sessions_of(&self, store: &str) -> Option<Sessions> {
-        let mut found = None;
-        self.walk_all(&mut |s| match s {
+        self.find(|s| match s {
             Step::SessionAggregate {
                 store: name,
                 sessions,
                 ..
-            } if name == store => found = found.or(Some(*sessions)),
-            _ => {}
-        });
-        found
+            } if name == store => Some(*sessions),
+            _ => None,
+        })
     }
 
     /// The sink topics, in the order of their first `to`.
