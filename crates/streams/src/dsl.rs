@@ -640,9 +640,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
 
     /// Keeps the records for which `f(key, value)` holds. A delete passes.
     pub fn filter(self, f: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KStream<K, V> {
-        self.then_keyed("FILTER", Effect::KeepsKeys, move |k, v, out| match v {
+        self.then_keyed("FILTER", Effect::KeepsKeys, move |k, v, emit| match v {
             Some(v) if !f(&k, &v) => {}
-            v => out.push((k, v)),
+            v => emit(k, v),
         })
     }
 
@@ -653,7 +653,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         self,
         kind: &str,
         effect: Effect,
-        step: impl Fn(K, Option<V>, &mut Vec<(K, Option<V2>)>) + Send + Sync + 'static,
+        step: impl Fn(K, Option<V>, &mut dyn FnMut(K, Option<V2>)) + Send + Sync + 'static,
     ) -> KStream<K, V2> {
         let step = Arc::new(step);
         let deletes = self.deletes.clone().map(|prev| -> Updates<K, V2> {
@@ -661,15 +661,18 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             Arc::new(move |k, v| {
                 let mut out = Vec::new();
                 for (k, v) in prev(k, v) {
-                    step(k, v, &mut out);
+                    step(k, v, &mut |k, v| out.push((k, v)));
                 }
                 out
             })
         });
+        // Straight into the values' output: no buffer per record on the path every record takes.
         let mut next = self.then(kind, effect, move |k, v, out| {
-            let mut given = Vec::new();
-            step(k, Some(v), &mut given);
-            out.extend(given.into_iter().filter_map(|(k, v)| Some((k, v?))));
+            step(k, Some(v), &mut |k, v| {
+                if let Some(v) = v {
+                    out.push((k, v));
+                }
+            });
         });
         next.deletes = deletes;
         next
@@ -685,8 +688,8 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         self,
         f: impl Fn(&V) -> V2 + Send + Sync + 'static,
     ) -> KStream<K, V2> {
-        self.then_keyed("MAPVALUES", Effect::KeepsKeys, move |k, v, out| {
-            out.push((k, v.map(|v| f(&v))));
+        self.then_keyed("MAPVALUES", Effect::KeepsKeys, move |k, v, emit| {
+            emit(k, v.map(|v| f(&v)))
         })
     }
 
@@ -736,19 +739,23 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         V2: Send + Sync + 'static,
         I: IntoIterator<Item = V2>,
     {
-        self.then_keyed("FLATMAPVALUES", Effect::FansOut, move |k, v, out| match v {
-            Some(v) => out.extend(f(&v).into_iter().map(|v2| (k.clone(), Some(v2)))),
-            None => out.push((k, None)),
-        })
+        self.then_keyed(
+            "FLATMAPVALUES",
+            Effect::FansOut,
+            move |k, v, emit| match v {
+                Some(v) => f(&v).into_iter().for_each(|v2| emit(k.clone(), Some(v2))),
+                None => emit(k, None),
+            },
+        )
     }
 
     /// Calls `f(key, value)` for each record and passes it on.
     pub fn peek(self, f: impl Fn(&K, &V) + Send + Sync + 'static) -> KStream<K, V> {
-        self.then_keyed("PEEK", Effect::KeepsKeys, move |k, v, out| {
+        self.then_keyed("PEEK", Effect::KeepsKeys, move |k, v, emit| {
             if let Some(v) = &v {
                 f(&k, v);
             }
-            out.push((k, v));
+            emit(k, v)
         })
     }
 

@@ -13,6 +13,7 @@ use baton_runtime::topology::{change_frame, split_change_frame, Change, Records}
 
 use crate::describe::Node;
 use crate::dsl::{Graph, Grouped, Materialized, Pos};
+use crate::serdes::read_or_fail;
 use crate::serdes::{Long, Serde};
 use crate::table::KTable;
 
@@ -252,14 +253,8 @@ where
         let fold = move |current: Option<&[u8]>, k: &[u8], frame: &[u8]| {
             let Change { new, old } = split_change_frame(frame)
                 .unwrap_or_else(|| undecodable("a grouped table's change: not one".into()));
-            let k = key
-                .deserialize(k)
-                .unwrap_or_else(|e| undecodable(format!("grouped key: {e}")));
-            let value = |v: &[u8]| {
-                value
-                    .deserialize(v)
-                    .unwrap_or_else(|e| undecodable(format!("grouped value: {e}")))
-            };
+            let k = read_or_fail(&*key, k, "grouped key");
+            let value = |v: &[u8]| read_or_fail(&*value, v, "grouped value");
             let current = current.map(|c| {
                 read.deserialize(c)
                     .unwrap_or_else(|e| undecodable(format!("store value: {e}")))

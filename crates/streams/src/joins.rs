@@ -11,6 +11,7 @@ use baton_runtime::topology::{split_join_frame, Place, RecordEffect, Root};
 
 use crate::describe::{Description, Node};
 use crate::dsl::{encoding, Chain, KStream, Pos};
+use crate::serdes::read_or_fail;
 use crate::serdes::Serde;
 use crate::windows::millis;
 
@@ -225,15 +226,9 @@ where
         let Some((v, Some(o))) = split_join_frame(frame) else {
             undecodable("join_stream: a value that is not a joined pair".into())
         };
-        let k = key
-            .deserialize(k)
-            .unwrap_or_else(|e| undecodable(format!("joined key: {e}")));
-        let v = value
-            .deserialize(v)
-            .unwrap_or_else(|e| undecodable(format!("joined value: {e}")));
-        let o = other
-            .deserialize(o)
-            .unwrap_or_else(|e| undecodable(format!("joined other value: {e}")));
+        let k = read_or_fail(&*key, k, "joined key");
+        let v = read_or_fail(&*value, v, "joined value");
+        let o = read_or_fail(&*other, o, "joined other value");
         vec![(k, joiner(&v, &o))]
     })
 }

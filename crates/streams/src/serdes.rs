@@ -251,6 +251,14 @@ impl<K: Send + Sync + 'static> Serde for TimeWindowed<K> {
     }
 }
 
+/// `bytes` read with `serde`; bytes it cannot read fail the record as undecodable
+/// (`--on-deserialization-error`), naming `what`.
+pub(crate) fn read_or_fail<S: Serde + ?Sized>(serde: &S, bytes: &[u8], what: &str) -> S::Value {
+    serde
+        .deserialize(bytes)
+        .unwrap_or_else(|e| baton_runtime::record::undecodable(format!("{what}: {e}")))
+}
+
 /// A session-windowed key as Kafka's `SessionWindowedSerializer` writes it
 /// (`SessionKeySchema`): the key in its serde, then the session's end, then its start (8 bytes
 /// each, big-endian).

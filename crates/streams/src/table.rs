@@ -11,6 +11,7 @@ use baton_runtime::topology::{RecordEffect, Stream};
 
 use crate::describe::Node;
 use crate::dsl::{decoding_updates, encoding, Graph, KStream, Materialized, Pos, Updates};
+use crate::serdes::read_or_fail;
 
 /// A table's updates with their old values: `(key, new value, old value)`, either `None`
 /// (a new key has no old value; a delete no new one).
@@ -30,9 +31,7 @@ pub(crate) fn decoding_changes<K: Send + Sync + 'static, V: Send + Sync + 'stati
             .unwrap_or_else(|e| undecodable(format!("{what}: {which} value: {e}")))
     };
     Arc::new(move |k, new, old| {
-        let k = key
-            .deserialize(k)
-            .unwrap_or_else(|e| undecodable(format!("table key: {e}")));
+        let k = read_or_fail(&*key, k, "table key");
         vec![(k, new.map(|v| read(v, "new")), old.map(|v| read(v, "old")))]
     })
 }
@@ -246,16 +245,12 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         };
         let mut g = self.graph.borrow_mut();
         g.store_format(store, self.key.name(), value.name());
-        let values: crate::dsl::Chain<K, V> = {
-            let updates = updates.clone();
-            Arc::new(move |k, v| {
-                updates(k, Some(v))
-                    .into_iter()
-                    .filter_map(|(k, v)| Some((k, v?)))
-                    .collect()
-            })
-        };
-        let encode = encoding(values, Some(updates), self.key.clone(), value.clone());
+        let encode = encoding(
+            values_of(updates.clone()),
+            Some(updates),
+            self.key.clone(),
+            value.clone(),
+        );
         let exit = g.exit(&at);
         let kept = store.to_owned();
         g.edit(&exit, move |s| {
@@ -347,16 +342,10 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         let node = g.description.next_name("KTABLE-TOSTREAM-");
         let last = g.description.add_processor(at.sub, node, &[&from], &[]);
         drop(g);
-        let values = updates.clone();
         KStream {
             graph: self.graph,
             at,
-            chain: Arc::new(move |k, v| {
-                values(k, Some(v))
-                    .into_iter()
-                    .filter_map(|(k, v)| Some((k, v?)))
-                    .collect()
-            }),
+            chain: values_of(updates.clone()),
             key_changed: false,
             updates: true,
             last,
@@ -420,4 +409,14 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         drop(g);
         KTable::of_records(graph, at, (key, value), last, "a table")
     }
+}
+
+/// A table's updates as the records with a value they give (what steps over values take).
+fn values_of<K: 'static, V: 'static>(updates: Updates<K, V>) -> crate::dsl::Chain<K, V> {
+    Arc::new(move |k, v| {
+        updates(k, Some(v))
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect()
+    })
 }

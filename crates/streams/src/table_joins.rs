@@ -9,6 +9,7 @@ use baton_runtime::record::undecodable;
 use baton_runtime::topology::{split_row_pair, Place, Root, RowPair, TableJoinKind};
 
 use crate::dsl::{Pos, Updates};
+use crate::serdes::read_or_fail;
 use crate::table::KTable;
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
@@ -191,9 +192,7 @@ fn read_value<T: Send + Sync + 'static>(serde: &ValueSerde<T>, bytes: &[u8]) -> 
     let serde = serde
         .as_ref()
         .expect("a table read from a topic has its serde");
-    serde
-        .deserialize(bytes)
-        .unwrap_or_else(|e| undecodable(format!("joined table value: {e}")))
+    read_or_fail(&**serde, bytes, "joined table value")
 }
 
 /// The joined table's updates: a delete, or the pair read with both tables' serdes and
@@ -210,9 +209,7 @@ where
     VR: Send + Sync + 'static,
 {
     Arc::new(move |k, frame| {
-        let k = key
-            .deserialize(k)
-            .unwrap_or_else(|e| undecodable(format!("joined table key: {e}")));
+        let k = read_or_fail(&*key, k, "joined table key");
         let Some(frame) = frame else {
             return vec![(k, None)];
         };

@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
-use baton_runtime::record::undecodable;
-
 use crate::dsl::{KGroupedStream, Materialized, SessionMerge, Windowing};
+use crate::serdes::read_or_fail;
 use crate::serdes::{Long, Serde, SessionWindowed, TimeWindowed, Windowed};
 use crate::table::KTable;
 use crate::windows::{SessionWindows, TimeWindows};
@@ -91,9 +90,7 @@ where
     ) -> KTable<Windowed<K>, AS::Value> {
         let key = self.grouped.key.clone();
         self.aggregate_into(materialized, "AGGREGATE", serde, move |k, current, v| {
-            let k = key
-                .deserialize(k)
-                .unwrap_or_else(|e| undecodable(format!("grouped key: {e}")));
+            let k = read_or_fail(&*key, k, "grouped key");
             f(&k, v, current.unwrap_or_else(&init))
         })
     }
@@ -208,9 +205,7 @@ where
         let init = Arc::new(init);
         let merge_init = init.clone();
         let merge: SessionMerge<AS::Value> = Arc::new(move |k, acc, session| {
-            let k = merge_key
-                .deserialize(k)
-                .unwrap_or_else(|e| undecodable(format!("grouped key: {e}")));
+            let k = read_or_fail(&*merge_key, k, "grouped key");
             merger(&k, acc.unwrap_or_else(|| merge_init()), session)
         });
         self.aggregate_into(
@@ -218,9 +213,7 @@ where
             "AGGREGATE",
             serde,
             move |k, current, v| {
-                let k = key
-                    .deserialize(k)
-                    .unwrap_or_else(|e| undecodable(format!("grouped key: {e}")));
+                let k = read_or_fail(&*key, k, "grouped key");
                 f(&k, v, current.unwrap_or_else(|| init()))
             },
             merge,

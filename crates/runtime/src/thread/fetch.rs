@@ -212,30 +212,32 @@ impl Driver {
         }
     }
 
-    /// Changelogs whose store's bulk load ended since the machine was told it was loading
-    /// (or whose store is gone): the machine fetches them again.
-    pub(super) fn loads_ended(&mut self) -> Vec<Event> {
+    /// Changelogs the machine holds as loading whose store's bulk load ended (or whose store is
+    /// gone): the machine fetches them again.
+    pub(super) fn loads_ended(&self, m: &ThreadMachine) -> Vec<Event> {
         let chunk = restore_chunk(&self.ctx);
-        let tasks = &self.tasks;
-        let ended: Vec<(TaskId, usize)> = self
-            .loading
-            .iter()
-            .copied()
+        loading(m)
             .filter(|(task, changelog)| {
-                !tasks
+                !self
+                    .tasks
                     .get(task)
                     .and_then(|t| t.stores.get(*changelog))
                     .is_some_and(|s| s.catchup.busy(chunk))
             })
-            .collect();
-        ended
-            .into_iter()
-            .map(|(task, changelog)| {
-                self.loading.remove(&(task, changelog));
-                Event::LoadEnded { task, changelog }
-            })
+            .map(|(task, changelog)| Event::LoadEnded { task, changelog })
             .collect()
     }
+}
+
+/// The changelogs the machine leaves out of fetches while their stores take a bulk load.
+pub(super) fn loading(m: &ThreadMachine) -> impl Iterator<Item = (TaskId, usize)> + '_ {
+    m.tasks().iter().flat_map(|(&task, t)| {
+        t.changelogs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.loading)
+            .map(move |(i, _)| (task, i))
+    })
 }
 
 /// The largest chunk of a changelog one fetch asks for: what a loading store must have room

@@ -13,7 +13,7 @@ mod records;
 mod topics;
 mod writes;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -221,7 +221,6 @@ impl StreamThread {
             store_failures: StoreFailures::default(),
             skip_log: SkipLog::default(),
             fetch: None,
-            loading: BTreeSet::new(),
             changelog_check: ChangelogCheck::default(),
             requests,
             report: report_tx,
@@ -256,8 +255,6 @@ struct Driver {
     /// Records skipped after the application failed on them, for rate-limited logging.
     skip_log: SkipLog,
     fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
-    /// Changelogs the machine was told are loading ([`Event::Absorbed`]), until their load ends.
-    loading: BTreeSet<(TaskId, usize)>,
     /// The broker's word on the running actives' changelogs ([`Driver::watch_changelogs`]).
     changelog_check: ChangelogCheck,
     requests: mpsc::UnboundedSender<Request>,
@@ -294,7 +291,7 @@ impl Driver {
             self.sync_status(m);
             self.watch_changelogs(m).await;
             self.buffers.clear();
-            for e in self.loads_ended() {
+            for e in self.loads_ended(m) {
                 commands.extend(m.handle(e, self.now()));
             }
             while let Ok(e) = self.events.try_recv() {
@@ -321,6 +318,7 @@ impl Driver {
             if !commands.is_empty() {
                 continue;
             }
+            let any_loading = fetch::loading(m).next().is_some();
             let event = tokio::select! {
                 outcome = async { (&mut self.fetch.as_mut().expect("guarded").1).await }, if self.fetch.is_some() => {
                     let (fetch, _) = self.fetch.take().expect("guarded");
@@ -331,7 +329,7 @@ impl Driver {
                 }
                 e = self.events.recv() => e.unwrap_or(Event::Shutdown),
                 _ = self.shutdown.changed(), if !shutting_down => Event::Tick,
-                _ = tokio::time::sleep(BUSY_WAIT), if !self.loading.is_empty() => Event::Tick,
+                _ = tokio::time::sleep(BUSY_WAIT), if any_loading => Event::Tick,
                 _ = tokio::time::sleep(TICK) => Event::Tick,
             };
             // What reading a fetch's answer found (a partition past its end, a batch no one
@@ -856,9 +854,6 @@ impl Driver {
                     tracing::info!(task = %task, restored = t.restored, remaining = lag, "catching up");
                 }
                 let loading = s.catchup.busy(restore_chunk(&self.ctx));
-                if loading {
-                    self.loading.insert((task, changelog));
-                }
                 Event::Absorbed {
                     task,
                     changelog,
