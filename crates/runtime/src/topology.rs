@@ -25,6 +25,12 @@ pub use crate::layout::{
 use crate::query::format::{Format, StoreFormat};
 use crate::store::StoreError;
 
+mod stream_join;
+pub use stream_join::{
+    join_store_key, split_unmatched_list, unmatched_key, unmatched_list, Unmatched,
+};
+use stream_join::{join_window_put, window_join, Side};
+
 type FilterFn = Arc<dyn Fn(&[u8], &[u8]) -> bool + Send + Sync>;
 type MapValuesFn = Arc<dyn Fn(&[u8], &[u8]) -> Vec<u8> + Send + Sync>;
 type MapFn = Arc<dyn Fn(&[u8], &[u8]) -> (Vec<u8>, Vec<u8>) + Send + Sync>;
@@ -117,16 +123,18 @@ enum Step {
         store: String,
         retention_ms: i64,
     },
-    /// A stream-stream inner join (Kafka's `KStreamKStreamJoin`): the record with each record
-    /// of its key in `other` (the other side's [`Step::JoinWindow`] store) from `before_ms`
-    /// before it to `after_ms` after it, in time order, each passed on as
-    /// `join_frame(left value, Some(right value))` stamped with the later timestamp; `left`:
-    /// this side is the join's left one.
+    /// A stream-stream join (Kafka's `KStreamKStreamJoin`): the record with each record of its
+    /// key in `other` (the other side's [`Step::JoinWindow`] store) from `before_ms` before it
+    /// to `after_ms` after it, in time order, each passed on as a [`row_pair`] (left value
+    /// first) stamped with the later timestamp; `left`: this side is the join's left one. A
+    /// left or outer join's records without a partner are kept in `unmatched` until their
+    /// window closes, then passed on alone.
     WindowJoin {
         other: String,
         before_ms: i64,
         after_ms: i64,
         left: bool,
+        unmatched: Option<Unmatched>,
     },
     /// One side of a table-table join (Kafka's `KTableKTableInnerJoin`, `LeftJoin`,
     /// `RightJoin`): a table's update (a delete too) looks its key up in `other`, the other
@@ -831,18 +839,20 @@ impl Stream {
     }
 
     /// Joins each record with the other side's records within the window
-    /// ([`Step::WindowJoin`]).
+    /// ([`Step::WindowJoin`]); with `unmatched`, a left or outer join.
     pub fn window_join(
         mut self,
         other: &str,
         (before_ms, after_ms): (i64, i64),
         left: bool,
+        unmatched: Option<Unmatched>,
     ) -> Self {
         self.steps.push(Step::WindowJoin {
             other: other.to_owned(),
             before_ms,
             after_ms,
             left,
+            unmatched,
         });
         self
     }
@@ -868,6 +878,10 @@ impl Stream {
             | Step::JoinWindow { store, .. }
             | Step::Upsert { store } => out.push(store),
             Step::Process { stores, .. } => out.extend(stores.iter().map(String::as_str)),
+            // Both sides of a join share it.
+            Step::WindowJoin {
+                unmatched: Some(u), ..
+            } if !out.contains(&u.store.as_str()) => out.push(&u.store),
             _ => {}
         });
         out
@@ -1881,7 +1895,17 @@ fn run_step(
             before_ms,
             after_ms,
             left,
-        } => window_join((other, *before_ms, *after_ms, *left), &r, stores, next)?,
+            unmatched,
+        } => {
+            let side = Side {
+                other,
+                before_ms: *before_ms,
+                after_ms: *after_ms,
+                left: *left,
+                unmatched: unmatched.as_ref(),
+            };
+            window_join(side, &r, stream_time, stores, next)?
+        }
         Step::Join { store, inner } => {
             let table = stores.get(store, &r.key)?;
             if table.is_some() || !inner {
@@ -2118,75 +2142,6 @@ fn session_aggregate(
     Ok(())
 }
 
-/// A stream-stream join store's key, as Kafka Streams' window stores that keep duplicates
-/// hold it: the record key, its timestamp (8 bytes), a sequence number (4 bytes), all
-/// big-endian.
-pub fn join_store_key(key: &[u8], timestamp: i64, seq: i32) -> Vec<u8> {
-    let mut k = Vec::with_capacity(key.len() + 12);
-    k.extend_from_slice(key);
-    k.extend_from_slice(&timestamp.to_be_bytes());
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
-/// The timestamp and sequence number of a [`join_store_key`] of record key `key`; `None`
-/// for a key of another record key.
-fn split_join_store_key(stored: &[u8], key: &[u8]) -> Option<(i64, i32)> {
-    let rest = stored.strip_prefix(key).filter(|r| r.len() == 12)?;
-    let ts = i64::from_be_bytes(rest[..8].try_into().ok()?);
-    let seq = i32::from_be_bytes(rest[8..].try_into().ok()?);
-    Some((ts, seq))
-}
-
-/// [`Step::JoinWindow`] for one record.
-fn join_window_put(
-    (store, retention_ms): (&str, i64),
-    r: &StreamRecord,
-    stream_time: i64,
-    stores: &mut dyn Stores,
-    out: &mut Output,
-) -> Result<(), StoreError> {
-    let ts = r.timestamp;
-    if ts < 0 {
-        crate::record::undecodable(format!(
-            "record timestamp {ts} is negative: a windowed join needs event time"
-        ));
-    }
-    let cutoff = stream_time.saturating_sub(retention_ms);
-    if cutoff > 0 {
-        let (from, to) = (
-            join_store_key(&r.key, 0, 0),
-            join_store_key(&r.key, cutoff - 1, i32::MAX),
-        );
-        for (k, _) in stores.range(store, &from, &to)? {
-            if split_join_store_key(&k, &r.key).is_some() {
-                stores.delete(store, &k);
-            }
-        }
-    }
-    if ts < cutoff {
-        out.late += 1;
-        return Ok(());
-    }
-    let (from, to) = (
-        join_store_key(&r.key, ts, 0),
-        join_store_key(&r.key, ts, i32::MAX),
-    );
-    let last = stores
-        .range(store, &from, &to)?
-        .iter()
-        .filter_map(|(k, _)| split_join_store_key(k, &r.key).map(|(_, seq)| seq))
-        .max()
-        .unwrap_or(0);
-    let value = r.value.as_deref().unwrap_or_default().to_vec();
-    stores.put(
-        store,
-        &join_store_key(&r.key, ts, (last + 1) & i32::MAX),
-        value,
-    );
-    Ok(())
-}
-
 /// Which rows a table-table join keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableJoinKind {
@@ -2285,37 +2240,6 @@ fn table_join(
         timestamp,
         old: None,
     });
-    Ok(())
-}
-
-/// [`Step::WindowJoin`] for one record.
-fn window_join(
-    (other, before_ms, after_ms, left): (&str, i64, i64, bool),
-    r: &StreamRecord,
-    stores: &mut dyn Stores,
-    next: &mut Vec<StreamRecord>,
-) -> Result<(), StoreError> {
-    let ts = r.timestamp;
-    let value = r.value.as_deref().unwrap_or_default();
-    let (from, to) = (
-        ts.saturating_sub(before_ms).max(0),
-        ts.saturating_add(after_ms).max(0),
-    );
-    let (lo, hi) = (
-        join_store_key(&r.key, from, 0),
-        join_store_key(&r.key, to, i32::MAX),
-    );
-    for (k, v) in stores.range(other, &lo, &hi)? {
-        let Some((other_ts, _)) = split_join_store_key(&k, &r.key) else {
-            continue;
-        };
-        let frame = if left {
-            join_frame(value, Some(&v))
-        } else {
-            join_frame(&v, Some(value))
-        };
-        next.push(StreamRecord::new(r.key.clone(), frame, ts.max(other_ts)));
-    }
     Ok(())
 }
 

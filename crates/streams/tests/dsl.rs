@@ -1699,3 +1699,193 @@ fn a_filtered_table_kept_in_a_store_holds_exactly_its_rows() {
         "timestamped rows, the rejected and deleted ones gone"
     );
 }
+
+/// Which stream-stream join [`run_stream_join`] builds.
+#[derive(Clone, Copy)]
+enum StreamJoin {
+    Left,
+    Outer,
+}
+
+/// `topic1` joined with `topic2` (both `Str`) by `kind` within `windows`, Kafka's
+/// `MockValueJoiner.TOSTRING_JOINER` ("left+right", "null" for a missing side); `input` as
+/// `(topic, key, value, timestamp)` through one task; its outputs as `(key, value, ts)`.
+fn run_stream_join(
+    kind: StreamJoin,
+    windows: baton_streams::JoinWindows,
+    input: &[(&str, &str, &str, i64)],
+) -> Vec<(String, String, i64)> {
+    use baton_streams::StreamJoined;
+    let b = StreamsBuilder::new("joins");
+    let s1 = b.stream("topic1", Consumed::with(Str, Str));
+    let s2 = b.stream("topic2", Consumed::with(Str, Str));
+    let show = |v: Option<&String>| v.map_or("null".to_owned(), String::clone);
+    let joined = match kind {
+        StreamJoin::Left => s1.left_join_stream(
+            s2,
+            move |a: &String, o: Option<&String>| format!("{a}+{}", show(o)),
+            windows,
+            StreamJoined::with(Str, Str, Str),
+        ),
+        StreamJoin::Outer => s1.outer_join_stream(
+            s2,
+            move |a: Option<&String>, o: Option<&String>| format!("{}+{}", show(a), show(o)),
+            windows,
+            StreamJoined::with(Str, Str, Str),
+        ),
+    };
+    joined.to("joined", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let (mut stores, mut out, mut time) = (Mem::default(), Output::default(), -1);
+    for &(topic, k, v, ts) in input {
+        time = time.max(ts);
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), ts);
+        t.process_from(TaskId::new(0, 0), topic, r, time, &mut stores, &mut out)
+            .unwrap();
+    }
+    out.records
+        .iter()
+        .map(|e| {
+            (
+                Str.deserialize(&e.record.key).unwrap(),
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
+                e.record.timestamp,
+            )
+        })
+        .collect()
+}
+
+fn kvt(v: &[(&str, &str, i64)]) -> Vec<(String, String, i64)> {
+    v.iter()
+        .map(|(k, v, ts)| (k.to_string(), v.to_string(), *ts))
+        .collect()
+}
+
+/// `KStreamKStreamLeftJoinTest.testLeftJoinDuplicates`: unmatched duplicates come out once
+/// their window (100 ms, grace 10) has closed; matched ones only paired, never again.
+#[test]
+fn a_left_join_sends_unmatched_records_once_their_window_closes() {
+    use baton_streams::JoinWindows;
+    let windows = JoinWindows::of_time_difference_and_grace(
+        Duration::from_millis(100),
+        Duration::from_millis(10),
+    );
+    let got = run_stream_join(
+        StreamJoin::Left,
+        windows,
+        &[
+            ("topic1", "0", "A0", 0),
+            ("topic1", "0", "A0-0", 0),
+            ("topic2", "1", "a0", 111),
+            ("topic2", "2", "dummy", 500),
+            ("topic1", "2", "A2", 1000),
+            ("topic1", "2", "A2-0", 1000),
+            ("topic2", "2", "a2", 1001),
+            ("topic2", "3", "a3", 315),
+        ],
+    );
+    assert_eq!(
+        got,
+        kvt(&[
+            ("0", "A0+null", 0),
+            ("0", "A0-0+null", 0),
+            ("2", "A2+a2", 1001),
+            ("2", "A2-0+a2", 1001),
+        ])
+    );
+}
+
+/// `KStreamKStreamLeftJoinTest.testGracePeriod`: records of the other side after the window
+/// ended do not join; the unmatched left records come out when stream time passes the grace.
+#[test]
+fn a_left_join_waits_out_the_grace_before_sending_unmatched_records() {
+    use baton_streams::JoinWindows;
+    let windows = JoinWindows::of_time_difference_and_grace(
+        Duration::from_millis(100),
+        Duration::from_millis(10),
+    );
+    let mut input = vec![("topic1", "0", "A0", 0), ("topic1", "1", "A1", 0)];
+    for (k, v) in [("0", "a0"), ("1", "a1"), ("2", "a2"), ("3", "a3")] {
+        input.push(("topic2", k, v, 101));
+    }
+    let before = run_stream_join(StreamJoin::Left, windows, &input);
+    assert_eq!(before, kvt(&[]), "window ended, not closed");
+    input.push(("topic2", "0", "dummy", 1201));
+    let after = run_stream_join(StreamJoin::Left, windows, &input);
+    assert_eq!(after, kvt(&[("0", "A0+null", 0), ("1", "A1+null", 0)]));
+}
+
+/// `KStreamKStreamOuterJoinTest.testOuterJoinDuplicates`: unmatched records of either side
+/// come out in Kafka's order (time, then right before left, then key); paired duplicates
+/// come out paired only.
+#[test]
+fn an_outer_join_sends_either_sides_unmatched_records_in_kafkas_order() {
+    use baton_streams::JoinWindows;
+    let windows = JoinWindows::of_time_difference_and_grace(
+        Duration::from_millis(100),
+        Duration::from_millis(10),
+    );
+    let got = run_stream_join(
+        StreamJoin::Outer,
+        windows,
+        &[
+            ("topic1", "0", "A0", 0),
+            ("topic1", "0", "A0-0", 0),
+            ("topic2", "1", "11", 0),
+            ("topic2", "1", "12", 0),
+            ("topic2", "1", "10", 111),
+            ("topic2", "3", "100", 211),
+            ("topic1", "2", "A2", 200),
+            ("topic1", "2", "A2-0", 200),
+            ("topic2", "2", "13", 201),
+            ("topic2", "2", "14", 201),
+            ("topic2", "3", "100", 1500),
+        ],
+    );
+    assert_eq!(
+        got,
+        kvt(&[
+            ("1", "null+11", 0),
+            ("1", "null+12", 0),
+            ("0", "A0+null", 0),
+            ("0", "A0-0+null", 0),
+            ("2", "A2+13", 201),
+            ("2", "A2-0+13", 201),
+            ("2", "A2+14", 201),
+            ("2", "A2-0+14", 201),
+            ("1", "null+10", 111),
+            ("3", "null+100", 211),
+        ])
+    );
+}
+
+/// `KStreamKStreamOuterJoinTest.testEmitAllNonJoinedResultsForAsymmetricWindow`: with
+/// `before` 5 and `after` 20, a right record's window closes 5 after it, a left one's 20.
+#[test]
+fn an_asymmetric_outer_join_closes_each_sides_window_on_its_own() {
+    use baton_streams::JoinWindows;
+    let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_millis(5))
+        .after(Duration::from_millis(20));
+    let input = [
+        ("topic1", "0", "A0", 29),
+        ("topic1", "1", "A1", 30),
+        ("topic2", "2", "12", 31),
+        ("topic2", "3", "13", 36),
+        ("topic2", "4", "14", 37),
+    ];
+    assert_eq!(
+        run_stream_join(StreamJoin::Outer, windows, &input),
+        kvt(&[("2", "null+12", 31)])
+    );
+    let mut input = input.to_vec();
+    input.push(("topic2", "5", "15", 50));
+    assert_eq!(
+        run_stream_join(StreamJoin::Outer, windows, &input),
+        kvt(&[
+            ("2", "null+12", 31),
+            ("0", "A0+null", 29),
+            ("3", "null+13", 36),
+            ("4", "null+14", 37),
+        ])
+    );
+}

@@ -787,3 +787,160 @@ fn kept_table_operations_are_numbered_as_kafkas() {
         &[],
     );
 }
+
+/// `TopologyTest.streamStreamLeftJoinTopologyWithDefaultStoresNames` and
+/// `streamStreamOuterJoinTopologyWithDefaultStoresNames`: a left join's left side is
+/// `KSTREAM-JOINTHIS`, its right `KSTREAM-OUTEROTHER`; an outer join's left side is
+/// `KSTREAM-OUTERTHIS`; both share `KSTREAM-OUTERSHARED-<left side's number>-store`.
+#[test]
+fn left_and_outer_stream_stream_joins_are_named_as_kafkas() {
+    use baton_streams::{JoinWindows, StreamJoined};
+    for outer in [false, true] {
+        let b = StreamsBuilder::new("app");
+        let s1 = b.stream("input-topic1", Consumed::with(Str, Str));
+        let s2 = b.stream("input-topic2", Consumed::with(Str, Str));
+        let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_millis(100));
+        if outer {
+            s1.outer_join_stream(
+                s2,
+                |_: Option<&String>, _: Option<&String>| 0i64,
+                windows,
+                StreamJoined::with(Str, Str, Str),
+            );
+        } else {
+            s1.left_join_stream(
+                s2,
+                |_: &String, _: Option<&String>| 0i64,
+                windows,
+                StreamJoined::with(Str, Str, Str),
+            );
+        }
+        let this = if outer {
+            "KSTREAM-OUTERTHIS-0000000004"
+        } else {
+            "KSTREAM-JOINTHIS-0000000004"
+        };
+        let described = b.describe();
+        assert!(
+            described.contains(&format!(
+                "Processor: {this} (stores: [KSTREAM-OUTEROTHER-0000000005-store, \
+                 KSTREAM-OUTERSHARED-0000000004-store])"
+            )),
+            "{described}"
+        );
+        assert!(
+            described.contains(&format!(
+                "Processor: KSTREAM-OUTEROTHER-0000000005 (stores: [{this}-store, \
+                 KSTREAM-OUTERSHARED-0000000004-store])"
+            )),
+            "{described}"
+        );
+        let store = format!("{this}-store");
+        check(
+            b,
+            &[&[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-SOURCE-0000000001",
+                "KSTREAM-WINDOWED-0000000002",
+                "KSTREAM-WINDOWED-0000000003",
+                this,
+                "KSTREAM-OUTEROTHER-0000000005",
+                "KSTREAM-MERGE-0000000006",
+            ]],
+            &[
+                &store,
+                "KSTREAM-OUTEROTHER-0000000005-store",
+                "KSTREAM-OUTERSHARED-0000000004-store",
+            ],
+            &[],
+        );
+    }
+}
+
+/// `StreamsBuilderTest.shouldUseSpecifiedNameFor{Join,LeftJoin,OuterJoin}Operation
+/// BetweenKStreamAndKStream` (`StreamJoined.as(name).withName(name)`) and
+/// `shouldUseGeneratedStoreNamesFor...` (`withName` alone): a name takes the steps' places,
+/// a store name the stores', and generated names keep their numbers.
+#[test]
+fn a_stream_stream_join_takes_the_names_it_is_given_as_kafkas() {
+    use baton_streams::{JoinWindows, StreamJoined};
+    let windows = JoinWindows::of_time_difference_with_no_grace(Duration::from_secs(3600));
+    for (kind, this, other, shared) in [
+        ("inner", "-this-join", "-other-join", None),
+        (
+            "left",
+            "-this-join",
+            "-outer-other-join",
+            Some("-left-shared-join"),
+        ),
+        (
+            "outer",
+            "-outer-this-join",
+            "-outer-other-join",
+            Some("-outer-shared-join"),
+        ),
+    ] {
+        for store_named in [true, false] {
+            let b = StreamsBuilder::new("app");
+            let s1 = b.stream("topic-one", Consumed::with(Str, Str));
+            let s2 = b.stream("topic-two", Consumed::with(Str, Str));
+            let mut joined = StreamJoined::with(Str, Str, Str).with_name("op");
+            if store_named {
+                joined = joined.with_store_name("op");
+            }
+            let out = match kind {
+                "inner" => s1.join_stream(s2, |a: &String, _: &String| a.clone(), windows, joined),
+                "left" => s1.left_join_stream(
+                    s2,
+                    |a: &String, _: Option<&String>| a.clone(),
+                    windows,
+                    joined,
+                ),
+                _ => s1.outer_join_stream(
+                    s2,
+                    |_: Option<&String>, _: Option<&String>| String::new(),
+                    windows,
+                    joined,
+                ),
+            };
+            // The next generated name shows how many numbers the join took.
+            out.to("out", Produced::with(Str, Str));
+            let (this_store, other_store, shared_store) = if store_named {
+                (
+                    format!("op{this}-store"),
+                    format!("op{other}-store"),
+                    shared.map(|s| format!("op{s}-store")),
+                )
+            } else {
+                let (t, o) = match kind {
+                    "inner" => ("KSTREAM-JOINTHIS", "KSTREAM-JOINOTHER"),
+                    "left" => ("KSTREAM-JOINTHIS", "KSTREAM-OUTEROTHER"),
+                    _ => ("KSTREAM-OUTERTHIS", "KSTREAM-OUTEROTHER"),
+                };
+                (
+                    format!("{t}-0000000004-store"),
+                    format!("{o}-0000000005-store"),
+                    shared.map(|_| "KSTREAM-OUTERSHARED-0000000004-store".to_owned()),
+                )
+            };
+            let mut stores = vec![this_store.as_str(), other_store.as_str()];
+            stores.extend(shared_store.as_deref());
+            let (this_join, other_join) = (format!("op{this}"), format!("op{other}"));
+            check(
+                b,
+                &[&[
+                    "KSTREAM-SOURCE-0000000000",
+                    "KSTREAM-SOURCE-0000000001",
+                    "op-this-windowed",
+                    "op-other-windowed",
+                    &this_join,
+                    &other_join,
+                    "op-merge",
+                    "KSTREAM-SINK-0000000007",
+                ]],
+                &stores,
+                &[],
+            );
+        }
+    }
+}
