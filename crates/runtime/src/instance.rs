@@ -170,9 +170,9 @@ async fn finish_queries(server: tokio::task::JoinHandle<()>) {
     }
 }
 
-/// A repartition topic's partition count: beside a table, the table's (a join needs
-/// co-partitioned sides); else the largest of its writer's sources; `None` while one of those
-/// is not known yet.
+/// A repartition topic's partition count: beside a table or a source topic, theirs (a join
+/// or a merge needs co-partitioned sides); else the largest of its writer's sources; `None`
+/// while one of those is not known yet.
 fn repartition_count(
     topology: &Topology,
     partitions: &BTreeMap<String, u32>,
@@ -183,7 +183,7 @@ fn repartition_count(
         return Some(n);
     }
     let table = topology
-        .tables_beside(topic)
+        .sources_beside(topic)
         .into_iter()
         .filter_map(|t| partitions.get(t).copied())
         .max();

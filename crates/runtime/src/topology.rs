@@ -145,12 +145,15 @@ enum Step {
         left: bool,
         kind: TableJoinKind,
     },
-    /// Looks the record's key up in a table of the stream ([`Stream::table`]) and passes on
-    /// the record with its value and the table's as one [`join_frame`]; with `inner`, a key
-    /// the table lacks drops the record (Kafka Streams' `join`; else `leftJoin`).
+    /// Looks the record's key up in a table of the stream ([`Stream::table`]), or with
+    /// `kept` in a timestamped store an aggregation or an upsert of the stream keeps (its
+    /// timestamp left out), and passes on the record with its value and the table's as one
+    /// [`join_frame`]; with `inner`, a key the table lacks drops the record (Kafka Streams'
+    /// `join`; else `leftJoin`).
     Join {
         store: String,
         inner: bool,
+        kept: bool,
     },
     /// The Processor API's escape hatch: `f` reads and writes `stores` (plain key-value
     /// stores of this stream, each with its changelog) and forwards any records, with any
@@ -727,6 +730,19 @@ impl Stream {
         self.steps.push(Step::Join {
             store: store.to_owned(),
             inner: true,
+            kept: false,
+        });
+        self
+    }
+
+    /// As [`Stream::join_table`] (`inner`) or [`Stream::left_join_table`], with the rows an
+    /// aggregation or an upsert of this stream keeps in `store` (timestamped): the table of
+    /// a `count`, a `reduce`, a `to_table`.
+    pub fn join_kept(mut self, store: &str, inner: bool) -> Self {
+        self.steps.push(Step::Join {
+            store: store.to_owned(),
+            inner,
+            kept: true,
         });
         self
     }
@@ -736,6 +752,7 @@ impl Stream {
         self.steps.push(Step::Join {
             store: store.to_owned(),
             inner: false,
+            kept: false,
         });
         self
     }
@@ -909,6 +926,33 @@ impl Stream {
         })
     }
 
+    /// Whether a [`Step::Join`] of this stream may read `store`: a table it reads, or with
+    /// `kept` a store it keeps timestamped.
+    fn joinable(&self, store: &str, kept: bool) -> bool {
+        match kept {
+            false => self.tables.iter().any(|(_, t)| t == store),
+            true => self.keeps_timestamped(store),
+        }
+    }
+
+    /// Whether an aggregation or an upsert of this stream keeps `store`, timestamped.
+    fn keeps_timestamped(&self, store: &str) -> bool {
+        self.find(|s| match s {
+            Step::Aggregate {
+                store: name,
+                layout: Layout::Timestamped,
+                ..
+            }
+            | Step::Upsert { store: name }
+                if name == store =>
+            {
+                Some(())
+            }
+            _ => None,
+        })
+        .is_some()
+    }
+
     fn join_retention_of(&self, store: &str) -> Option<i64> {
         self.find(|s| match s {
             Step::JoinWindow {
@@ -1025,7 +1069,7 @@ fn check_steps(
                     grace_ms: w.grace_ms,
                 });
             }
-            Step::Join { store, .. } if !s.tables.iter().any(|(_, t)| t == store) => {
+            Step::Join { store, kept, .. } if !s.joinable(store, *kept) => {
                 return Err(TopologyError::UnknownTable {
                     stream: i,
                     store: store.clone(),
@@ -1166,7 +1210,7 @@ pub enum TopologyError {
         gap_ms: i64,
         grace_ms: i64,
     },
-    #[error("streams[{stream}]: a join reads store {store:?}, which is not a table of this stream (a table joined must be read in the joining stream's sub-topology)")]
+    #[error("streams[{stream}]: a join reads store {store:?}, which is not a table of this stream (a table joined must be read or kept in the joining stream's sub-topology)")]
     UnknownTable { stream: usize, store: String },
     #[error("{0}")]
     Invalid(String),
@@ -1550,13 +1594,16 @@ impl Topology {
             .map(|(_, store)| store.as_str())
     }
 
-    /// The tables read beside `topic` by the stream reading it: a repartition topic feeding a
-    /// join takes the table's partition count, as Kafka Streams co-partitions it.
-    pub fn tables_beside(&self, topic: &str) -> Vec<&str> {
+    /// The topics read beside `topic` by the stream reading it that no step of the
+    /// application writes (tables and source topics, not repartition topics): a repartition
+    /// topic feeding a join or a merge takes their partition count, as Kafka Streams
+    /// co-partitions it.
+    pub fn sources_beside(&self, topic: &str) -> Vec<&str> {
         self.streams
             .iter()
             .filter(|s| s.sources.iter().any(|t| t == topic))
-            .flat_map(|s| s.tables.iter().map(|(t, _)| t.as_str()))
+            .flat_map(|s| s.sources.iter().map(String::as_str))
+            .filter(|t| *t != topic && !self.repartition.iter().any(|r| r == t))
             .collect()
     }
 
@@ -1846,30 +1893,7 @@ fn run_step(
             f(&r.key, value);
             next.push(r);
         }
-        Step::Aggregate { store, f, layout } => {
-            let current = stores.get(store, &r.key)?;
-            let (agg, ts) = match layout {
-                Layout::Plain => (f(current.as_deref(), &r.key, value), ts),
-                Layout::Timestamped => fold_timestamped(store, current.as_deref(), &r, f),
-            };
-            let old = match layout {
-                Layout::Plain => current.map(Bytes::from),
-                Layout::Timestamped => stored_value(store, current),
-            };
-            match &agg {
-                Some(agg) if *layout == Layout::Timestamped => {
-                    stores.put(store, &r.key, timestamped(ts, agg))
-                }
-                Some(agg) => stores.put(store, &r.key, agg.clone()),
-                None => stores.delete(store, &r.key),
-            }
-            next.push(StreamRecord {
-                key: r.key,
-                value: agg.map(Bytes::from),
-                timestamp: ts,
-                old,
-            });
-        }
+        Step::Aggregate { store, f, layout } => aggregate((store, f, *layout), r, stores, next)?,
         Step::WindowAggregate { store, windows, f } => {
             let w = (store.as_str(), windows, f);
             window_aggregate(w, &r, stream_time, stores, out, next)?
@@ -1906,14 +1930,62 @@ fn run_step(
             };
             window_join(side, &r, stream_time, stores, next)?
         }
-        Step::Join { store, inner } => {
-            let table = stores.get(store, &r.key)?;
-            if table.is_some() || !inner {
-                let v = join_frame(value, table.as_deref());
-                next.push(StreamRecord::new(r.key, v, ts));
-            }
+        Step::Join { store, inner, kept } => {
+            stream_table_join((store, *inner, *kept), r, stores, next)?
         }
         _ => run_any(run, step, r, stream_time, stores, out, next)?,
+    }
+    Ok(())
+}
+
+/// [`Step::Aggregate`] for one record: the key's aggregate folded, stored (or removed) and
+/// sent on with the value it replaced.
+fn aggregate(
+    (store, f, layout): (&str, &AggregateFn, Layout),
+    r: StreamRecord,
+    stores: &mut dyn Stores,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let (ts, value) = (r.timestamp, r.value.as_deref().unwrap_or_default());
+    let current = stores.get(store, &r.key)?;
+    let (agg, ts) = match layout {
+        Layout::Plain => (f(current.as_deref(), &r.key, value), ts),
+        Layout::Timestamped => fold_timestamped(store, current.as_deref(), &r, f),
+    };
+    let old = match layout {
+        Layout::Plain => current.map(Bytes::from),
+        Layout::Timestamped => stored_value(store, current),
+    };
+    match &agg {
+        Some(agg) if layout == Layout::Timestamped => {
+            stores.put(store, &r.key, timestamped(ts, agg))
+        }
+        Some(agg) => stores.put(store, &r.key, agg.clone()),
+        None => stores.delete(store, &r.key),
+    }
+    next.push(StreamRecord {
+        key: r.key,
+        value: agg.map(Bytes::from),
+        timestamp: ts,
+        old,
+    });
+    Ok(())
+}
+
+/// [`Step::Join`] for one record.
+fn stream_table_join(
+    (store, inner, kept): (&str, bool, bool),
+    r: StreamRecord,
+    stores: &mut dyn Stores,
+    next: &mut Vec<StreamRecord>,
+) -> Result<(), StoreError> {
+    let table = match stores.get(store, &r.key)? {
+        Some(row) if kept => stored_value(store, Some(row)),
+        row => row.map(Bytes::from),
+    };
+    if table.is_some() || !inner {
+        let v = join_frame(r.value.as_deref().unwrap_or_default(), table.as_deref());
+        next.push(StreamRecord::new(r.key, v, r.timestamp));
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use baton_runtime::topology::{
 };
 
 use crate::describe::{Description, Node};
+use crate::serdes::read_or_fail;
 use crate::serdes::{Long, Serde};
 pub use crate::table::KTable;
 use crate::table::TableSource;
@@ -180,6 +181,7 @@ impl StreamsBuilder {
                 rank,
                 placed: Rc::new(Cell::new(false)),
             }),
+            state: None,
         }
     }
 
@@ -268,6 +270,19 @@ impl Graph {
         last: &Node,
         encode: Encode,
     ) -> (Pos, Node) {
+        let (start, last) = self.repartition_start(prefix, at, last, encode);
+        (self.exit(&start), last)
+    }
+
+    /// As [`Graph::repartition`], the reading sub-topology left fresh: `start` is its source,
+    /// with no step yet (so it may be absorbed into another).
+    pub(crate) fn repartition_start(
+        &mut self,
+        prefix: &str,
+        at: &Pos,
+        last: &Node,
+        encode: Encode,
+    ) -> (Pos, Node) {
         let base = prefix.strip_suffix("-repartition").unwrap_or(prefix);
         let topic = self.topic(base);
         let sink = self.description.next_name("KSTREAM-SINK-");
@@ -290,7 +305,7 @@ impl Graph {
         self.repartition.push(topic.clone());
         let start = self.start_named(&topic, source);
         let last = self.description.last(start.sub);
-        (self.exit(&start), last)
+        (start, last)
     }
 
     /// A new branch at `at`, for steps that take the records reaching `at`: every use of a
@@ -846,58 +861,43 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         VS: Serde<Value = V>,
     {
         let graph = self.graph.clone();
-        let mut g = graph.borrow_mut();
-        let src = match join_refusal(table) {
-            Ok(src) => src,
+        let (key, value) = (Arc::new(joined.key), Arc::new(joined.value));
+        let encode = encoding(self.chain, None, key.clone(), value.clone());
+        let stream = (self.at, self.last, self.key_changed);
+        let given = (joined.name.as_deref(), inner);
+        let placed = match (&table.source, &table.state, &table.at) {
+            (Some(_), ..) => join_refusal(table)
+                .map(|src| place_source_join(&mut graph.borrow_mut(), stream, encode, src, given)),
+            (None, Some(store), Some(at)) => {
+                let kept = (store.as_str(), at.sub);
+                place_kept_join(&mut graph.borrow_mut(), stream, encode, kept, given)
+            }
+            _ => Err(JoinRefused::NotKept),
+        };
+        let (at, last) = match placed {
+            Ok(placed) => placed,
             Err(why) => {
-                g.errors.push(why.to_string());
-                drop(g);
+                graph.borrow_mut().errors.push(why.to_string());
                 return KStream {
-                    graph: graph.clone(),
-                    at: self.at,
+                    graph,
+                    at: Pos {
+                        sub: 0,
+                        place: Place::main(),
+                    },
                     chain: Arc::new(|_, _| Vec::new()),
                     key_changed: false,
                     updates: false,
-                    last: self.last,
+                    last: Node::default(),
                     deletes: None,
                 };
             }
         };
-        let (key, value) = (Arc::new(joined.key), Arc::new(joined.value));
-        let (mut at, chain, mut last) = (self.at, self.chain, self.last);
-        let encode = encoding(chain, None, key.clone(), value.clone());
-        if self.key_changed {
-            // Kafka's `repartitionForJoin`: named after the join, else after the stream's
-            // last node.
-            let prefix = joined
-                .name
-                .clone()
-                .unwrap_or_else(|| last.as_str().to_owned());
-            (at, last) = g.repartition(&prefix, &at, &last, encode);
-        } else {
-            at = g.exit(&at);
-            g.edit(&at, move |s| {
-                s.flat_map_records(encode, RecordEffect::KeepsKeys)
-            });
-        }
-        let store = src.store.clone();
-        last = describe_join(&mut g, &at, src, joined.name.as_deref(), inner, &last);
-        let table_topic = src.topic.clone();
-        {
-            let store = store.clone();
-            g.edit_sources(at.sub, move |s| s.table(&table_topic, &store));
-        }
-        g.edit(&at, move |s| {
-            if inner {
-                s.join_table(&store)
-            } else {
-                s.left_join_table(&store)
-            }
-        });
-        let table_topic = src.topic.clone();
-        // A table read from a topic always has its serde.
+        let what = match &table.source {
+            Some(src) => format!("{}: value", src.topic),
+            None => "the joined table: value".to_owned(),
+        };
+        // A table read from a topic or kept in a store always has its serde.
         let table_value = table.value.clone();
-        drop(g);
         KStream {
             graph,
             at,
@@ -905,19 +905,11 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 let (v, t) = split_join_frame(v).unwrap_or_else(|| {
                     undecodable("join: a value that is not a joined pair".into())
                 });
-                let k = key
-                    .deserialize(k)
-                    .unwrap_or_else(|e| undecodable(format!("joined key: {e}")));
-                let v = value
-                    .deserialize(v)
-                    .unwrap_or_else(|e| undecodable(format!("joined value: {e}")));
+                let k = read_or_fail(&*key, k, "joined key");
+                let v = read_or_fail(&*value, v, "joined value");
                 let t = t.and_then(|t| {
                     let serde = table_value.as_ref()?;
-                    Some(
-                        serde
-                            .deserialize(t)
-                            .unwrap_or_else(|e| undecodable(format!("{table_topic}: value: {e}"))),
-                    )
+                    Some(read_or_fail(&**serde, t, &what))
                 });
                 f(&v, t).map(|r| (k, r)).into_iter().collect()
             }),
@@ -1213,6 +1205,7 @@ where
                 .unwrap_or_else(|e| undecodable(format!("grouped value: {e}")));
             agg.serialize(&fold(k, current, v))
         };
+        let state = matches!(windowing, Windowing::Keyed).then(|| store.clone());
         g.edit(&at, move |s| match windowing {
             Windowing::Keyed => s.aggregate_as(&store, Layout::Timestamped, step),
             Windowing::Time(w) => s.window_aggregate(&store, w, step),
@@ -1230,6 +1223,7 @@ where
         });
         drop(g);
         KTable::of_records(graph, at, (table_key, a_serde), last, "an aggregation")
+            .with_state(state)
     }
 }
 
@@ -1247,7 +1241,7 @@ pub(crate) type SessionMerge<A> = Arc<dyn Fn(&[u8], Option<A>, A) -> A + Send + 
 /// [`StreamsBuilder::table`], and once per joining stream.
 fn join_refusal<K, VT>(table: &KTable<K, VT>) -> Result<&TableSource, JoinRefused> {
     let Some(src) = table.source.as_ref() else {
-        return Err(JoinRefused::NotASourceTable);
+        return Err(JoinRefused::NotKept);
     };
     if src.placed.replace(true) {
         return Err(JoinRefused::JoinedTwice(src.topic.clone()));
@@ -1258,10 +1252,89 @@ fn join_refusal<K, VT>(table: &KTable<K, VT>) -> Result<&TableSource, JoinRefuse
 /// Why a table cannot be joined (yet).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum JoinRefused {
-    #[error("join: only a table read with StreamsBuilder::table can be joined (an aggregation's table cannot yet)")]
-    NotASourceTable,
+    #[error("join: only a table read with StreamsBuilder::table or kept in a store (an aggregation's, a grouped table's, a to_table or an operation with a named Materialized) can be joined")]
+    NotKept,
+    #[error("join: {0}; a stream joining an aggregation's table must come straight from its topics (its steps stateless) or after a key change, which repartitions it")]
+    Unabsorbed(#[from] crate::merge::Unabsorbed),
     #[error("join: table {0:?} is joined twice; read it once per joining stream (a second StreamsBuilder::table)")]
     JoinedTwice(String),
+}
+
+/// Where a stream (`at`, `last`, whether its keys changed) joins a table read from a topic:
+/// the stream, through a repartition topic if its keys changed, reads the table's topic into
+/// its store in its own sub-topology. The join's place and node.
+fn place_source_join(
+    g: &mut Graph,
+    (mut at, mut last, key_changed): (Pos, Node, bool),
+    encode: Encode,
+    src: &TableSource,
+    (name, inner): (Option<&str>, bool),
+) -> (Pos, Node) {
+    if key_changed {
+        // Kafka's `repartitionForJoin`: named after the join, else after the stream's last
+        // node.
+        let prefix = name.map_or_else(|| last.as_str().to_owned(), str::to_owned);
+        (at, last) = g.repartition(&prefix, &at, &last, encode);
+    } else {
+        at = g.exit(&at);
+        g.edit(&at, move |s| {
+            s.flat_map_records(encode, RecordEffect::KeepsKeys)
+        });
+    }
+    let store = src.store.clone();
+    last = describe_join(g, &at, src, name, inner, &last);
+    let table_topic = src.topic.clone();
+    {
+        let store = store.clone();
+        g.edit_sources(at.sub, move |s| s.table(&table_topic, &store));
+    }
+    g.edit(&at, move |s| {
+        if inner {
+            s.join_table(&store)
+        } else {
+            s.left_join_table(&store)
+        }
+    });
+    (at, last)
+}
+
+/// Where a stream joins a table kept in `store` by sub-topology `sub` (an aggregation's, a
+/// `to_table`'s): the stream, through a repartition topic if its keys changed, is read in
+/// that sub-topology, as Kafka puts a stream joining a table in the table's sub-topology.
+fn place_kept_join(
+    g: &mut Graph,
+    (at, last, key_changed): (Pos, Node, bool),
+    encode: Encode,
+    (store, sub): (&str, usize),
+    (name, inner): (Option<&str>, bool),
+) -> Result<(Pos, Node), JoinRefused> {
+    let (start, last, encode) = if key_changed {
+        let prefix = name.map_or_else(|| last.as_str().to_owned(), str::to_owned);
+        let (start, last) = g.repartition_start(&prefix, &at, &last, encode);
+        (start, last, None)
+    } else {
+        (at, last, Some(encode))
+    };
+    let joined_at = g.absorb(&start, sub)?;
+    let at = g.exit(&joined_at);
+    let kept = store.to_owned();
+    g.edit(&at, move |s| {
+        let s = match encode {
+            Some(encode) => s.flat_map_records(encode, RecordEffect::KeepsKeys),
+            None => s,
+        };
+        s.join_kept(&kept, inner)
+    });
+    let node = match name {
+        Some(n) => Node::named(n),
+        None => g.description.next_name(if inner {
+            "KSTREAM-JOIN-"
+        } else {
+            "KSTREAM-LEFTJOIN-"
+        }),
+    };
+    let last = g.description.add_processor(sub, node, &[&last], &[store]);
+    Ok((at, last))
 }
 
 /// The join's nodes in the description: the table's source and processor in the joining

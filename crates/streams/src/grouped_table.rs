@@ -269,9 +269,10 @@ where
             };
             next.map(|a| read.serialize(&a))
         };
+        let state = Some(store.clone());
         g.edit(&at, move |s| s.aggregate_or_remove(&store, fold));
         drop(g);
         let table_key: Arc<dyn Serde<Value = K>> = self.key;
-        KTable::of_records(graph, at, (table_key, agg), last, "a grouped table")
+        KTable::of_records(graph, at, (table_key, agg), last, "a grouped table").with_state(state)
     }
 }

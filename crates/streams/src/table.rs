@@ -52,6 +52,9 @@ pub struct KTable<K, V> {
     pub(crate) value: Option<Arc<dyn Serde<Value = V>>>,
     pub(crate) last: Node,
     pub(crate) source: Option<TableSource>,
+    /// The timestamped store an aggregation or an upsert keeps its rows in, beside `at`: what
+    /// a stream joining it reads.
+    pub(crate) state: Option<String>,
 }
 
 /// A table read from a topic ([`crate::StreamsBuilder::table`]).
@@ -88,7 +91,14 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             value: Some(value),
             last,
             source: None,
+            state: None,
         }
+    }
+
+    /// The same table, its rows kept in the timestamped store `store` beside its updates.
+    pub(crate) fn with_state(mut self, store: Option<String>) -> KTable<K, V> {
+        self.state = store;
+        self
     }
 
     /// A table that never gets an update: what an operation refused at build gives.
@@ -105,6 +115,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             value: None,
             last: Node::default(),
             source: None,
+            state: None,
         }
     }
 
@@ -124,6 +135,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             value: None,
             last,
             source: None,
+            state: None,
         }
     }
 
@@ -225,6 +237,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             value,
             last,
             source: None,
+            state: None,
         };
         match store {
             Some(store) => table.kept_in(&store),
@@ -265,6 +278,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             self.last,
             "a kept table",
         )
+        .with_state(Some(store.to_owned()))
     }
 
     /// As [`KTable::filter`], the result kept in a store when `materialized` names one
@@ -403,11 +417,12 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         };
         let stores: Vec<&str> = store.iter().map(String::as_str).collect();
         let last = g.description.add_processor(at.sub, node, &[&last], &stores);
-        if let Some(store) = store {
+        if let Some(store) = &store {
+            let store = store.clone();
             g.edit(&at, move |s| s.upsert(&store));
         }
         drop(g);
-        KTable::of_records(graph, at, (key, value), last, "a table")
+        KTable::of_records(graph, at, (key, value), last, "a table").with_state(store)
     }
 }
 

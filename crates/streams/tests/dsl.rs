@@ -1889,3 +1889,130 @@ fn an_asymmetric_outer_join_closes_each_sides_window_on_its_own() {
         ])
     );
 }
+
+/// A stream joining an aggregation's table reads the aggregate as it stands when each record
+/// comes, in the aggregation's task: a count of clicks per user, purchases joined with it.
+#[test]
+fn a_stream_joins_an_aggregations_table_as_it_stands() {
+    use baton_streams::Joined;
+    for inner in [true, false] {
+        let b = StreamsBuilder::new("shop");
+        let clicks = b
+            .stream("clicks", Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .count(Materialized::named("clicks-per-user"));
+        let purchases = b.stream("purchases", Consumed::with(Str, Str));
+        let joined = if inner {
+            purchases.join(
+                &clicks,
+                |p: &String, n: &i64| format!("{p} after {n}"),
+                Joined::with(Str, Str),
+            )
+        } else {
+            purchases.left_join(
+                &clicks,
+                |p: &String, n: Option<&i64>| format!("{p} after {}", n.copied().unwrap_or(0)),
+                Joined::with(Str, Str),
+            )
+        };
+        joined.to("purchases-with-clicks", Produced::with(Str, Str));
+        let t = b.build().unwrap();
+        assert_eq!(t.sources_of(0), ["clicks", "purchases"], "one sub-topology");
+        let (mut stores, mut out) = (Mem::default(), Output::default());
+        for (topic, k, v) in [
+            ("clicks", "ann", "home"),
+            ("purchases", "bob", "hat"),
+            ("clicks", "ann", "shop"),
+            ("purchases", "ann", "shoe"),
+            ("clicks", "bob", "home"),
+            ("purchases", "bob", "cap"),
+        ] {
+            let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 0);
+            t.process_from(TaskId::new(0, 0), topic, r, 0, &mut stores, &mut out)
+                .unwrap();
+        }
+        let sinks = t.sinks_of(0);
+        let got: Vec<String> = out
+            .records
+            .iter()
+            .filter(|e| sinks[e.sink as usize] == "purchases-with-clicks")
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    Str.deserialize(&e.record.key).unwrap(),
+                    Str.deserialize(e.record.value.as_deref().unwrap()).unwrap()
+                )
+            })
+            .collect();
+        let mut want = vec!["ann: shoe after 2", "bob: cap after 1"];
+        if !inner {
+            want.insert(0, "bob: hat after 0");
+        }
+        assert_eq!(got, want, "inner: {inner}");
+    }
+}
+
+/// A stream joining an aggregation's table after a key change goes through a repartition
+/// topic read in the aggregation's sub-topology; one that came through a stateful step
+/// cannot be moved there and is refused at build, naming why.
+#[test]
+fn a_rekeyed_stream_joins_an_aggregation_through_a_repartition_topic() {
+    use baton_streams::Joined;
+    let b = StreamsBuilder::new("shop");
+    let clicks = b
+        .stream("clicks", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("clicks-per-user"));
+    b.stream("purchases", Consumed::with(Str, Str))
+        .select_key(|_, user: &String| user.clone())
+        .join(
+            &clicks,
+            |_: &String, n: &i64| *n,
+            Joined::with(Str, Str).named("by-user"),
+        )
+        .to("clicks-at-purchase", Produced::with(Str, Long));
+    let t = b.build().unwrap();
+    assert_eq!(
+        t.sources_of(0),
+        ["clicks", "shop-by-user-repartition"],
+        "the repartition topic is read beside the count"
+    );
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    for (topic, k, v) in [
+        ("clicks", "ann", "home"),
+        ("clicks", "ann", "shop"),
+        ("shop-by-user-repartition", "ann", "shoe"),
+    ] {
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 0);
+        t.process_from(TaskId::new(0, 0), topic, r, 0, &mut stores, &mut out)
+            .unwrap();
+    }
+    let joined: Vec<i64> = out
+        .records
+        .iter()
+        .map(|e| {
+            Long.deserialize(e.record.value.as_deref().unwrap())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(joined, [2]);
+
+    let b = StreamsBuilder::new("shop");
+    let clicks = b
+        .stream("clicks", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("clicks-per-user"));
+    let views = b
+        .stream("views", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("views-per-user"));
+    views
+        .to_stream()
+        .join(&clicks, |v: &i64, c: &i64| v + c, Joined::with(Str, Long))
+        .to("engagement", Produced::with(Str, Long));
+    let Err(err) = b.build() else {
+        panic!("a stream after an aggregation joining another's table is refused")
+    };
+    let err = err.to_string();
+    assert!(err.contains("straight from its topics"), "{err}");
+}

@@ -944,3 +944,71 @@ fn a_stream_stream_join_takes_the_names_it_is_given_as_kafkas() {
         }
     }
 }
+
+/// A stream joining an aggregation's table, by `InternalStreamsBuilder`'s rules: the count
+/// takes its store (1) and processor (2), the stream its source (3), the join its node (4),
+/// and the stream's source joins the count's sub-topology (Kafka's sub-topologies are the
+/// processor graph's connected parts). After a key change the stream goes through
+/// `<its last node>-repartition` (three numbers, names numbered as the last node's is
+/// generated), read in the count's sub-topology.
+#[test]
+fn a_stream_joining_an_aggregations_table_is_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    let counts = b
+        .stream("clicks", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::generated());
+    b.stream("purchases", Consumed::with(Str, Str))
+        .join(
+            &counts,
+            |p: &String, n: &i64| format!("{p}:{n}"),
+            Joined::with(Str, Str),
+        )
+        .to("out", Produced::with(Str, Str));
+    check(
+        b,
+        &[&[
+            "KSTREAM-SOURCE-0000000000",
+            "KSTREAM-AGGREGATE-0000000002",
+            "KSTREAM-SOURCE-0000000003",
+            "KSTREAM-JOIN-0000000004",
+            "KSTREAM-SINK-0000000005",
+        ]],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000001"],
+        &[],
+    );
+
+    let b = StreamsBuilder::new("app");
+    let counts = b
+        .stream("clicks", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::generated());
+    b.stream("purchases", Consumed::with(Str, Str))
+        .select_key(|_, user: &String| user.clone())
+        .left_join(
+            &counts,
+            |p: &String, n: Option<&i64>| format!("{p}:{n:?}"),
+            Joined::with(Str, Str),
+        )
+        .to("out", Produced::with(Str, Str));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-AGGREGATE-0000000002",
+                "KSTREAM-LEFTJOIN-0000000008",
+                "KSTREAM-SOURCE-0000000007",
+                "KSTREAM-SINK-0000000009",
+            ],
+            &[
+                "KSTREAM-SOURCE-0000000003",
+                "KSTREAM-KEY-SELECT-0000000004",
+                "KSTREAM-FILTER-0000000006",
+                "KSTREAM-SINK-0000000005",
+            ],
+        ],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000001"],
+        &["app-KSTREAM-KEY-SELECT-0000000004-repartition"],
+    );
+}

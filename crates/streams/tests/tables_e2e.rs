@@ -7,7 +7,9 @@
 //! (the last record per key), the outputs equal what the input says, a busy user's text and a
 //! quiet user's tombstone alike; no record of the busy output says anything the input does not.
 //! After the drain, two tables (names and homes, updated and deleted on either side) joined:
-//! the joined table holds exactly the people with both.
+//! the joined table holds exactly the people with both. Purchases, a stream, join the clicks'
+//! count (an aggregation's table) once before the scale-out and once after the drain: each
+//! purchase of a user who clicked carries the user's count as it stood, once.
 
 mod common;
 
@@ -17,7 +19,7 @@ use std::time::Duration;
 use baton_kafka::client::NewTopic;
 use baton_kafka::records::KeyValue;
 use baton_streams::serdes::{Long, Str};
-use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+use baton_streams::{Consumed, Grouped, Joined, Materialized, Produced, StreamsBuilder};
 use bytes::Bytes;
 use common::Setup;
 
@@ -32,13 +34,24 @@ const CITIES: &str = "tb-users-per-city";
 const NAMES: &str = "tb-names";
 const HOMES: &str = "tb-homes";
 const PROFILES_OUT: &str = "tb-joined-profiles";
+const PURCHASES: &str = "tb-purchases";
+const PURCHASED: &str = "tb-purchases-with-clicks";
 
 fn topology() -> baton_runtime::Topology {
     let builder = StreamsBuilder::new(APP);
-    builder
+    let clicks = builder
         .stream(CLICKS, Consumed::with(Str, Str))
         .group_by_key(Grouped::with(Str, Str))
-        .count(Materialized::named("clicks"))
+        .count(Materialized::named("clicks"));
+    builder
+        .stream(PURCHASES, Consumed::with(Str, Str))
+        .join(
+            &clicks,
+            |item: &String, n: &i64| format!("{item} after {n} clicks"),
+            Joined::with(Str, Str),
+        )
+        .to(PURCHASED, Produced::with(Str, Str));
+    clicks
         .filter(|_, n: &i64| *n >= 3)
         .map_values(|n: &i64| format!("{n} clicks"))
         .to_stream()
@@ -188,6 +201,53 @@ fn expected(inputs: &[Input]) -> Want {
     (busy, sizes, per_city)
 }
 
+/// Round `round` of purchases: one by each of 20 users, three of whom (`user17` to
+/// `user19`) never click, so the inner join drops theirs.
+fn purchases(round: usize) -> Vec<(String, String)> {
+    (0..20)
+        .map(|u| (format!("user{u}"), format!("item{round}-{u}")))
+        .collect()
+}
+
+fn produce_purchases(setup: &Setup, round: usize) {
+    for (k, v) in purchases(round) {
+        let p = baton_runtime::partitioner::partition_for(k.as_bytes(), PARTITIONS as u32);
+        let record: KeyValue = (Some(Bytes::from(k)), Some(Bytes::from(v)));
+        setup.produce_to(PURCHASES, p as i32, &[record]);
+    }
+}
+
+/// Each purchase of `rounds` with the count of its user's clicks in `inputs` (all processed
+/// before the round was written), once.
+fn expected_purchases(rounds: &[(usize, &[Input])]) -> BTreeMap<(String, String), usize> {
+    let mut want = BTreeMap::new();
+    for (round, inputs) in rounds {
+        for (user, item) in purchases(*round) {
+            let n = inputs
+                .iter()
+                .flat_map(|i| &i.clicks)
+                .filter(|u| **u == user)
+                .count();
+            if n > 0 {
+                *want
+                    .entry((user, format!("{item} after {n} clicks")))
+                    .or_default() += 1;
+            }
+        }
+    }
+    want
+}
+
+fn purchased_view(setup: &Setup) -> BTreeMap<(String, String), usize> {
+    let mut out = BTreeMap::new();
+    for r in setup.read(PURCHASED).into_values().flatten() {
+        let k = String::from_utf8(r.key.expect("keyed").to_vec()).unwrap();
+        let v = String::from_utf8(r.value.expect("a value").to_vec()).unwrap();
+        *out.entry((k, v)).or_default() += 1;
+    }
+    out
+}
+
 /// The last record of each key of `topic`, its value read by `value` (`None`: a tombstone).
 fn latest<V>(
     setup: &Setup,
@@ -258,6 +318,8 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
             topic(NAMES),
             topic(HOMES),
             topic(PROFILES_OUT),
+            topic(PURCHASES),
+            topic(PURCHASED),
         ]))
         .unwrap();
     let (stop, shutdown) = tokio::sync::watch::channel(false);
@@ -276,6 +338,13 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     setup.await_equal(&want.0, "busy users, one instance", busy_view);
     setup.await_equal(&want.1, "profile sizes, one instance", sizes_view);
     setup.await_equal(&want.2, "users per city, one instance", cities_view);
+    produce_purchases(&setup, 0);
+    let bought = expected_purchases(&[(0, &inputs[..1])]);
+    setup.await_equal(
+        &bought,
+        "purchases with clicks, one instance",
+        purchased_view,
+    );
 
     // Scale out to two, then drain the first, with input before each.
     // b serves queries: the kept tables are read by key.
@@ -305,6 +374,13 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     setup.await_equal(&want.0, "busy users, after the drain", busy_view);
     setup.await_equal(&want.1, "profile sizes, after the drain", sizes_view);
     setup.await_equal(&want.2, "users per city, after the drain", cities_view);
+    produce_purchases(&setup, 1);
+    let bought = expected_purchases(&[(0, &inputs[..1]), (1, &inputs[..])]);
+    setup.await_equal(
+        &bought,
+        "purchases with clicks, after the drain",
+        purchased_view,
+    );
     check_table_join(&setup);
     check_kept_tables(&setup, &queries, &inputs);
     let tombstones = check_busy_records(&setup);
@@ -317,11 +393,12 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     let moved: usize = inputs.iter().map(|i| i.moves.len()).sum();
     eprintln!(
         "tables: {} users ({quiet} quiet, {tombstones} tombstones written), {} profiles \
-         ({deleted} deleted), {moved} moves over {} cities exact through a scale-out and a \
-         drain",
+         ({deleted} deleted), {moved} moves over {} cities, {} purchases joined with the \
+         clicks' count exact through a scale-out and a drain",
         want.0.len(),
         want.1.len(),
-        want.2.len()
+        want.2.len(),
+        bought.len()
     );
     stop.send(true).unwrap();
     common::await_shutdown(&setup, "b", b);
