@@ -202,42 +202,8 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::topology::Stream;
-
-    #[derive(Default)]
-    struct Map(BTreeMap<(String, Vec<u8>), Vec<u8>>);
-
-    impl Stores for Map {
-        fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-            Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
-        }
-        fn range(
-            &mut self,
-            store: &str,
-            from: &[u8],
-            to: &[u8],
-        ) -> Result<crate::topology::Entries, StoreError> {
-            let (from, to) = (
-                (store.to_owned(), from.to_vec()),
-                (store.to_owned(), to.to_vec()),
-            );
-            Ok(self
-                .0
-                .range(from..=to)
-                .map(|((_, k), v)| (k.clone(), v.clone()))
-                .collect())
-        }
-        fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
-            let k = (store.to_owned(), key.to_vec());
-            match value {
-                Some(v) => self.0.insert(k, v),
-                None => self.0.remove(&k),
-            };
-        }
-    }
+    use crate::topology::{MemStores as Map, Stream};
 
     /// Counts into `a`, then panics on the key "bad" before aggregating into `b`.
     fn two_counts() -> Topology {

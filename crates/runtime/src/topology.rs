@@ -25,7 +25,9 @@ pub use crate::layout::{
 use crate::query::format::{Format, StoreFormat};
 use crate::store::StoreError;
 
+mod mem;
 mod stream_join;
+pub use mem::MemStores;
 pub use stream_join::{
     join_store_key, split_unmatched_list, unmatched_key, unmatched_list, Unmatched,
 };
@@ -2095,12 +2097,7 @@ fn window_aggregate(
     out: &mut Output,
     next: &mut Vec<StreamRecord>,
 ) -> Result<(), StoreError> {
-    let ts = r.timestamp;
-    if ts < 0 {
-        crate::record::undecodable(format!(
-            "record timestamp {ts} is negative: windows need event time"
-        ));
-    }
+    let ts = event_time(r, "windows");
     // Kafka Streams' rule: a window takes a record while its end is after stream time minus
     // the grace period.
     let close = stream_time.saturating_sub(windows.grace_ms);
@@ -2135,14 +2132,7 @@ fn fold_timestamped(
     r: &StreamRecord,
     f: &AggregateFn,
 ) -> (Option<Vec<u8>>, i64) {
-    let current = stored.map(|v| {
-        split_timestamped(v).unwrap_or_else(|| {
-            crate::record::undecodable(format!(
-                "store {store:?}: a value of {} bytes has no 8-byte timestamp",
-                v.len()
-            ))
-        })
-    });
+    let current = stored.map(|v| read_timestamped(store, v));
     let agg = f(
         current.map(|(_, v)| v),
         &r.key,
@@ -2161,12 +2151,7 @@ fn session_aggregate(
     out: &mut Output,
     next: &mut Vec<StreamRecord>,
 ) -> Result<(), StoreError> {
-    let ts = r.timestamp;
-    if ts < 0 {
-        crate::record::undecodable(format!(
-            "record timestamp {ts} is negative: sessions need event time"
-        ));
-    }
+    let ts = event_time(r, "sessions");
     let value = r.value.as_deref().unwrap_or_default();
     // Sessions that end at or after `ts - gap` and start at or before `ts + gap`: keys
     // order by end, then start, so the end bounds the scan and the start is checked.
@@ -2273,14 +2258,7 @@ fn table_join(
     next: &mut Vec<StreamRecord>,
 ) -> Result<(), StoreError> {
     let stored = stores.get(other, &r.key)?;
-    let row = stored.as_deref().map(|v| {
-        split_timestamped(v).unwrap_or_else(|| {
-            crate::record::undecodable(format!(
-                "store {other:?}: a value of {} bytes has no 8-byte timestamp",
-                v.len()
-            ))
-        })
-    });
+    let row = stored.as_deref().map(|v| read_timestamped(other, v));
     let keeps_mine = match kind {
         TableJoinKind::Inner => false,
         TableJoinKind::Left => left,
@@ -2318,13 +2296,31 @@ fn table_join(
 /// A timestamped store's value without its timestamp, as a record's old value.
 fn stored_value(store: &str, stored: Option<Vec<u8>>) -> Option<Bytes> {
     let stored = Bytes::from(stored?);
-    if stored.len() < 8 {
+    read_timestamped(store, &stored);
+    Some(stored.slice(8..))
+}
+
+/// The timestamp and value of a timestamped store's value; one without a timestamp fails the
+/// record as undecodable, naming the store.
+fn read_timestamped<'a>(store: &str, stored: &'a [u8]) -> (i64, &'a [u8]) {
+    split_timestamped(stored).unwrap_or_else(|| {
         crate::record::undecodable(format!(
             "store {store:?}: a value of {} bytes has no 8-byte timestamp",
             stored.len()
+        ))
+    })
+}
+
+/// A record's timestamp for a step that needs event time (windows, sessions, windowed
+/// joins): a negative one fails the record as undecodable.
+fn event_time(r: &StreamRecord, what: &str) -> i64 {
+    if r.timestamp < 0 {
+        crate::record::undecodable(format!(
+            "record timestamp {} is negative: {what} need event time",
+            r.timestamp
         ));
     }
-    Some(stored.slice(8..))
+    r.timestamp
 }
 
 /// Baton's example application: counts events per key from `input` into the store `counts`
@@ -2412,33 +2408,6 @@ mod tests {
             b"\xff\xff\xff\xff\xff\x02",
         ] {
             assert_eq!(split_change_frame(bad), None, "{bad:?}");
-        }
-    }
-
-    #[derive(Default)]
-    struct MemStores(BTreeMap<(String, Vec<u8>), Vec<u8>>);
-
-    impl Stores for MemStores {
-        fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-            Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
-        }
-        fn range(&mut self, store: &str, from: &[u8], to: &[u8]) -> Result<Entries, StoreError> {
-            let (from, to) = (
-                (store.to_owned(), from.to_vec()),
-                (store.to_owned(), to.to_vec()),
-            );
-            Ok(self
-                .0
-                .range(from..=to)
-                .map(|((_, k), v)| (k.clone(), v.clone()))
-                .collect())
-        }
-        fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
-            let k = (store.to_owned(), key.to_vec());
-            match value {
-                Some(v) => self.0.insert(k, v),
-                None => self.0.remove(&k),
-            };
         }
     }
 

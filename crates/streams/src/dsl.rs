@@ -395,15 +395,10 @@ pub(crate) fn decoding_updates<KS: Serde + ?Sized, VS: Serde + ?Sized>(
     value: Arc<VS>,
     what: String,
 ) -> Updates<KS::Value, VS::Value> {
+    let (key_what, value_what) = (format!("{what}: key"), format!("{what}: value"));
     Arc::new(move |k, v| {
-        let k = key
-            .deserialize(k)
-            .unwrap_or_else(|e| undecodable(format!("{what}: key: {e}")));
-        let v = v.map(|v| {
-            value
-                .deserialize(v)
-                .unwrap_or_else(|e| undecodable(format!("{what}: value: {e}")))
-        });
+        let k = read_or_fail(&*key, k, &key_what);
+        let v = v.map(|v| read_or_fail(&*value, v, &value_what));
         vec![(k, v)]
     })
 }
@@ -413,13 +408,10 @@ pub(crate) fn decoding<KS: Serde, VS: Serde>(
     value: Arc<VS>,
     what: String,
 ) -> Chain<KS::Value, VS::Value> {
+    let (key_what, value_what) = (format!("{what}: key"), format!("{what}: value"));
     Arc::new(move |k, v| {
-        let k = key
-            .deserialize(k)
-            .unwrap_or_else(|e| undecodable(format!("{what}: key: {e}")));
-        let v = value
-            .deserialize(v)
-            .unwrap_or_else(|e| undecodable(format!("{what}: value: {e}")));
+        let k = read_or_fail(&*key, k, &key_what);
+        let v = read_or_fail(&*value, v, &value_what);
         vec![(k, v)]
     })
 }
@@ -1058,9 +1050,7 @@ where
     /// Counts the records of each key into a store (values 8-byte big-endian, as Kafka's
     /// `count` stores a Long).
     pub fn count(self, materialized: Materialized) -> KTable<K, i64> {
-        self.aggregate_into(materialized, "COUNT", Long, |_, current, _| {
-            current.unwrap_or(0) + 1
-        })
+        self.aggregate_into(materialized, "COUNT", Long, counting)
     }
 
     /// Combines each key's values with `f(aggregate, value)`; the first value is the start.
@@ -1073,15 +1063,7 @@ where
         VS: Clone,
     {
         let serde = (*self.value).clone();
-        self.aggregate_into(
-            materialized,
-            "REDUCE",
-            serde,
-            move |_, current, v| match current {
-                Some(acc) => f(acc, v),
-                None => v,
-            },
-        )
+        self.aggregate_into(materialized, "REDUCE", serde, reducing(f))
     }
 
     /// Folds each key's values into an aggregate stored with `serde`: `init()` to start, then
@@ -1093,13 +1075,8 @@ where
         serde: AS,
         materialized: Materialized,
     ) -> KTable<K, AS::Value> {
-        let key = self.key.clone();
-        self.aggregate_into(materialized, "AGGREGATE", serde, move |k, current, v| {
-            let k = key
-                .deserialize(k)
-                .unwrap_or_else(|e| undecodable(format!("grouped key: {e}")));
-            f(&k, v, current.unwrap_or_else(&init))
-        })
+        let fold = folding(self.key.clone(), init, f);
+        self.aggregate_into(materialized, "AGGREGATE", serde, fold)
     }
 
     /// Aggregates per time window of the record timestamps, as Kafka Streams'
@@ -1196,13 +1173,8 @@ where
         let merge_serde = a_serde.clone();
         let (agg, v_serde) = (a_serde.clone(), value);
         let step = move |current: Option<&[u8]>, k: &[u8], v: &[u8]| {
-            let current = current.map(|c| {
-                agg.deserialize(c)
-                    .unwrap_or_else(|e| undecodable(format!("store value: {e}")))
-            });
-            let v = v_serde
-                .deserialize(v)
-                .unwrap_or_else(|e| undecodable(format!("grouped value: {e}")));
+            let current = current.map(|c| read_or_fail(&*agg, c, "store value"));
+            let v = read_or_fail(&*v_serde, v, "grouped value");
             agg.serialize(&fold(k, current, v))
         };
         let state = matches!(windowing, Windowing::Keyed).then(|| store.clone());
@@ -1211,11 +1183,7 @@ where
             Windowing::Time(w) => s.window_aggregate(&store, w, step),
             Windowing::Session(w, merge) => {
                 let merge = move |k: &[u8], acc: Option<&[u8]>, session: &[u8]| {
-                    let read = |v: &[u8]| {
-                        merge_serde
-                            .deserialize(v)
-                            .unwrap_or_else(|e| undecodable(format!("store value: {e}")))
-                    };
+                    let read = |v: &[u8]| read_or_fail(&*merge_serde, v, "store value");
                     merge_serde.serialize(&merge(k, acc.map(read), read(session)))
                 };
                 s.session_aggregate(&store, w, step, merge)
@@ -1224,6 +1192,34 @@ where
         drop(g);
         KTable::of_records(graph, at, (table_key, a_serde), last, "an aggregation")
             .with_state(state)
+    }
+}
+
+/// Kafka's `count` as an aggregation's fold: one more per record.
+pub(crate) fn counting<V>(_: &[u8], current: Option<i64>, _: V) -> i64 {
+    current.unwrap_or(0) + 1
+}
+
+/// Kafka's `reduce` as a fold: a key's first value starts it, then `f(aggregate, value)`.
+pub(crate) fn reducing<V>(
+    f: impl Fn(V, V) -> V + Send + Sync + 'static,
+) -> impl Fn(&[u8], Option<V>, V) -> V + Send + Sync + 'static {
+    move |_, current, v| match current {
+        Some(acc) => f(acc, v),
+        None => v,
+    }
+}
+
+/// Kafka's `aggregate` as a fold: the key read with `key`, `init()` to start a key, then
+/// `f(key, value, aggregate)`.
+pub(crate) fn folding<K, V, A, KS: Serde<Value = K> + ?Sized>(
+    key: Arc<KS>,
+    init: impl Fn() -> A + Send + Sync + 'static,
+    f: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
+) -> impl Fn(&[u8], Option<A>, V) -> A + Send + Sync + 'static {
+    move |k, current, v| {
+        let k = read_or_fail(&*key, k, "grouped key");
+        f(&k, v, current.unwrap_or_else(&init))
     }
 }
 
@@ -1271,10 +1267,7 @@ fn place_source_join(
     (name, inner): (Option<&str>, bool),
 ) -> (Pos, Node) {
     if key_changed {
-        // Kafka's `repartitionForJoin`: named after the join, else after the stream's last
-        // node.
-        let prefix = name.map_or_else(|| last.as_str().to_owned(), str::to_owned);
-        (at, last) = g.repartition(&prefix, &at, &last, encode);
+        (at, last) = g.repartition(&join_prefix(name, &last), &at, &last, encode);
     } else {
         at = g.exit(&at);
         g.edit(&at, move |s| {
@@ -1309,8 +1302,7 @@ fn place_kept_join(
     (name, inner): (Option<&str>, bool),
 ) -> Result<(Pos, Node), JoinRefused> {
     let (start, last, encode) = if key_changed {
-        let prefix = name.map_or_else(|| last.as_str().to_owned(), str::to_owned);
-        let (start, last) = g.repartition_start(&prefix, &at, &last, encode);
+        let (start, last) = g.repartition_start(&join_prefix(name, &last), &at, &last, encode);
         (start, last, None)
     } else {
         (at, last, Some(encode))
@@ -1325,16 +1317,27 @@ fn place_kept_join(
         };
         s.join_kept(&kept, inner)
     });
-    let node = match name {
+    let node = join_node(&mut g.description, name, inner);
+    let last = g.description.add_processor(sub, node, &[&last], &[store]);
+    Ok((at, last))
+}
+
+/// A stream-table join's repartition topic's prefix (Kafka's `repartitionForJoin`): the
+/// join's name, else the stream's last node's.
+fn join_prefix(name: Option<&str>, last: &Node) -> String {
+    name.unwrap_or(last.as_str()).to_owned()
+}
+
+/// A stream-table join's node: its given name, else numbered as Kafka numbers it.
+fn join_node(d: &mut Description, name: Option<&str>, inner: bool) -> Node {
+    match name {
         Some(n) => Node::named(n),
-        None => g.description.next_name(if inner {
+        None => d.next_name(if inner {
             "KSTREAM-JOIN-"
         } else {
             "KSTREAM-LEFTJOIN-"
         }),
-    };
-    let last = g.description.add_processor(sub, node, &[&last], &[store]);
-    Ok((at, last))
+    }
 }
 
 /// The join's nodes in the description: the table's source and processor in the joining
@@ -1355,14 +1358,7 @@ fn describe_join(
     g.description
         .add_processor(at.sub, src.table_node.clone(), &[&table_source], &[store]);
     g.description.rank_subtopology(at.sub, src.rank);
-    let join_node = match name {
-        Some(n) => Node::named(n),
-        None => g.description.next_name(if inner {
-            "KSTREAM-JOIN-"
-        } else {
-            "KSTREAM-LEFTJOIN-"
-        }),
-    };
+    let join_node = join_node(&mut g.description, name, inner);
     g.description
         .add_processor(at.sub, join_node, &[last], &[store])
 }

@@ -255,10 +255,7 @@ where
                 .unwrap_or_else(|| undecodable("a grouped table's change: not one".into()));
             let k = read_or_fail(&*key, k, "grouped key");
             let value = |v: &[u8]| read_or_fail(&*value, v, "grouped value");
-            let current = current.map(|c| {
-                read.deserialize(c)
-                    .unwrap_or_else(|e| undecodable(format!("store value: {e}")))
-            });
+            let current = current.map(|c| read_or_fail(&*read, c, "store value"));
             let kept = match (old, current) {
                 (Some(old), Some(current)) => Some(subtract(&k, current, value(old))),
                 (_, current) => current,

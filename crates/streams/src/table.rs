@@ -6,7 +6,6 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use baton_runtime::record::undecodable;
 use baton_runtime::topology::{RecordEffect, Stream};
 
 use crate::describe::Node;
@@ -25,14 +24,15 @@ pub(crate) fn decoding_changes<K: Send + Sync + 'static, V: Send + Sync + 'stati
     value: Arc<dyn Serde<Value = V>>,
     what: String,
 ) -> Changes<K, V> {
-    let read = move |v: &[u8], which: &str| {
-        value
-            .deserialize(v)
-            .unwrap_or_else(|e| undecodable(format!("{what}: {which} value: {e}")))
-    };
+    let (new_what, old_what) = (format!("{what}: new value"), format!("{what}: old value"));
     Arc::new(move |k, new, old| {
         let k = read_or_fail(&*key, k, "table key");
-        vec![(k, new.map(|v| read(v, "new")), old.map(|v| read(v, "old")))]
+        let read = |v: &[u8], what: &str| read_or_fail(&*value, v, what);
+        vec![(
+            k,
+            new.map(|v| read(v, &new_what)),
+            old.map(|v| read(v, &old_what)),
+        )]
     })
 }
 use crate::serdes::Serde;

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use crate::dsl::{KGroupedStream, Materialized, SessionMerge, Windowing};
-use crate::serdes::read_or_fail;
+use crate::dsl::{
+    counting, folding, reducing, KGroupedStream, Materialized, SessionMerge, Windowing,
+};
 use crate::serdes::{Long, Serde, SessionWindowed, TimeWindowed, Windowed};
 use crate::table::KTable;
 use crate::windows::{SessionWindows, TimeWindows};
@@ -53,9 +54,7 @@ where
 {
     /// Counts each key's records per window (values 8-byte big-endian Longs).
     pub fn count(self, materialized: Materialized) -> KTable<Windowed<K>, i64> {
-        self.aggregate_into(materialized, "COUNT", Long, |_, current, _| {
-            current.unwrap_or(0) + 1
-        })
+        self.aggregate_into(materialized, "COUNT", Long, counting)
     }
 
     /// Combines each key's values per window with `f(aggregate, value)`.
@@ -68,15 +67,7 @@ where
         VS: Clone,
     {
         let serde = (*self.grouped.value).clone();
-        self.aggregate_into(
-            materialized,
-            "REDUCE",
-            serde,
-            move |_, current, v| match current {
-                Some(acc) => f(acc, v),
-                None => v,
-            },
-        )
+        self.aggregate_into(materialized, "REDUCE", serde, reducing(f))
     }
 
     /// Folds each key's values per window: `init()` to start each window, then
@@ -88,11 +79,8 @@ where
         serde: AS,
         materialized: Materialized,
     ) -> KTable<Windowed<K>, AS::Value> {
-        let key = self.grouped.key.clone();
-        self.aggregate_into(materialized, "AGGREGATE", serde, move |k, current, v| {
-            let k = read_or_fail(&*key, k, "grouped key");
-            f(&k, v, current.unwrap_or_else(&init))
-        })
+        let fold = folding(self.grouped.key.clone(), init, f);
+        self.aggregate_into(materialized, "AGGREGATE", serde, fold)
     }
 
     fn aggregate_into<AS: Serde>(
@@ -157,7 +145,7 @@ where
             materialized,
             "COUNT",
             Long,
-            |_, current, _| current.unwrap_or(0) + 1,
+            counting,
             Arc::new(|_, acc: Option<i64>, session| acc.unwrap_or(0) + session),
         )
     }
@@ -175,19 +163,10 @@ where
         let serde = (*self.grouped.value).clone();
         let f = Arc::new(f);
         let merge_f = f.clone();
-        self.aggregate_into(
-            materialized,
-            "REDUCE",
-            serde,
-            move |_, current, v| match current {
-                Some(acc) => f(acc, v),
-                None => v,
-            },
-            Arc::new(move |_, acc, session| match acc {
-                Some(acc) => merge_f(acc, session),
-                None => session,
-            }),
-        )
+        // A merged session combines as a value does.
+        let merge = Arc::new(reducing(move |acc, session| merge_f(acc, session)));
+        let fold = reducing(move |acc, v| f(acc, v));
+        self.aggregate_into(materialized, "REDUCE", serde, fold, merge)
     }
 
     /// Folds each key's values per session: `init()` to start, `f(key, value, aggregate)` for
@@ -201,23 +180,17 @@ where
         serde: AS,
         materialized: Materialized,
     ) -> KTable<Windowed<K>, AS::Value> {
-        let (key, merge_key) = (self.grouped.key.clone(), self.grouped.key.clone());
+        let key = self.grouped.key.clone();
         let init = Arc::new(init);
         let merge_init = init.clone();
-        let merge: SessionMerge<AS::Value> = Arc::new(move |k, acc, session| {
-            let k = read_or_fail(&*merge_key, k, "grouped key");
-            merger(&k, acc.unwrap_or_else(|| merge_init()), session)
-        });
-        self.aggregate_into(
-            materialized,
-            "AGGREGATE",
-            serde,
-            move |k, current, v| {
-                let k = read_or_fail(&*key, k, "grouped key");
-                f(&k, v, current.unwrap_or_else(|| init()))
-            },
-            merge,
-        )
+        // A merged session folds into the aggregate as a value does, with the merger.
+        let merge: SessionMerge<AS::Value> = Arc::new(folding(
+            key.clone(),
+            move || merge_init(),
+            move |k, session, acc| merger(k, acc, session),
+        ));
+        let fold = folding(key, move || init(), f);
+        self.aggregate_into(materialized, "AGGREGATE", serde, fold, merge)
     }
 
     fn aggregate_into<AS: Serde>(

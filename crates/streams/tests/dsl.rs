@@ -4,47 +4,14 @@
 use std::collections::BTreeMap;
 
 use baton_assignor::TaskId;
-use baton_runtime::store::StoreError;
 use std::time::Duration;
 
-use baton_runtime::topology::{Output, Stores, StreamRecord, Topology};
+use baton_runtime::topology::{MemStores as Mem, Output, Stores, StreamRecord, Topology};
 use baton_streams::serdes::{Integer, Json, Long, Serde, Str, TimeWindowed};
 use baton_streams::{
     Branched, Consumed, Grouped, Materialized, Produced, StreamsBuilder, TimeWindows, Window,
     Windowed,
 };
-
-#[derive(Default)]
-struct Mem(BTreeMap<(String, Vec<u8>), Vec<u8>>);
-
-impl Stores for Mem {
-    fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.0.get(&(store.to_owned(), key.to_vec())).cloned())
-    }
-    fn range(
-        &mut self,
-        store: &str,
-        from: &[u8],
-        to: &[u8],
-    ) -> Result<baton_runtime::topology::Entries, StoreError> {
-        let (from, to) = (
-            (store.to_owned(), from.to_vec()),
-            (store.to_owned(), to.to_vec()),
-        );
-        Ok(self
-            .0
-            .range(from..=to)
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect())
-    }
-    fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
-        let k = (store.to_owned(), key.to_vec());
-        match value {
-            Some(v) => self.0.insert(k, v),
-            None => self.0.remove(&k),
-        };
-    }
-}
 
 /// Runs `records` through sub-topology `sub`, all stamped 0; its outputs.
 fn run(

@@ -155,13 +155,7 @@ fn send(setup: &Setup, events: &[Event]) {
 
 /// Every pair in the output, counted.
 fn paid(setup: &Setup) -> BTreeMap<(String, String), usize> {
-    let mut out = BTreeMap::new();
-    for r in setup.read(OUTPUT).into_values().flatten() {
-        let k = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-        let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-        *out.entry((k, v)).or_default() += 1;
-    }
-    out
+    setup.counted(OUTPUT)
 }
 
 /// The pairs in the output, counted; records of an order alone left out.
@@ -201,14 +195,7 @@ fn join_through_a_scale_out_and_a_drain(left: bool) {
     let more = events(200..400, left);
     send(&setup, &more);
     all.extend(more);
-    setup.drain(APP, "a");
-    let drained = setup
-        .rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(60), a).await });
-    assert!(
-        matches!(drained, Ok(Ok(Ok(baton_runtime::Exit::Drained)))),
-        "a exits once drained: {drained:?}"
-    );
+    common::drain_and_await(&setup, (APP, "a"), a);
     let more = events(400..600, left);
     send(&setup, &more);
     all.extend(more);

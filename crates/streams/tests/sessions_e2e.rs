@@ -141,14 +141,7 @@ fn sessions_merge_exactly_through_a_scale_out_and_a_drain() {
         ))
     };
     want.extend(send(&setup, 3..6));
-    setup.drain(APP, "a");
-    let drained = setup
-        .rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(60), a).await });
-    assert!(
-        matches!(drained, Ok(Ok(Ok(baton_runtime::Exit::Drained)))),
-        "a exits once drained: {drained:?}"
-    );
+    common::drain_and_await(&setup, (APP, "a"), a);
     want.extend(send(&setup, 6..9));
     setup.await_equal(&want, "sessions, after the drain", |s| sessions(s).0);
     let (_, closed) = sessions(&setup);

@@ -239,13 +239,7 @@ fn expected_purchases(rounds: &[(usize, &[Input])]) -> BTreeMap<(String, String)
 }
 
 fn purchased_view(setup: &Setup) -> BTreeMap<(String, String), usize> {
-    let mut out = BTreeMap::new();
-    for r in setup.read(PURCHASED).into_values().flatten() {
-        let k = String::from_utf8(r.key.expect("keyed").to_vec()).unwrap();
-        let v = String::from_utf8(r.value.expect("a value").to_vec()).unwrap();
-        *out.entry((k, v)).or_default() += 1;
-    }
-    out
+    setup.counted(PURCHASED)
 }
 
 /// The last record of each key of `topic`, its value read by `value` (`None`: a tombstone).
@@ -360,14 +354,7 @@ fn table_operations_answer_exactly_through_a_scale_out_and_a_drain() {
     };
     inputs.push(phase(1));
     produce(&setup, &inputs[1]);
-    setup.drain(APP, "a");
-    let drained = setup
-        .rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(60), a).await });
-    assert!(
-        matches!(drained, Ok(Ok(Ok(baton_runtime::Exit::Drained)))),
-        "a exits once drained: {drained:?}"
-    );
+    common::drain_and_await(&setup, (APP, "a"), a);
     inputs.push(phase(2));
     produce(&setup, &inputs[2]);
     let want = expected(&inputs);

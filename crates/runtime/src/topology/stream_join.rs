@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use super::{row_pair, Output, Stores, StreamRecord};
+use super::{event_time, row_pair, Output, Stores, StreamRecord};
 use crate::store::StoreError;
 
 /// A stream-stream join store's key, as Kafka Streams' window stores that keep duplicates
@@ -104,12 +104,7 @@ pub(super) fn join_window_put(
     stores: &mut dyn Stores,
     out: &mut Output,
 ) -> Result<(), StoreError> {
-    let ts = r.timestamp;
-    if ts < 0 {
-        crate::record::undecodable(format!(
-            "record timestamp {ts} is negative: a windowed join needs event time"
-        ));
-    }
+    let ts = event_time(r, "windowed joins");
     let cutoff = stream_time.saturating_sub(retention_ms);
     if cutoff > 0 {
         let (from, to) = (

@@ -35,6 +35,23 @@ pub fn await_shutdown(
     }
 }
 
+/// Drains in-process instance `name` of `app` and waits (at most 60 s) for it to exit as
+/// drained.
+pub fn drain_and_await(
+    setup: &Setup,
+    (app, name): (&str, &str),
+    handle: tokio::task::JoinHandle<baton_runtime::Result<baton_runtime::Exit>>,
+) {
+    setup.drain(app, name);
+    let drained = setup
+        .rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), handle).await });
+    assert!(
+        matches!(drained, Ok(Ok(Ok(baton_runtime::Exit::Drained)))),
+        "{name} exits once drained: {drained:?}"
+    );
+}
+
 /// A loopback port free now, for an instance's query server.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -252,6 +269,20 @@ impl Setup {
                 .await
                 .unwrap()
         })
+    }
+
+    /// How many times each (key, value) of text stands in `topic`.
+    pub fn counted(&self, topic: &str) -> BTreeMap<(String, String), usize> {
+        let mut out = BTreeMap::new();
+        for r in self.read(topic).into_values().flatten() {
+            let text = |b: Option<bytes::Bytes>, what: &str| {
+                String::from_utf8(b.unwrap_or_else(|| panic!("{topic}: no {what}")).to_vec())
+                    .unwrap()
+            };
+            *out.entry((text(r.key, "key"), text(r.value, "value")))
+                .or_default() += 1;
+        }
+        out
     }
 
     /// Every record of `topic`, per partition.
