@@ -94,8 +94,13 @@ impl Client {
         records: &[KeyValue],
     ) -> Result<i64> {
         let now = now_ms();
-        self.send_batch(leader, topic, partition, encode_batch(records, |_| now)?)
-            .await
+        self.send_batch(
+            leader,
+            topic,
+            partition,
+            encode_batch(records, |_| now, &[])?,
+        )
+        .await
     }
 
     /// As [`Client::produce`], each record stamped with its own timestamp (milliseconds since
@@ -108,6 +113,21 @@ impl Client {
         records: &[KeyValue],
         timestamps: &[i64],
     ) -> Result<i64> {
+        self.produce_with_headers(leader, topic, partition, records, timestamps, &[])
+            .await
+    }
+
+    /// As [`Client::produce_stamped`], each record with a value carrying `value_headers`
+    /// (a Kafka Streams suppression buffer's changelog marks its layout so: `v` = 3).
+    pub async fn produce_with_headers(
+        &self,
+        leader: &str,
+        topic: &str,
+        partition: i32,
+        records: &[KeyValue],
+        timestamps: &[i64],
+        value_headers: &[(&str, &[u8])],
+    ) -> Result<i64> {
         if timestamps.len() != records.len() {
             return Err(Error::Protocol(format!(
                 "{} timestamps for {} records",
@@ -115,7 +135,7 @@ impl Client {
                 records.len()
             )));
         }
-        let batch = encode_batch(records, |i| timestamps[i])?;
+        let batch = encode_batch(records, |i| timestamps[i], value_headers)?;
         self.send_batch(leader, topic, partition, batch).await
     }
 
@@ -254,8 +274,22 @@ impl Client {
     }
 }
 
-/// One v2 record batch of `records`, uncompressed, record `i` stamped `ts(i)`.
-fn encode_batch(records: &[KeyValue], ts: impl Fn(usize) -> i64) -> Result<Bytes> {
+/// One v2 record batch of `records`, uncompressed, record `i` stamped `ts(i)`; records with a
+/// value carry `value_headers`.
+fn encode_batch(
+    records: &[KeyValue],
+    ts: impl Fn(usize) -> i64,
+    value_headers: &[(&str, &[u8])],
+) -> Result<Bytes> {
+    let headers: kafka_protocol::indexmap::IndexMap<StrBytes, Option<Bytes>> = value_headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                StrBytes::from_string((*k).to_owned()),
+                Some(Bytes::copy_from_slice(v)),
+            )
+        })
+        .collect();
     let wire: Vec<WireRecord> = records
         .iter()
         .enumerate()
@@ -274,7 +308,10 @@ fn encode_batch(records: &[KeyValue], ts: impl Fn(usize) -> i64) -> Result<Bytes
             timestamp: ts(i),
             key: key.clone(),
             value: value.clone(),
-            headers: Default::default(),
+            headers: match value {
+                Some(_) => headers.clone(),
+                None => Default::default(),
+            },
         })
         .collect();
     let mut batch = BytesMut::new();
@@ -345,6 +382,25 @@ mod split_tests {
     }
 
     #[test]
+    fn value_headers_go_on_records_with_a_value_only() {
+        let records = [kv(3), (Some(Bytes::from_static(b"gone")), None)];
+        let mut batch = encode_batch(&records, |i| i as i64, &[("v", &[3])]).unwrap();
+        let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut batch).unwrap();
+        let headers: Vec<Vec<(String, Option<Bytes>)>> = set
+            .records
+            .iter()
+            .map(|r| {
+                r.headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect()
+            })
+            .collect();
+        let v3 = vec![("v".to_owned(), Some(Bytes::from_static(&[3])))];
+        assert_eq!(headers, vec![v3, vec![]]);
+    }
+
+    #[test]
     fn one_record_always_goes_even_when_too_large() {
         assert_eq!(fitting(&[kv(5_000)], 1_000), 1);
         assert_eq!(fitting(&[], 1_000), 0);
@@ -367,7 +423,7 @@ mod split_tests {
                 let size: usize = BATCH_HEADER_BYTES
                     + records[start..start + n].iter().map(record_bytes).sum::<usize>();
                 prop_assert!(n == 1 || size <= limit);
-                let encoded = encode_batch(&records[start..start + n], |_| 1_700_000_000_000).unwrap();
+                let encoded = encode_batch(&records[start..start + n], |_| 1_700_000_000_000, &[]).unwrap();
                 prop_assert!(encoded.len() <= size, "{} > {}", encoded.len(), size);
                 start += n;
             }

@@ -7,6 +7,7 @@
 //! changelog), [`thread`] and [`membership`] (the async driver of one machine), [`instance`]
 //! (threads, drain, cleanup, metrics).
 
+pub mod buffer_index;
 pub mod cache;
 pub mod catchup;
 pub mod cleanup;

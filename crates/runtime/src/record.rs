@@ -103,8 +103,11 @@ fn contained(
 /// A record's writes, read back by the record itself before they reach the batch.
 struct Scope<'s> {
     stores: &'s mut dyn Stores,
-    writes: Vec<(String, Vec<u8>, Option<Vec<u8>>)>,
+    writes: Vec<ScopeWrite>,
 }
+
+/// A write a record made: store, key, value (`None` deletes).
+type ScopeWrite = (String, Vec<u8>, Option<Vec<u8>>);
 
 impl Stores for Scope<'_> {
     fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -134,9 +137,48 @@ impl Stores for Scope<'_> {
         Ok(crate::topology::overlay_range(base, mine, from, to))
     }
 
+    fn buffer_head(
+        &mut self,
+        store: &str,
+        skip: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<crate::topology::BufferHead, StoreError> {
+        let mine = latest_writes(&self.writes, store);
+        let base = self
+            .stores
+            .buffer_head(store, &|k| skip(k) || mine.contains_key(k))?;
+        Ok(crate::topology::overlay_head(
+            base,
+            mine.iter().map(|(k, v)| (*k, *v)),
+            skip,
+        ))
+    }
+
+    fn buffer_totals(&mut self, store: &str) -> Result<(u64, u64), StoreError> {
+        let mine = latest_writes(&self.writes, store);
+        let base = self.stores.buffer_totals(store)?;
+        let mut writes = Vec::with_capacity(mine.len());
+        for (k, v) in mine {
+            let before = self.stores.get(store, k)?;
+            writes.push((k, v, before.map(|b| (k.len() + b.len()) as u64)));
+        }
+        Ok(crate::topology::overlay_totals(base, writes))
+    }
+
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
         self.writes.push((store.to_owned(), key.to_vec(), value));
     }
+}
+
+/// Each key's last write to `store` among `writes`.
+fn latest_writes<'w>(
+    writes: &'w [ScopeWrite],
+    store: &str,
+) -> BTreeMap<&'w [u8], Option<&'w [u8]>> {
+    writes
+        .iter()
+        .filter(|(s, _, _)| s == store)
+        .map(|(_, k, v)| (k.as_slice(), v.as_deref()))
+        .collect()
 }
 
 /// Skipped records are logged at most once a second per task: the first at once, the

@@ -11,11 +11,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use baton_assignor::TaskId;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Slice};
 use sha2::{Digest, Sha256};
+
+use crate::buffer_index::BufferIndex;
+use crate::topology::BufferHead;
 
 /// The next changelog offset to apply.
 const NEXT_OFFSET: &str = "next_changelog_offset";
@@ -94,6 +97,9 @@ pub struct TaskStore {
     /// so a reader sees a consistent (value, checkpoint) pair only with none between them
     /// ([`TaskStore::read_consistent`]).
     loads: Arc<LoadCount>,
+    /// A suppression buffer's time order, built when first asked ([`TaskStore::buffer_head`]):
+    /// kept with each batch applied, dropped by a bulk load.
+    index: Arc<Mutex<Option<BufferIndex>>>,
 }
 
 /// A key's value with the store's checkpoint, as one snapshot saw them.
@@ -162,6 +168,7 @@ impl TaskStore {
             checkpoint,
             path,
             loads: Arc::default(),
+            index: Arc::default(),
         })
     }
 
@@ -410,7 +417,56 @@ impl TaskStore {
         if let Some(next) = next {
             batch.insert(&self.checkpoint, NEXT_OFFSET, next.to_be_bytes().as_slice());
         }
-        batch.commit().map_err(|e| err(&self.path, e))
+        let mut index = self.index_lock();
+        let committed = batch.commit().map_err(|e| err(&self.path, e));
+        match (&committed, index.as_mut()) {
+            (Ok(()), Some(ix)) => writes.iter().for_each(|(k, v)| ix.write(k, v.as_deref())),
+            _ => *index = None,
+        }
+        committed
+    }
+
+    fn index_lock(&self) -> MutexGuard<'_, Option<BufferIndex>> {
+        self.index
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The store's entries as a suppression buffer's, indexed by time (built by a full scan
+    /// when first asked).
+    fn buffer_index(&self) -> Result<MutexGuard<'_, Option<BufferIndex>>> {
+        let mut index = self.index_lock();
+        if index.is_none() {
+            let mut ix = BufferIndex::default();
+            for entry in self.data.iter() {
+                let (k, v) = entry.into_inner().map_err(|e| err(&self.path, e))?;
+                ix.write(&k, Some(&v));
+            }
+            for (k, v) in self.long_entries()? {
+                ix.write(&k, Some(&v));
+            }
+            *index = Some(ix);
+        }
+        Ok(index)
+    }
+
+    /// As a suppression buffer: its first entry by (buffer time, key) among keys `skip`
+    /// passes over.
+    pub fn buffer_head(&self, skip: &dyn Fn(&[u8]) -> bool) -> Result<BufferHead> {
+        Ok(self.buffer_index()?.as_ref().and_then(|ix| ix.head(skip)))
+    }
+
+    /// As a suppression buffer: its entries and their keys' and values' bytes.
+    pub fn buffer_totals(&self) -> Result<(u64, u64)> {
+        Ok(self
+            .buffer_index()?
+            .as_ref()
+            .map_or((0, 0), BufferIndex::totals))
+    }
+
+    /// As a suppression buffer: `key`'s entry's key and value bytes.
+    pub fn buffer_size(&self, key: &[u8]) -> Result<Option<u64>> {
+        Ok(self.buffer_index()?.as_ref().and_then(|ix| ix.size_of(key)))
     }
 
     /// Bulk-loads changelog records, given in changelog order, then records the checkpoint
@@ -483,7 +539,10 @@ impl TaskStore {
         earlier: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         self.loads.started.fetch_add(1, Ordering::SeqCst);
+        *self.index_lock() = None;
         let written = self.write_sorted_counted(writes, next_changelog_offset, earlier);
+        // A buffer index built while the load ran may have missed it.
+        *self.index_lock() = None;
         self.loads.ended.fetch_add(1, Ordering::SeqCst);
         written
     }
@@ -696,6 +755,53 @@ mod tests {
 
     fn w(k: &str, v: Option<&str>) -> Write {
         (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))
+    }
+
+    /// A suppression buffer's time order follows the batches applied, a bulk load's writes
+    /// too, and sees entries written before it was first asked for.
+    #[test]
+    fn the_buffer_index_follows_every_write() {
+        let dir = std::env::temp_dir().join(format!("baton-store-index-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TaskStore::open(&dir, TaskId::new(0, 0), "s").unwrap();
+        let entry = |time: i64| time.to_be_bytes().to_vec();
+        let long_key = vec![7u8; LONGEST_NATIVE_KEY + 1];
+        let writes = [
+            (b"b".to_vec(), Some(entry(20))),
+            (long_key.clone(), Some(entry(5))),
+        ];
+        store.apply(&writes, Some(1)).unwrap();
+        assert_eq!(
+            store.buffer_head(&|_| false).unwrap(),
+            Some((5, long_key.clone()))
+        );
+        assert_eq!(
+            store.buffer_totals().unwrap(),
+            (2, 1 + 8 + long_key.len() as u64 + 8)
+        );
+        store
+            .apply(
+                &[(long_key.clone(), None), (b"a".to_vec(), Some(entry(30)))],
+                Some(2),
+            )
+            .unwrap();
+        assert_eq!(
+            store.buffer_head(&|_| false).unwrap(),
+            Some((20, b"b".to_vec()))
+        );
+        assert_eq!(
+            store.buffer_head(&|k| k == b"b").unwrap(),
+            Some((30, b"a".to_vec()))
+        );
+        assert_eq!(store.buffer_size(b"a").unwrap(), Some(9));
+        let mut load = vec![(b"c".to_vec(), Some(entry(1))), (b"b".to_vec(), None)];
+        store.ingest(&mut load, 3).unwrap();
+        assert_eq!(
+            store.buffer_head(&|_| false).unwrap(),
+            Some((1, b"c".to_vec()))
+        );
+        assert_eq!(store.buffer_totals().unwrap(), (2, 18));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Runs in key order go in as they are; overlapping runs are merged, the later run's write

@@ -27,6 +27,7 @@ use crate::store::StoreError;
 
 mod mem;
 mod stream_join;
+pub mod suppress;
 pub use mem::MemStores;
 pub use stream_join::{
     join_store_key, split_unmatched_list, unmatched_key, unmatched_list, Unmatched,
@@ -157,6 +158,9 @@ enum Step {
         inner: bool,
         kept: bool,
     },
+    /// Kafka Streams' `suppress`: each table update waits in a buffer store until its time
+    /// has come ([`suppress::suppress`]).
+    Suppress(Arc<suppress::Suppression>),
     /// The Processor API's escape hatch: `f` reads and writes `stores` (plain key-value
     /// stores of this stream, each with its changelog) and forwards any records, with any
     /// keys.
@@ -887,6 +891,23 @@ impl Stream {
         self
     }
 
+    /// Holds each table update back in a buffer store until its time has come (Kafka
+    /// Streams' `suppress`, [`suppress::Suppression`]); the store's changelog is Kafka's
+    /// suppression buffer's.
+    pub fn suppress(mut self, s: suppress::Suppression) -> Self {
+        self.steps.push(Step::Suppress(Arc::new(s)));
+        self
+    }
+
+    /// Whether `store` is a suppression buffer of this stream.
+    fn is_buffer(&self, store: &str) -> bool {
+        self.find(|s| match s {
+            Step::Suppress(b) if b.store == store => Some(()),
+            _ => None,
+        })
+        .is_some()
+    }
+
     /// Tables first, then the steps' stores: the order of the task's changelogs.
     fn stores(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
@@ -896,6 +917,7 @@ impl Stream {
             | Step::SessionAggregate { store, .. }
             | Step::JoinWindow { store, .. }
             | Step::Upsert { store } => out.push(store),
+            Step::Suppress(b) => out.push(&b.store),
             Step::Process { stores, .. } => out.extend(stores.iter().map(String::as_str)),
             // Both sides of a join share it.
             Step::WindowJoin {
@@ -1103,6 +1125,15 @@ fn check_steps(
                     });
                 }
             }
+            Step::Suppress(b) => {
+                if let Some(step) = key_changed {
+                    return Err(TopologyError::KeyChangeBeforeState {
+                        stream: i,
+                        step,
+                        store: b.store.clone(),
+                    });
+                }
+            }
             Step::Fork { branches, .. } => {
                 for (b, branch) in branches.iter().enumerate() {
                     let at = format!("{here}.branches[{b}]");
@@ -1138,6 +1169,7 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::Peek(_)
             | Step::Join { .. }
             | Step::JoinWindow { .. }
+            | Step::Suppress(_)
             | Step::FlatMap { updates: true, .. } => {}
             // A junction's records come from several paths: not one table's updates.
             Step::Map(_)
@@ -1272,6 +1304,19 @@ pub trait Stores {
     /// Sets `key`'s value, or deletes it (`None`: a tombstone in the changelog).
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>);
 
+    /// The first entry of the suppression buffer `store` by (buffer time, key), among keys
+    /// `skip` passes over, writes not yet stored included: its time
+    /// ([`suppress::buffer_time`]) and key.
+    fn buffer_head(
+        &mut self,
+        store: &str,
+        skip: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<BufferHead, StoreError>;
+
+    /// How many entries the suppression buffer `store` holds, and their keys' and values'
+    /// bytes, writes not yet stored included.
+    fn buffer_totals(&mut self, store: &str) -> Result<(u64, u64), StoreError>;
+
     fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
         self.write(store, key, Some(value));
     }
@@ -1279,6 +1324,50 @@ pub trait Stores {
     fn delete(&mut self, store: &str, key: &[u8]) {
         self.write(store, key, None);
     }
+}
+
+/// Headers of a store's changelog records: (key, value).
+pub type ChangelogHeaders = &'static [(&'static str, &'static [u8])];
+
+/// A suppression buffer's first entry: its buffer time and key.
+pub type BufferHead = Option<(i64, Vec<u8>)>;
+
+/// The first of `base` (the head of the entries under the writes, found with the written keys
+/// skipped) and of `writes`' values (`None`: removed), keys `skip` takes passed over.
+pub fn overlay_head<'w>(
+    base: BufferHead,
+    writes: impl IntoIterator<Item = (&'w [u8], Option<&'w [u8]>)>,
+    skip: &dyn Fn(&[u8]) -> bool,
+) -> BufferHead {
+    let written = writes
+        .into_iter()
+        .filter_map(|(k, v)| Some((suppress::buffer_time(v?), k)))
+        .filter(|(_, k)| !skip(k))
+        .min();
+    match (base, written) {
+        (Some(b), Some((t, k))) if (t, k) < (b.0, b.1.as_slice()) => Some((t, k.to_vec())),
+        (None, Some((t, k))) => Some((t, k.to_vec())),
+        (b, _) => b,
+    }
+}
+
+/// `totals` (entries, key and value bytes) with each written key's entry `before` replaced by
+/// its write.
+pub fn overlay_totals<'w>(
+    (mut entries, mut bytes): (u64, u64),
+    writes: impl IntoIterator<Item = (&'w [u8], Option<&'w [u8]>, Option<u64>)>,
+) -> (u64, u64) {
+    for (k, v, before) in writes {
+        if let Some(size) = before {
+            entries = entries.saturating_sub(1);
+            bytes = bytes.saturating_sub(size);
+        }
+        if let Some(v) = v {
+            entries += 1;
+            bytes += (k.len() + v.len()) as u64;
+        }
+    }
+    (entries, bytes)
 }
 
 /// `base` (entries in key order) with `writes` in `from..=to` applied over it, in order (a
@@ -1412,6 +1501,15 @@ impl Topology {
             windows,
             sessions: stream.sessions_of(store),
         })
+    }
+
+    /// The headers `store`'s changelog records with a value carry: a suppression buffer's
+    /// layout version, as Kafka Streams writes and checks it; none for the others.
+    pub fn changelog_headers(&self, store: &str) -> ChangelogHeaders {
+        match self.streams.iter().any(|s| s.is_buffer(store)) {
+            true => suppress::SUPPRESS_HEADERS,
+            false => &[],
+        }
     }
 
     /// How `store`'s values are laid out, and so its changelog records
@@ -2061,6 +2159,7 @@ fn run_any(
                     old: None,
                 }),
         ),
+        Step::Suppress(b) => suppress::suppress(b, run.task, r, stream_time, stores, next)?,
         Step::Process { f, .. } => next.extend(f(run.task, &r, stream_time, stores)?),
         Step::Junction(n) => {
             if let Some(steps) = run.junctions.get(*n) {

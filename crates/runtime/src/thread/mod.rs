@@ -44,7 +44,7 @@ use crate::reseed;
 use crate::status::{Phase, Role, TaskStatus};
 use crate::store::{TaskStore, Write};
 use crate::stream_time;
-use crate::topology::Emitted;
+use crate::topology::{ChangelogHeaders, Emitted};
 use crate::unreadable;
 use fetch::restore_chunk;
 use records::{BatchRun, RecordEnv, StoreWrites};
@@ -1019,10 +1019,14 @@ impl Driver {
         let Some(t) = self.tasks.get(&task) else {
             return failed(false);
         };
-        let layouts: Vec<Layout> = t.stores.iter().map(|s| s.catchup.layout()).collect();
+        let logs: Vec<(Layout, ChangelogHeaders)> = t
+            .stores
+            .iter()
+            .map(|s| (s.catchup.layout(), ctx.topology.changelog_headers(&s.name)))
+            .collect();
         let input = || input_ranges(&sources, inputs);
         match self
-            .write_changelogs(m, task, batch_id, &layouts, writes, &input)
+            .write_changelogs(m, task, batch_id, &logs, writes, &input)
             .await
         {
             Ok(written) => applied.extend(written),

@@ -17,7 +17,7 @@ use crate::heal::StoreFailures;
 use crate::machine::{Event, RequestId};
 use crate::record::{run_record, RecordOutcome, SkipLog};
 use crate::store::StoreError;
-use crate::topology::{Output, Stores, StreamRecord};
+use crate::topology::{overlay_head, overlay_totals, BufferHead, Output, Stores, StreamRecord};
 
 /// An input record the application failed on, or could not deserialize.
 struct FailedRecord {
@@ -86,6 +86,39 @@ impl Stores for Pending<'_> {
             from,
             to,
         ))
+    }
+
+    fn buffer_head(
+        &mut self,
+        store: &str,
+        skip: &dyn Fn(&[u8]) -> bool,
+    ) -> std::result::Result<BufferHead, StoreError> {
+        let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
+            return Ok(None);
+        };
+        let writes = self.writes.get(&idx);
+        let written = |k: &[u8]| writes.is_some_and(|w| w.contains_key(k));
+        let base = self.stores[idx]
+            .store
+            .buffer_head(&|k| skip(k) || written(k))?;
+        let writes = writes.into_iter().flatten();
+        Ok(overlay_head(
+            base,
+            writes.map(|(k, (v, _))| (k.as_slice(), v.as_deref())),
+            skip,
+        ))
+    }
+
+    fn buffer_totals(&mut self, store: &str) -> std::result::Result<(u64, u64), StoreError> {
+        let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
+            return Ok((0, 0));
+        };
+        let base = &self.stores[idx].store;
+        let mut writes = Vec::new();
+        for (k, (v, _)) in self.writes.get(&idx).into_iter().flatten() {
+            writes.push((k.as_slice(), v.as_deref(), base.buffer_size(k)?));
+        }
+        Ok(overlay_totals(base.buffer_totals()?, writes))
     }
 
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {

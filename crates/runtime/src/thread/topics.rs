@@ -4,6 +4,7 @@
 use super::*;
 use crate::layout::from_changelog;
 use crate::store::StoreError;
+use crate::topology::ChangelogHeaders;
 
 /// How often a thread with running actives asks the broker whether their changelogs are still
 /// the topics it knows. An active writes its changelog only when input comes: without this, a
@@ -45,6 +46,7 @@ impl Driver {
             };
             let (store, layout, checkpoint) =
                 (s.store.clone(), s.catchup.layout(), s.catchup.position());
+            let headers = self.ctx.topology.changelog_headers(&s.name);
             tracing::warn!(
                 task = %task,
                 changelog = %tp,
@@ -60,7 +62,10 @@ impl Driver {
             let Some(newer) = self.absorb_new_life(task, tp, &store, layout).await else {
                 return failed;
             };
-            let Some((end, written)) = self.reseed_one(m, task, tp, &store, layout).await else {
+            let Some((end, written)) = self
+                .reseed_one(m, task, tp, &store, (layout, headers))
+                .await
+            else {
                 return failed;
             };
             if newer > 0 {
@@ -196,7 +201,7 @@ impl Driver {
         task: TaskId,
         tp: &TopicPartition,
         store: &TaskStore,
-        layout: Layout,
+        (layout, headers): (Layout, ChangelogHeaders),
     ) -> Option<(i64, u64)> {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -224,7 +229,7 @@ impl Driver {
                 return None;
             }
             match self
-                .produce(tp, &page.records, Some(&page.timestamps))
+                .produce(tp, &page.records, Some(&page.timestamps), headers)
                 .await
             {
                 Ok(next) => end = Some(next),

@@ -68,7 +68,7 @@ impl Driver {
                 if !m.may_write(self.now()) {
                     return failed();
                 }
-                let index = match self.produce(&tp, &batch, Some(&stamps)).await {
+                let index = match self.produce(&tp, &batch, Some(&stamps), &[]).await {
                     Ok(_) => break,
                     Err(Produced::Failed) => return failed(),
                     Err(Produced::Oversized { index, .. }) => index,
@@ -108,14 +108,14 @@ impl Driver {
     }
 
     /// Writes a batch's store writes to their changelogs in Kafka's layout (each store's
-    /// `layouts[idx]`): per store, its writes and the changelog offset after them. `Err`: the
+    /// `logs[idx]`: its layout, and the headers its records with a value carry): per store, its writes and the changelog offset after them. `Err`: the
     /// event that ends the batch. `input` names the batch's input, for an error.
     pub(super) async fn write_changelogs(
         &self,
         m: &ThreadMachine,
         task: TaskId,
         batch_id: RequestId,
-        layouts: &[Layout],
+        logs: &[(Layout, ChangelogHeaders)],
         writes: BTreeMap<usize, StoreWrites>,
         input: &(dyn Fn() -> String + Sync),
     ) -> std::result::Result<Vec<(usize, Vec<Write>, i64)>, Event> {
@@ -132,7 +132,7 @@ impl Driver {
             let (wire, stamps): (Vec<KeyValue>, Vec<i64>) = writes
                 .iter()
                 .map(|(k, (v, ts))| {
-                    let (value, ts) = to_changelog(layouts[idx], v.as_deref(), *ts);
+                    let (value, ts) = to_changelog(logs[idx].0, v.as_deref(), *ts);
                     let value = value.map(Bytes::copy_from_slice);
                     ((Some(Bytes::from(k.clone())), value), ts)
                 })
@@ -143,7 +143,7 @@ impl Driver {
             if !m.may_write(self.now()) {
                 return Err(failed());
             }
-            match self.produce(tp, &wire, Some(&stamps)).await {
+            match self.produce(tp, &wire, Some(&stamps), logs[idx].1).await {
                 Ok(next) => {
                     let writes = writes.into_iter().map(|(k, (v, _))| (k, v)).collect();
                     applied.push((idx, writes, next));
@@ -192,7 +192,7 @@ impl Driver {
         for (p, mut batch) in by_partition {
             let tp = TopicPartition::new(topic, p);
             while !batch.is_empty() {
-                match self.produce(&tp, &batch, None).await {
+                match self.produce(&tp, &batch, None, &[]).await {
                     Ok(_) => break,
                     Err(Produced::Failed) => return false,
                     Err(Produced::Oversized { index, .. }) => {
@@ -214,11 +214,13 @@ impl Driver {
     /// Produces `records` to a partition in batches the broker takes; the offset after the
     /// last. A refusal as too large shrinks the batches and sends again; a record refused on
     /// its own is [`Produced::Oversized`] (those before it are written). Failures are logged.
+    /// Stamped records with a value carry `value_headers`.
     pub(super) async fn produce(
         &self,
         tp: &TopicPartition,
         records: &[KeyValue],
         timestamps: Option<&[i64]>,
+        value_headers: &[(&str, &[u8])],
     ) -> std::result::Result<i64, Produced> {
         let mut start = 0;
         let mut next = 0;
@@ -243,12 +245,13 @@ impl Driver {
             let sent = match timestamps {
                 Some(ts) => {
                     self.io
-                        .produce_stamped(
+                        .produce_with_headers(
                             &leader,
                             &tp.topic,
                             tp.partition,
                             chunk,
                             &ts[start..start + n],
+                            value_headers,
                         )
                         .await
                 }
