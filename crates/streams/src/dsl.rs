@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use baton_runtime::query::format::{Format, StoreFormat};
 use baton_runtime::record::undecodable;
+use baton_runtime::topology::suppress::WindowEnd;
 use baton_runtime::topology::{
     split_join_frame, Layout, Place, RecordEffect, Sessions, Stream, Topology, TopologyError,
     Windows,
@@ -182,6 +183,7 @@ impl StreamsBuilder {
                 placed: Rc::new(Cell::new(false)),
             }),
             state: None,
+            closes: None,
         }
     }
 
@@ -1178,6 +1180,15 @@ where
             agg.serialize(&fold(k, current, v))
         };
         let state = matches!(windowing, Windowing::Keyed).then(|| store.clone());
+        // Kafka's window close for suppress (`GraphGraceSearchUtil`): a session closes its
+        // gap after its end, plus the grace.
+        let closes = match &windowing {
+            Windowing::Keyed => None,
+            Windowing::Time(w) => Some((WindowEnd::Time { size_ms: w.size_ms }, w.grace_ms)),
+            Windowing::Session(w, _) => {
+                Some((WindowEnd::Session, w.grace_ms.saturating_add(w.gap_ms)))
+            }
+        };
         g.edit(&at, move |s| match windowing {
             Windowing::Keyed => s.aggregate_as(&store, Layout::Timestamped, step),
             Windowing::Time(w) => s.window_aggregate(&store, w, step),
@@ -1192,6 +1203,7 @@ where
         drop(g);
         KTable::of_records(graph, at, (table_key, a_serde), last, "an aggregation")
             .with_state(state)
+            .closing(closes)
     }
 }
 

@@ -6,6 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use baton_runtime::topology::suppress::WindowEnd;
 use baton_runtime::topology::{RecordEffect, Stream};
 
 use crate::describe::Node;
@@ -55,6 +56,10 @@ pub struct KTable<K, V> {
     /// The timestamped store an aggregation or an upsert keeps its rows in, beside `at`: what
     /// a stream joining it reads.
     pub(crate) state: Option<String>,
+    /// For a windowed aggregation's table (and tables made from it by filters and value
+    /// maps): how its keys give their window's end, and how long after it the window closes
+    /// (what `suppress(until_window_closes)` waits for).
+    pub(crate) closes: Option<(WindowEnd, i64)>,
 }
 
 /// A table read from a topic ([`crate::StreamsBuilder::table`]).
@@ -92,7 +97,14 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             last,
             source: None,
             state: None,
+            closes: None,
         }
+    }
+
+    /// The same table, its windows closing as given ([`KTable::closes`]).
+    pub(crate) fn closing(mut self, closes: Option<(WindowEnd, i64)>) -> KTable<K, V> {
+        self.closes = closes;
+        self
     }
 
     /// The same table, its rows kept in the timestamped store `store` beside its updates.
@@ -116,6 +128,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             last: Node::default(),
             source: None,
             state: None,
+            closes: None,
         }
     }
 
@@ -136,6 +149,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             last,
             source: None,
             state: None,
+            closes: None,
         }
     }
 
@@ -202,6 +216,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         step: impl Fn(&K, Option<V>) -> Option<V2> + Send + Sync + 'static,
     ) -> KTable<K, V2> {
         let (at, prev, last) = self.placed(false);
+        let closes = self.closes;
         let step = Arc::new(step);
         let changes = self.changes.clone().map(|prev| -> Changes<K, V2> {
             let step = step.clone();
@@ -238,6 +253,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             last,
             source: None,
             state: None,
+            closes,
         };
         match store {
             Some(store) => table.kept_in(&store),
@@ -279,6 +295,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             "a kept table",
         )
         .with_state(Some(store.to_owned()))
+        .closing(self.closes)
     }
 
     /// As [`KTable::filter`], the result kept in a store when `materialized` names one

@@ -1983,3 +1983,230 @@ fn a_rekeyed_stream_joins_an_aggregation_through_a_repartition_topic() {
     let err = err.to_string();
     assert!(err.contains("straight from its topics"), "{err}");
 }
+
+/// `(window key as Kafka prints it "[k@start/end]", count, timestamp)` of a windowed count's
+/// outputs; `sessions`: keys are session keys.
+fn windowed_counts(out: &[StreamRecord], sessions: bool) -> Vec<(String, Option<i64>, i64)> {
+    use baton_streams::serdes::SessionWindowed;
+    out.iter()
+        .map(|r| {
+            let Windowed { key, window } = if sessions {
+                SessionWindowed::new(Str).deserialize(&r.key).unwrap()
+            } else {
+                TimeWindowed::new(Str, Duration::from_millis(2))
+                    .deserialize(&r.key)
+                    .unwrap()
+            };
+            let n = r.value.as_deref().map(|v| Long.deserialize(v).unwrap());
+            let shown = format!("[{key}@{}/{}]", window.start_ms, window.end_ms);
+            (shown, n, r.timestamp)
+        })
+        .collect()
+}
+
+fn counts_of(want: &[(&str, i64, i64)]) -> Vec<(String, Option<i64>, i64)> {
+    want.iter()
+        .map(|&(k, n, ts)| (k.to_owned(), Some(n), ts))
+        .collect()
+}
+
+/// A windowed count of "input" by key, its final results only, written to "output".
+fn final_counts(
+    windows: impl baton_streams::WindowedBy<String, String, Str, Str, Windowed = impl FinalCount>,
+) -> Topology {
+    let b = StreamsBuilder::new("finals");
+    let grouped = b
+        .stream("input", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str));
+    grouped.windowed_by(windows).final_count();
+    b.build().unwrap()
+}
+
+trait FinalCount {
+    fn final_count(self);
+}
+
+impl FinalCount for baton_streams::TimeWindowedKStream<String, String, Str, Str> {
+    fn final_count(self) {
+        use baton_streams::{BufferConfig, Suppressed};
+        self.count(Materialized::named("counts"))
+            .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
+            .to_stream()
+            .to(
+                "output",
+                Produced::with(TimeWindowed::new(Str, Duration::from_millis(2)), Long),
+            );
+    }
+}
+
+impl FinalCount for baton_streams::SessionWindowedKStream<String, String, Str, Str> {
+    fn final_count(self) {
+        use baton_streams::serdes::SessionWindowed;
+        use baton_streams::{BufferConfig, Suppressed};
+        self.count(Materialized::named("counts"))
+            .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
+            .to_stream()
+            .to("output", Produced::with(SessionWindowed::new(Str), Long));
+    }
+}
+
+fn k1(ts: &[i64]) -> Vec<(Vec<u8>, Vec<u8>, i64)> {
+    ts.iter()
+        .map(|&t| (b"k1".to_vec(), b"v1".to_vec(), t))
+        .collect()
+}
+
+/// `SuppressScenarioTest.shouldSupportFinalResultsForTimeWindows` and
+/// `...WithLargeJump`: each window's last count once, when stream time passes its end plus
+/// the grace; a record for a closed window changes nothing.
+#[test]
+fn final_results_of_time_windows_are_kafkas() {
+    let ms = Duration::from_millis;
+    let t = final_counts(TimeWindows::of_size_and_grace(ms(2), ms(1)));
+    let (out, late) = run_at(&t, 0, &mut Mem::default(), &k1(&[0, 1, 2, 1, 0, 5, 0]));
+    assert_eq!(late, 1);
+    let want = counts_of(&[("[k1@0/2]", 4, 1), ("[k1@2/4]", 1, 2)]);
+    assert_eq!(windowed_counts(&out, false), want);
+
+    let t = final_counts(TimeWindows::of_size_and_grace(ms(2), ms(2)));
+    let (out, _) = run_at(
+        &t,
+        0,
+        &mut Mem::default(),
+        &k1(&[0, 1, 2, 0, 3, 0, 4, 0, 30]),
+    );
+    let want = counts_of(&[("[k1@0/2]", 4, 1), ("[k1@2/4]", 2, 3), ("[k1@4/6]", 1, 4)]);
+    assert_eq!(windowed_counts(&out, false), want);
+}
+
+/// `SuppressScenarioTest.shouldSupportFinalResultsForSessionWindows`: a session's last count
+/// once it closes (end plus gap plus grace); the deletes of merged sessions are not sent.
+#[test]
+fn final_results_of_sessions_are_kafkas() {
+    let t = final_counts(
+        baton_streams::SessionWindows::of_inactivity_gap_with_no_grace(Duration::from_millis(5)),
+    );
+    let mut records = k1(&[0, 5, 1]);
+    records.push((b"k2".to_vec(), b"v1".to_vec(), 11));
+    records.extend(k1(&[5, 30]));
+    let (out, _) = run_at(&t, 0, &mut Mem::default(), &records);
+    let want = counts_of(&[("[k1@0/5]", 3, 5), ("[k2@11/11]", 1, 11)]);
+    assert_eq!(windowed_counts(&out, true), want);
+}
+
+/// A table of "input" regrouped by value and counted (two sub-topologies), suppressed as
+/// `suppressed` says; each input's (key, value, timestamp) run through sub-topology 0, then
+/// what it wrote through sub-topology 1, as two tasks would: sub-topology 1's outputs per input.
+fn regrouped_and_suppressed(
+    suppressed: baton_streams::Suppressed,
+    inputs: &[(&str, &str, i64)],
+) -> Vec<Vec<(String, i64, i64)>> {
+    let b = StreamsBuilder::new("suppressed");
+    b.table("input", Consumed::with(Str, Str), Materialized::generated())
+        .group_by(
+            |k: &String, v: &String| (v.clone(), k.clone()),
+            Grouped::with(Str, Str),
+        )
+        .count(Materialized::generated())
+        .suppress(suppressed)
+        .to_stream()
+        .to("output-suppressed", Produced::with(Str, Long));
+    let t = b.build().unwrap();
+    let mut stores = Mem::default();
+    let (mut time0, mut time1) = (-1, -1);
+    let mut per_input = Vec::new();
+    for (k, v, ts) in inputs {
+        let mut first = Output::default();
+        time0 = time0.max(*ts);
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), *ts);
+        t.process(TaskId::new(0, 0), r, time0, &mut stores, &mut first)
+            .unwrap();
+        let mut out = Output::default();
+        for e in first.records {
+            time1 = time1.max(e.record.timestamp);
+            t.process(TaskId::new(1, 0), e.record, time1, &mut stores, &mut out)
+                .unwrap();
+        }
+        per_input.push(
+            out.records
+                .iter()
+                .map(|e| {
+                    let key = Str.deserialize(&e.record.key).unwrap();
+                    let n = Long
+                        .deserialize(e.record.value.as_deref().unwrap())
+                        .unwrap();
+                    (key, n, e.record.timestamp)
+                })
+                .collect(),
+        );
+    }
+    per_input
+}
+
+fn owned_counts(v: &[(&str, i64, i64)]) -> Vec<(String, i64, i64)> {
+    v.iter().map(|&(k, n, ts)| (k.to_owned(), n, ts)).collect()
+}
+
+/// `SuppressScenarioTest.shouldSuppressIntermediateEventsWithTimeLimit`: each key's latest
+/// count once stream time passes its first held update's time plus the limit.
+#[test]
+fn a_time_limit_sends_each_keys_latest_update_as_kafkas() {
+    use baton_streams::{BufferConfig, Suppressed};
+    let s = Suppressed::until_time_limit(Duration::from_millis(2), BufferConfig::unbounded());
+    let out = regrouped_and_suppressed(
+        s,
+        &[
+            ("k1", "v1", 0),
+            ("k1", "v2", 1),
+            ("k2", "v1", 2),
+            ("tick", "tick", 3),
+            ("tick", "tock", 4),
+        ],
+    );
+    let out: Vec<_> = out.into_iter().collect();
+    assert_eq!(out[..3].concat(), owned_counts(&[("v1", 1, 2)]));
+    assert_eq!(out[3], owned_counts(&[("v2", 1, 1)]));
+    assert_eq!(out[4], vec![], "tick is held from time 3 until 5");
+}
+
+/// `SuppressScenarioTest.shouldSuppressIntermediateEventsWithRecordLimit`: a buffer of one key
+/// sends its oldest early.
+#[test]
+fn a_record_limit_sends_the_oldest_early_as_kafkas() {
+    use baton_streams::{BufferConfig, Suppressed};
+    let forever = Duration::from_millis(i64::MAX as u64);
+    let s =
+        Suppressed::until_time_limit(forever, BufferConfig::max_records(1).emit_early_when_full());
+    let out = regrouped_and_suppressed(
+        s,
+        &[
+            ("k1", "v1", 0),
+            ("k1", "v2", 1),
+            ("k2", "v1", 2),
+            ("x", "x", 3),
+        ],
+    );
+    assert_eq!(
+        out[..3].concat(),
+        owned_counts(&[("v1", 0, 1), ("v2", 1, 1)])
+    );
+    assert_eq!(out[3], owned_counts(&[("v1", 1, 2)]));
+}
+
+/// Final results need windows: a plain table's are refused at build.
+#[test]
+fn until_window_closes_refuses_a_table_without_windows() {
+    use baton_streams::{BufferConfig, Suppressed};
+    let b = StreamsBuilder::new("refused");
+    b.stream("input", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::generated())
+        .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
+        .to_stream()
+        .to("output", Produced::with(Str, Long));
+    let err = b.build().err().expect("refused").to_string();
+    assert!(
+        err.contains("window close time is only defined for windowed computations"),
+        "{err}"
+    );
+}

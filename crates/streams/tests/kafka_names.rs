@@ -1012,3 +1012,116 @@ fn a_stream_joining_an_aggregations_table_is_numbered_as_kafkas() {
         &["app-KSTREAM-KEY-SELECT-0000000004-repartition"],
     );
 }
+
+/// `SuppressTopologyTest`: a suppression takes the processor's number then its store's
+/// (`KTABLE-SUPPRESS-`, `KTABLE-SUPPRESS-STATE-STORE-`), or, named, `<name>` and
+/// `<name>-store` and no number; its store is listed with the processor.
+#[test]
+fn suppress_is_named_and_numbered_as_kafkas() {
+    use baton_streams::{BufferConfig, Suppressed};
+    let finals = |name: Option<&str>| {
+        let b = StreamsBuilder::new("app");
+        let mut s = Suppressed::until_window_closes(BufferConfig::unbounded());
+        if let Some(n) = name {
+            s = s.with_name(n);
+        }
+        b.stream("input", Consumed::with(Str, Str))
+            .group_by(|k: &String, _: &String| k.clone(), Grouped::with(Str, Str))
+            .windowed_by(SessionWindows::of_inactivity_gap_and_grace(
+                Duration::from_millis(5),
+                Duration::from_millis(5),
+            ))
+            .count(Materialized::named("counts"))
+            .suppress(s)
+            .to_stream()
+            .map(|k, v: &i64| (k.key.clone(), *v))
+            .to("output-suppressed", Produced::with(Str, Long));
+        b
+    };
+    let sub0 = [
+        "KSTREAM-SOURCE-0000000000",
+        "KSTREAM-KEY-SELECT-0000000001",
+        "counts-repartition-filter",
+        "counts-repartition-sink",
+    ];
+    let b = finals(None);
+    let described = b.describe();
+    assert!(
+        described.contains(
+            "Processor: KTABLE-SUPPRESS-0000000006 (stores: [KTABLE-SUPPRESS-STATE-STORE-0000000007])"
+        ),
+        "{described}"
+    );
+    check(
+        b,
+        &[
+            &sub0,
+            &[
+                "counts-repartition-source",
+                "KSTREAM-AGGREGATE-0000000002",
+                "KTABLE-SUPPRESS-0000000006",
+                "KTABLE-TOSTREAM-0000000008",
+                "KSTREAM-MAP-0000000009",
+                "KSTREAM-SINK-0000000010",
+            ],
+        ],
+        &["counts", "KTABLE-SUPPRESS-STATE-STORE-0000000007"],
+        &["app-counts-repartition"],
+    );
+    let b = finals(Some("myname"));
+    let described = b.describe();
+    assert!(
+        described.contains("Processor: myname (stores: [myname-store])"),
+        "{described}"
+    );
+    check(
+        b,
+        &[
+            &sub0,
+            &[
+                "counts-repartition-source",
+                "KSTREAM-AGGREGATE-0000000002",
+                "myname",
+                "KTABLE-TOSTREAM-0000000006",
+                "KSTREAM-MAP-0000000007",
+                "KSTREAM-SINK-0000000008",
+            ],
+        ],
+        &["counts", "myname-store"],
+        &["app-counts-repartition"],
+    );
+    // An intermediate suppression of a plain count.
+    for (name, want) in [(None, "KTABLE-SUPPRESS-0000000003"), (Some("asdf"), "asdf")] {
+        let b = StreamsBuilder::new("app");
+        let mut s = Suppressed::until_time_limit(Duration::from_secs(1), BufferConfig::unbounded());
+        if let Some(n) = name {
+            s = s.with_name(n);
+        }
+        b.stream("input", Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .count(Materialized::generated())
+            .suppress(s)
+            .to_stream()
+            .to("output", Produced::with(Str, Long));
+        let store = match name {
+            None => "KTABLE-SUPPRESS-STATE-STORE-0000000004".to_owned(),
+            Some(n) => format!("{n}-store"),
+        };
+        let (to_stream, sink) = match name {
+            None => ("KTABLE-TOSTREAM-0000000005", "KSTREAM-SINK-0000000006"),
+            Some(_) => ("KTABLE-TOSTREAM-0000000003", "KSTREAM-SINK-0000000004"),
+        };
+        check(
+            b,
+            &[&[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-AGGREGATE-0000000002",
+                want,
+                to_stream,
+                sink,
+            ]],
+            &["KSTREAM-AGGREGATE-STATE-STORE-0000000001", &store],
+            &[],
+        );
+    }
+}
