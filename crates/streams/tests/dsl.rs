@@ -2210,3 +2210,23 @@ fn until_window_closes_refuses_a_table_without_windows() {
         "{err}"
     );
 }
+
+/// A windowed table through a filter keeps its windows' close: its final results are the
+/// filter's, a window the filter rejects at its close sending nothing.
+#[test]
+fn final_results_follow_a_filter_of_the_windowed_table() {
+    use baton_streams::{BufferConfig, Suppressed};
+    let ms = Duration::from_millis;
+    let b = StreamsBuilder::new("busy-windows");
+    b.stream("input", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .windowed_by(TimeWindows::of_size_and_grace(ms(2), ms(1)))
+        .count(Materialized::named("counts"))
+        .filter(|_, n: &i64| *n > 1)
+        .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
+        .to_stream()
+        .to("output", Produced::with(TimeWindowed::new(Str, ms(2)), Long));
+    let t = b.build().unwrap();
+    let (out, _) = run_at(&t, 0, &mut Mem::default(), &k1(&[0, 1, 2, 1, 0, 5, 0]));
+    assert_eq!(windowed_counts(&out, false), counts_of(&[("[k1@0/2]", 4, 1)]));
+}
