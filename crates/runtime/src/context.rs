@@ -31,6 +31,8 @@ pub struct Context {
     pub status: Status,
     /// The stores held here, for queries.
     pub copies: LocalCopies,
+    /// The global tables' stores, read whole on this instance ([`crate::global`]).
+    pub globals: Vec<crate::global::GlobalStore>,
     pub queries: QueryMetrics,
     /// Where every task's copies are, from the latest assignment.
     routing: Mutex<Routing>,
@@ -74,6 +76,7 @@ impl Context {
             process_id,
             status: Status::default(),
             copies: LocalCopies::default(),
+            globals: Vec::new(),
             queries: QueryMetrics::default(),
             routing: Mutex::new(Routing::default()),
             leaving: AtomicBool::new(false),

@@ -66,14 +66,15 @@ pub async fn run_with_queries(
     let process_id = state_dir.process_id()?;
     let metrics_addr = cfg.metrics_addr;
     let threads = cfg.threads;
-    let ctx = Arc::new(Context::new(
-        client,
-        cfg,
-        topology,
-        wire,
-        sink_partitions,
-        process_id,
-    ));
+    let globals = crate::global::open(&cfg.state_dir, &topology)?;
+    // Kafka's global thread reads its tables to their ends before any stream thread starts.
+    tokio::select! {
+        read = crate::global::bootstrap(&client, &globals) => read?,
+        _ = stop.wait_for(|s| *s) => return Ok(Exit::Shutdown),
+    }
+    let mut ctx = Context::new(client, cfg, topology, wire, sink_partitions, process_id);
+    ctx.globals = globals;
+    let ctx = Arc::new(ctx);
     ctx.learn_topic_ids().await;
     cleanup::scan(&ctx);
     queries.bind(ctx.clone());
@@ -104,6 +105,7 @@ pub async fn run_with_queries(
     background.push(tokio::spawn(control::watch(ctx.clone(), control_from)));
     background.push(tokio::spawn(control::publish_progress(ctx.clone())));
     background.push(tokio::spawn(cleanup::run(ctx.clone())));
+    background.push(tokio::spawn(crate::global::follow(ctx.clone())));
 
     // The threads stop on the caller's shutdown or on a thread's failure alike.
     let mut outside = shutdown;
@@ -437,6 +439,7 @@ async fn partition_counts(
         .source_topics()
         .into_iter()
         .chain(topology.sink_topics())
+        .chain(topology.globals().iter().map(|g| g.topic.as_str()))
         .chain(dead_letters.iter().copied())
         .map(str::to_owned)
         .collect();
@@ -453,6 +456,11 @@ async fn partition_counts(
         };
         if t.error_code == 0 && !t.partitions.is_empty() {
             out.insert(name, t.partitions.len() as u32);
+        }
+    }
+    for g in topology.globals() {
+        if !out.contains_key(&g.topic) {
+            return Err(TopologyError::MissingTopic(g.topic.clone()).into());
         }
     }
     for source in topology.source_topics() {

@@ -15,6 +15,7 @@ pub mod config;
 pub mod context;
 pub mod control;
 pub mod error;
+pub mod global;
 pub mod heal;
 pub mod instance;
 pub mod layout;

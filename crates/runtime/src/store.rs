@@ -9,6 +9,7 @@
 //! the SHA-256 digest of the key, with the whole key kept beside the value and checked on every
 //! read. Keys inside the range take the usual path, untouched and uncopied.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -128,7 +129,11 @@ struct LoadCount {
 impl TaskStore {
     /// Opens (or creates) `state_dir/<task>/<store>/`.
     pub fn open(state_dir: &Path, task: TaskId, store: &str) -> Result<TaskStore> {
-        let path = crate::state_dir::store_dir(state_dir, task, store);
+        TaskStore::open_at(crate::state_dir::store_dir(state_dir, task, store))
+    }
+
+    /// Opens (or creates) a store at `path`: a global table's, which no task owns.
+    pub fn open_at(path: PathBuf) -> Result<TaskStore> {
         let fresh = !path.exists();
         std::fs::create_dir_all(&path).map_err(|source| StoreError::Io {
             path: path.display().to_string(),
@@ -399,10 +404,52 @@ impl TaskStore {
         self.apply_with(writes, next_changelog_offset, None)
     }
 
+    /// As [`TaskStore::apply`], for a store filled from each partition of a topic (a global
+    /// table's): offsets below `next` of `partition` are in the store ([`TaskStore::offsets`]).
+    pub fn apply_from(&self, writes: &[Write], partition: i32, next: i64) -> Result<()> {
+        let key = format!("{NEXT_OFFSET}/{partition}");
+        self.apply_keyed(writes, Some((&key, next)), Some(PersistMode::SyncAll))
+    }
+
+    /// The next offset of each partition a store filled by [`TaskStore::apply_from`] has
+    /// taken in.
+    pub fn offsets(&self) -> Result<BTreeMap<i32, i64>> {
+        let prefix = format!("{NEXT_OFFSET}/");
+        let mut out = BTreeMap::new();
+        for entry in self.checkpoint.prefix(prefix.as_bytes()) {
+            let (k, v) = entry.into_inner().map_err(|e| err(&self.path, e))?;
+            let p = std::str::from_utf8(&k[prefix.len()..])
+                .ok()
+                .and_then(|p| p.parse().ok());
+            match (p, self.parse_checkpoint(Some(v))?) {
+                (Some(p), Some(next)) => out.insert(p, next),
+                _ => {
+                    return Err(StoreError::Corrupt {
+                        path: self.path.display().to_string(),
+                        message: format!(
+                            "a partition checkpoint under {:?}",
+                            String::from_utf8_lossy(&k)
+                        ),
+                    })
+                }
+            };
+        }
+        Ok(out)
+    }
+
     fn apply_with(
         &self,
         writes: &[Write],
         next: Option<i64>,
+        durability: Option<PersistMode>,
+    ) -> Result<()> {
+        self.apply_keyed(writes, next.map(|n| (NEXT_OFFSET, n)), durability)
+    }
+
+    fn apply_keyed(
+        &self,
+        writes: &[Write],
+        next: Option<(&str, i64)>,
         durability: Option<PersistMode>,
     ) -> Result<()> {
         let mut batch = self.db.batch().durability(durability);
@@ -414,8 +461,8 @@ impl TaskStore {
                 (false, None) => batch.remove(&self.long_keys, digest(k)),
             }
         }
-        if let Some(next) = next {
-            batch.insert(&self.checkpoint, NEXT_OFFSET, next.to_be_bytes().as_slice());
+        if let Some((key, next)) = next {
+            batch.insert(&self.checkpoint, key, next.to_be_bytes().as_slice());
         }
         let mut index = self.index_lock();
         let committed = batch.commit().map_err(|e| err(&self.path, e));
@@ -755,6 +802,25 @@ mod tests {
 
     fn w(k: &str, v: Option<&str>) -> Write {
         (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))
+    }
+
+    /// A store filled from several partitions keeps each one's next offset with its writes.
+    #[test]
+    fn partition_offsets_are_kept_with_their_writes() {
+        let dir = std::env::temp_dir().join(format!("baton-store-global-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = TaskStore::open_at(dir.join("global").join("g")).unwrap();
+        assert!(store.offsets().unwrap().is_empty());
+        store.apply_from(&[w("a", Some("1"))], 0, 5).unwrap();
+        store.apply_from(&[w("b", Some("2"))], 1, 3).unwrap();
+        store.apply_from(&[w("a", None)], 0, 6).unwrap();
+        drop(store);
+        let store = TaskStore::open_at(dir.join("global").join("g")).unwrap();
+        assert_eq!(store.offsets().unwrap(), BTreeMap::from([(0, 6), (1, 3)]));
+        assert_eq!(store.get(b"a").unwrap(), None);
+        assert_eq!(store.get(b"b").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(store.checkpoint().unwrap(), None, "a task's checkpoint is apart");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A suppression buffer's time order follows the batches applied, a bulk load's writes

@@ -59,6 +59,8 @@ type PunctuateFn = Arc<
         + Send
         + Sync,
 >;
+/// `(key, value) -> the global table's key` a record joins, or `None` for none.
+pub type GlobalKeyFn = Arc<dyn Fn(&[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
 /// `(current aggregate or None, key, value) -> new aggregate`, or `None` to remove the key.
 type AggregateFn = Arc<dyn Fn(Option<&[u8]>, &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync>;
 /// `(key, aggregate so far or None to start, a session's aggregate) -> the two merged`.
@@ -157,6 +159,15 @@ enum Step {
         store: String,
         inner: bool,
         kept: bool,
+    },
+    /// Looks up `key(record key, value)` in the global table `store` ([`GlobalTable`]) and
+    /// passes on the record with its value and the row as one [`join_frame`]; with `inner`, a
+    /// key the table lacks (or no key) drops the record (Kafka Streams' stream-global `join`;
+    /// else `leftJoin`).
+    GlobalJoin {
+        store: String,
+        key: GlobalKeyFn,
+        inner: bool,
     },
     /// Kafka Streams' `suppress`: each table update waits in a buffer store until its time
     /// has come ([`suppress::suppress`]).
@@ -891,6 +902,21 @@ impl Stream {
         self
     }
 
+    /// Joins each record with the row of a global table ([`Step::GlobalJoin`]).
+    pub fn global_join(
+        mut self,
+        store: &str,
+        key: impl Fn(&[u8], &[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
+        inner: bool,
+    ) -> Self {
+        self.steps.push(Step::GlobalJoin {
+            store: store.to_owned(),
+            key: Arc::new(key),
+            inner,
+        });
+        self
+    }
+
     /// Holds each table update back in a buffer store until its time has come (Kafka
     /// Streams' `suppress`, [`suppress::Suppression`]); the store's changelog is Kafka's
     /// suppression buffer's.
@@ -1168,6 +1194,7 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::MapValues(_)
             | Step::Peek(_)
             | Step::Join { .. }
+            | Step::GlobalJoin { .. }
             | Step::JoinWindow { .. }
             | Step::Suppress(_)
             | Step::FlatMap { updates: true, .. } => {}
@@ -1280,6 +1307,7 @@ pub struct Topology {
     repartition_partitions: BTreeMap<String, u32>,
     /// What `describe` prints, when the builder knows more than the streams say.
     description: Option<String>,
+    globals: Vec<GlobalTable>,
     /// How each store's keys and values read, for queries; bytes where not set.
     formats: BTreeMap<String, StoreFormat>,
 }
@@ -1324,6 +1352,52 @@ pub trait Stores {
     fn delete(&mut self, store: &str, key: &[u8]) {
         self.write(store, key, None);
     }
+}
+
+/// Checks that each global table has a placeholder stream, a store and a topic of its own,
+/// and that every global join reads one.
+fn check_globals(streams: &[Stream], globals: &[GlobalTable]) -> Result<(), TopologyError> {
+    let bad = |why: String| Err(TopologyError::Invalid(why));
+    for (n, g) in globals.iter().enumerate() {
+        match streams.get(g.subtopology as usize) {
+            Some(s) if s.sources.is_empty() && s.steps.is_empty() => {}
+            _ => {
+                return bad(format!(
+                    "global table {}: sub-topology {} is not an empty placeholder",
+                    g.store, g.subtopology
+                ))
+            }
+        }
+        let stream_source = streams.iter().any(|s| s.sources.contains(&g.topic));
+        let task_store = streams
+            .iter()
+            .any(|s| s.stores().contains(&g.store.as_str()));
+        let twice = globals[..n]
+            .iter()
+            .any(|o| o.store == g.store || o.topic == g.topic);
+        if stream_source || task_store || twice {
+            return bad(format!(
+                "global table {} of {}: its topic and store must be its own",
+                g.store, g.topic
+            ));
+        }
+    }
+    for s in streams {
+        let mut missing = None;
+        s.walk_all(&mut |step| {
+            if let Step::GlobalJoin { store, .. } = step {
+                if !globals.iter().any(|g| &g.store == store) {
+                    missing = Some(store.clone());
+                }
+            }
+        });
+        if let Some(store) = missing {
+            return bad(format!(
+                "a global join reads {store}, which is no global table"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Headers of a store's changelog records: (key, value).
@@ -1392,8 +1466,38 @@ pub fn overlay_range<'w>(
     all.into_iter().collect()
 }
 
+/// A topic read whole on every instance into a store of its own: Kafka Streams' global
+/// table. Its sub-topology number is taken (as Kafka numbers its node group) but makes no
+/// tasks: the stream at that index is an empty placeholder ([`Stream::from`] no topics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalTable {
+    pub topic: String,
+    pub store: String,
+    pub subtopology: u32,
+}
+
 impl Topology {
     pub fn new(app_id: &str, streams: Vec<Stream>) -> Result<Topology, TopologyError> {
+        Topology::with_globals(app_id, streams, Vec::new())
+    }
+
+    /// A topology with global tables besides its streams ([`GlobalTable`]).
+    pub fn with_globals(
+        app_id: &str,
+        streams: Vec<Stream>,
+        globals: Vec<GlobalTable>,
+    ) -> Result<Topology, TopologyError> {
+        check_globals(&streams, &globals)?;
+        let mut t = Topology::build(app_id, streams, &globals)?;
+        t.globals = globals;
+        Ok(t)
+    }
+
+    fn build(
+        app_id: &str,
+        streams: Vec<Stream>,
+        globals: &[GlobalTable],
+    ) -> Result<Topology, TopologyError> {
         let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
         if app_id.is_empty() || app_id.len() > 200 || !app_id.chars().all(valid) {
             return Err(TopologyError::BadAppId(app_id.to_owned()));
@@ -1405,6 +1509,9 @@ impl Topology {
         let mut store_of: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, s) in streams.iter().enumerate() {
             if s.sources.is_empty() {
+                if globals.iter().any(|g| g.subtopology as usize == i) {
+                    continue;
+                }
                 return Err(TopologyError::NoSource(i));
             }
             for t in &s.sources {
@@ -1451,6 +1558,7 @@ impl Topology {
             repartition_partitions: BTreeMap::new(),
             description: None,
             formats: BTreeMap::new(),
+            globals: Vec::new(),
         })
     }
 
@@ -1721,7 +1829,12 @@ impl Topology {
         Some(retention + WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
     }
 
-    /// Every source topic.
+    /// The global tables, each read whole on every instance.
+    pub fn globals(&self) -> &[GlobalTable] {
+        &self.globals
+    }
+
+    /// Every source topic (global tables' aside).
     pub fn source_topics(&self) -> BTreeSet<&str> {
         self.streams
             .iter()
@@ -1823,7 +1936,13 @@ impl Topology {
     /// The topology the group leader assigns, given every source topic's partition count.
     pub fn wire(&self, partitions: &BTreeMap<String, u32>) -> Result<WireTopology, TopologyError> {
         let mut wire = WireTopology::default();
-        for (i, s) in self.streams.iter().enumerate() {
+        // A global table's placeholder makes no tasks.
+        let tasked = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.sources.is_empty());
+        for (i, s) in tasked {
             let mut counts = BTreeMap::new();
             for t in &s.sources {
                 let n = *partitions
@@ -2033,6 +2152,16 @@ fn run_step(
         Step::Join { store, inner, kept } => {
             stream_table_join((store, *inner, *kept), r, stores, next)?
         }
+        Step::GlobalJoin { store, key, inner } => {
+            let row = match key(&r.key, value) {
+                Some(k) => stores.get(store, &k)?,
+                None => None,
+            };
+            if row.is_some() || !inner {
+                let v = join_frame(value, row.as_deref());
+                next.push(StreamRecord::new(r.key, v, ts));
+            }
+        }
         _ => run_any(run, step, r, stream_time, stores, out, next)?,
     }
     Ok(())
@@ -2112,6 +2241,7 @@ fn run_delete(
         | Step::SessionAggregate { .. }
         | Step::JoinWindow { .. }
         | Step::WindowJoin { .. }
+        | Step::GlobalJoin { .. }
         | Step::Join { .. } => {}
         _ => run_any(run, step, r, stream_time, stores, out, next)?,
     }
@@ -2452,6 +2582,82 @@ pub fn count_per_key(app_id: &str, input: &str, output: &str) -> Result<Topology
 mod tests {
 
     use super::*;
+
+    /// A global table takes a sub-topology number and no task; a stream joins it by a key
+    /// mapped from its records, inner or left.
+    #[test]
+    fn a_global_table_numbers_no_tasks_and_joins_by_a_mapped_key() {
+        let global = GlobalTable {
+            topic: "products".into(),
+            store: "products-store".into(),
+            subtopology: 0,
+        };
+        // Orders "order id -> product id"; the join looks the product up.
+        let product_of = |_: &[u8], v: &[u8]| Some(v.to_vec());
+        let orders = |inner| {
+            Stream::from(&["orders"])
+                .global_join("products-store", product_of, inner)
+                .to("priced")
+        };
+        let t = Topology::with_globals(
+            "shop",
+            vec![Stream::from::<&str>(&[]), orders(true)],
+            vec![global.clone()],
+        )
+        .unwrap();
+        let counts = BTreeMap::from([("orders".to_owned(), 2u32)]);
+        let wire = t.wire(&counts).unwrap();
+        assert_eq!(wire.subtopologies.keys().collect::<Vec<_>>(), [&1]);
+        assert!(!t.source_topics().contains("products"));
+        let mut stores = MemStores::default();
+        stores.put("products-store", b"p1", b"apple".to_vec());
+        let mut out = Output::default();
+        for (order, product) in [("o1", "p1"), ("o2", "p9")] {
+            let r = StreamRecord::new(order.as_bytes().to_vec(), product.as_bytes().to_vec(), 5);
+            t.process(TaskId::new(1, 0), r, 5, &mut stores, &mut out)
+                .unwrap();
+        }
+        let joined: Vec<_> = out
+            .records
+            .iter()
+            .map(|e| split_join_frame(e.record.value.as_deref().unwrap()).unwrap())
+            .map(|(v, row)| (v.to_vec(), row.map(<[u8]>::to_vec)))
+            .collect();
+        assert_eq!(joined, vec![(b"p1".to_vec(), Some(b"apple".to_vec()))]);
+        let left = Topology::with_globals(
+            "shop",
+            vec![Stream::from::<&str>(&[]), orders(false)],
+            vec![global.clone()],
+        )
+        .unwrap();
+        let mut out = Output::default();
+        let r = StreamRecord::new(b"o2".to_vec(), b"p9".to_vec(), 5);
+        left.process(TaskId::new(1, 0), r, 5, &mut stores, &mut out)
+            .unwrap();
+        let (_, row) = split_join_frame(out.records[0].record.value.as_deref().unwrap()).unwrap();
+        assert_eq!(row, None);
+        // A global join of a store no global table has, a placeholder without a global table,
+        // and a global topic read by a stream too are refused.
+        let refused = [
+            Topology::with_globals("shop", vec![orders(true)], vec![]),
+            Topology::with_globals(
+                "shop",
+                vec![Stream::from::<&str>(&[]), orders(true)],
+                vec![],
+            ),
+            Topology::with_globals(
+                "shop",
+                vec![
+                    Stream::from::<&str>(&[]),
+                    Stream::from(&["products"]).to("x"),
+                ],
+                vec![global],
+            ),
+        ];
+        for r in refused {
+            assert!(r.is_err());
+        }
+    }
 
     #[test]
     fn row_pairs_keep_either_side_absent() {

@@ -2225,8 +2225,14 @@ fn final_results_follow_a_filter_of_the_windowed_table() {
         .filter(|_, n: &i64| *n > 1)
         .suppress(Suppressed::until_window_closes(BufferConfig::unbounded()))
         .to_stream()
-        .to("output", Produced::with(TimeWindowed::new(Str, ms(2)), Long));
+        .to(
+            "output",
+            Produced::with(TimeWindowed::new(Str, ms(2)), Long),
+        );
     let t = b.build().unwrap();
     let (out, _) = run_at(&t, 0, &mut Mem::default(), &k1(&[0, 1, 2, 1, 0, 5, 0]));
-    assert_eq!(windowed_counts(&out, false), counts_of(&[("[k1@0/2]", 4, 1)]));
+    assert_eq!(
+        windowed_counts(&out, false),
+        counts_of(&[("[k1@0/2]", 4, 1)])
+    );
 }

@@ -912,7 +912,7 @@ impl Driver {
             Some(&t) => t,
             None => self.stream_time_in_stores(task, t),
         };
-        let mut run = BatchRun::new(&t.stores, stream_time);
+        let mut run = BatchRun::new(&t.stores, &ctx.globals, stream_time);
         let Some(fetched) = take_input(&mut self.buffers, &sources, inputs) else {
             return failed(false);
         };

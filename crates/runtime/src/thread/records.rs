@@ -13,6 +13,7 @@ use baton_protocol::TopicPartition;
 use super::{failed_task_fate, StoreIo};
 use crate::config::ProcessingErrorPolicy;
 use crate::context::Context;
+use crate::global::GlobalStore;
 use crate::heal::StoreFailures;
 use crate::machine::{Event, RequestId};
 use crate::record::{run_record, RecordOutcome, SkipLog};
@@ -39,6 +40,7 @@ pub(super) type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
 /// its end ([`sorted`]).
 pub(super) struct Pending<'a> {
     pub stores: &'a [StoreIo],
+    pub globals: &'a [GlobalStore],
     pub writes: BTreeMap<usize, StoreWrites>,
     pub tables: BTreeMap<usize, TableUpdates>,
     /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
@@ -49,7 +51,11 @@ pub(super) struct Pending<'a> {
 impl Stores for Pending<'_> {
     fn get(&mut self, store: &str, key: &[u8]) -> std::result::Result<Option<Vec<u8>>, StoreError> {
         let Some(idx) = self.stores.iter().position(|s| s.name == store) else {
-            return Ok(None);
+            // A global table's, read as it stands: no task writes it.
+            return match self.globals.iter().find(|g| g.name == store) {
+                Some(g) => g.store.get(key),
+                None => Ok(None),
+            };
         };
         if let Some(v) = self.tables.get(&idx).and_then(|(w, _)| w.get(key)) {
             return Ok(v.clone());
@@ -146,10 +152,15 @@ pub(super) struct BatchRun<'a> {
 }
 
 impl<'a> BatchRun<'a> {
-    pub fn new(stores: &'a [StoreIo], stream_time: i64) -> BatchRun<'a> {
+    pub fn new(
+        stores: &'a [StoreIo],
+        globals: &'a [GlobalStore],
+        stream_time: i64,
+    ) -> BatchRun<'a> {
         BatchRun {
             pending: Pending {
                 stores,
+                globals,
                 writes: BTreeMap::new(),
                 tables: BTreeMap::new(),
                 timestamp: 0,

@@ -1,0 +1,249 @@
+//! Global tables: a topic read whole, every partition, into a store on every instance (Kafka
+//! Streams' `GlobalKTable`), for stream-global joins that need no co-partitioning. No task
+//! owns it and no changelog backs it: the topic is its changelog, and each partition's next
+//! offset is kept in the store with the records it covers (`<state dir>/global/<store>`).
+//!
+//! The stores are read to the topic's end before the stream threads start (Kafka's global
+//! thread bootstraps first), then followed for the instance's life. A failed read is logged
+//! once and retried every second; the store keeps answering with what it has. An offset the
+//! topic no longer has (deleted and made again, or cut by retention) empties the store and
+//! reads the topic again from its start.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_kafka::Client;
+use baton_protocol::TopicPartition;
+
+use crate::context::Context;
+use crate::error::{Result, RuntimeError};
+use crate::store::{TaskStore, Write};
+use crate::topology::{Topology, TopologyError};
+
+fn kafka(what: String) -> impl FnOnce(baton_kafka::Error) -> RuntimeError {
+    move |source| RuntimeError::Kafka { what, source }
+}
+
+/// Bytes asked of one partition per fetch.
+const FETCH_BYTES: i32 = 4 << 20;
+/// How long a follow-up fetch waits at the broker for records.
+const FOLLOW_WAIT_MS: i32 = 500;
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// One global table's store on this instance.
+#[derive(Clone)]
+pub struct GlobalStore {
+    pub name: String,
+    pub topic: String,
+    pub store: TaskStore,
+}
+
+/// Opens every global table's store under `state_dir`.
+pub fn open(state_dir: &Path, topology: &Topology) -> Result<Vec<GlobalStore>> {
+    topology
+        .globals()
+        .iter()
+        .map(|g| {
+            let path = state_dir.join("global").join(&g.store);
+            let store = TaskStore::open_at(path).map_err(RuntimeError::from)?;
+            Ok(GlobalStore {
+                name: g.store.clone(),
+                topic: g.topic.clone(),
+                store,
+            })
+        })
+        .collect()
+}
+
+/// Reads each global table's topic into its store up to the end it has now.
+pub async fn bootstrap(client: &Client, globals: &[GlobalStore]) -> Result<()> {
+    for g in globals {
+        let started = std::time::Instant::now();
+        let mut reader = Reader::new(client, g).await?;
+        let ends = reader.ends().await?;
+        let mut read = 0;
+        while reader.behind(&ends) {
+            read += reader.poll(0).await?;
+        }
+        tracing::info!(store = %g.name, topic = %g.topic, records = read, secs = started.elapsed().as_secs_f64(), "global table read to its end");
+    }
+    Ok(())
+}
+
+/// Follows each global table's topic for the instance's life (until the task is aborted).
+pub async fn follow(ctx: Arc<Context>) {
+    let tasks: Vec<_> = ctx
+        .globals
+        .iter()
+        .cloned()
+        .map(|g| tokio::spawn(follow_one(ctx.clone(), g)))
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+async fn follow_one(ctx: Arc<Context>, g: GlobalStore) {
+    let what = format!("reading global table {} from {}", g.name, g.topic);
+    loop {
+        let mut reader = match Reader::new(&ctx.client, &g).await {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.failing(&what, &e);
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
+        };
+        loop {
+            match reader.poll(FOLLOW_WAIT_MS).await {
+                Ok(_) => ctx.recovered(|| what.clone()),
+                Err(e) => {
+                    ctx.failing(&what, &e);
+                    tokio::time::sleep(RETRY_EVERY).await;
+                    // The partition count or the leaders may have changed.
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Where one global store stands in its topic.
+struct Reader<'a> {
+    client: &'a Client,
+    g: &'a GlobalStore,
+    partitions: Vec<i32>,
+    next: BTreeMap<i32, i64>,
+}
+
+impl<'a> Reader<'a> {
+    async fn new(client: &'a Client, g: &'a GlobalStore) -> Result<Reader<'a>> {
+        let meta = client
+            .metadata(Some(std::slice::from_ref(&g.topic)))
+            .await
+            .map_err(kafka(format!("reading the metadata of {}", g.topic)))?;
+        let count = meta
+            .topics
+            .iter()
+            .find(|t| t.error_code == 0)
+            .map_or(0, |t| t.partitions.len());
+        if count == 0 {
+            return Err(TopologyError::MissingTopic(g.topic.clone()).into());
+        }
+        let next = g.store.offsets()?;
+        Ok(Reader {
+            client,
+            g,
+            partitions: (0..count as i32).collect(),
+            next,
+        })
+    }
+
+    fn tps(&self) -> Vec<TopicPartition> {
+        self.partitions
+            .iter()
+            .map(|&p| TopicPartition::new(&self.g.topic, p))
+            .collect()
+    }
+
+    async fn ends(&self) -> Result<BTreeMap<i32, i64>> {
+        let ends = self
+            .client
+            .end_offsets(&self.tps())
+            .await
+            .map_err(kafka(format!("end offsets of {}", self.g.topic)))?;
+        Ok(ends.into_iter().map(|(tp, o)| (tp.partition, o)).collect())
+    }
+
+    fn behind(&self, ends: &BTreeMap<i32, i64>) -> bool {
+        ends.iter()
+            .any(|(p, end)| self.next.get(p).copied().unwrap_or(0) < *end)
+    }
+
+    /// One fetch of every partition, its records applied; how many.
+    async fn poll(&mut self, wait_ms: i32) -> Result<u64> {
+        let mut applied = 0;
+        for p in self.partitions.clone() {
+            let what = format!("fetching {}-{p}", self.g.topic);
+            let leader = self
+                .client
+                .leader(&self.g.topic, p)
+                .await
+                .map_err(kafka(what.clone()))?;
+            let from = self.next.get(&p).copied().unwrap_or(0);
+            let fetched = self
+                .client
+                .fetch(&leader, &self.g.topic, p, from, FETCH_BYTES, wait_ms)
+                .await;
+            let f = match fetched {
+                Err(e) if e.is_offset_out_of_range() => {
+                    self.start_again(from).await?;
+                    return Ok(applied);
+                }
+                other => other.map_err(kafka(what))?,
+            };
+            let next = f
+                .next_offset
+                .or(f.records.last().map(|r| r.offset + 1))
+                .unwrap_or(from);
+            // As Kafka's table source: a record without a key cannot be kept.
+            let writes: Vec<Write> = f
+                .records
+                .iter()
+                .filter_map(|r| {
+                    Some((
+                        r.key.as_ref()?.to_vec(),
+                        r.value.as_ref().map(|v| v.to_vec()),
+                    ))
+                })
+                .collect();
+            if next != from {
+                self.g.store.apply_from(&writes, p, next)?;
+                self.next.insert(p, next);
+            }
+            applied += writes.len() as u64;
+        }
+        Ok(applied)
+    }
+
+    /// The topic no longer has an offset the store stands at: empties the store and starts
+    /// every partition again from the topic's start.
+    async fn start_again(&mut self, at: i64) -> Result<()> {
+        tracing::warn!(store = %self.g.name, topic = %self.g.topic, offset = at, "the global table's topic no longer has the offset its store stands at (deleted and made again, or cut by retention): reading it again from its start");
+        let starts = self
+            .client
+            .start_offsets(&self.tps())
+            .await
+            .map_err(kafka(format!("start offsets of {}", self.g.topic)))?;
+        clear(&self.g.store)?;
+        self.next.clear();
+        for (tp, start) in starts {
+            self.g.store.apply_from(&[], tp.partition, start)?;
+            self.next.insert(tp.partition, start);
+        }
+        Ok(())
+    }
+}
+
+/// Deletes every entry of `store`.
+fn clear(store: &TaskStore) -> Result<()> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let (entries, next) = store.page(after.as_deref(), 1 << 20)?;
+        let deletes: Vec<Write> = entries.into_iter().map(|(k, _)| (k, None)).collect();
+        store.apply(&deletes, None)?;
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    let long: Vec<Write> = store
+        .long_entries()?
+        .into_iter()
+        .map(|(k, _)| (k, None))
+        .collect();
+    store.apply(&long, None)?;
+    Ok(())
+}
