@@ -819,7 +819,11 @@ mod tests {
         assert_eq!(store.offsets().unwrap(), BTreeMap::from([(0, 6), (1, 3)]));
         assert_eq!(store.get(b"a").unwrap(), None);
         assert_eq!(store.get(b"b").unwrap(), Some(b"2".to_vec()));
-        assert_eq!(store.checkpoint().unwrap(), None, "a task's checkpoint is apart");
+        assert_eq!(
+            store.checkpoint().unwrap(),
+            None,
+            "a task's checkpoint is apart"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -31,6 +31,8 @@ pub struct Description {
     ranks: Vec<u64>,
     /// Creation ranks taken so far.
     created: u64,
+    /// Sub-topologies that are global tables' (no tasks).
+    globals: Vec<usize>,
 }
 
 impl Description {
@@ -78,6 +80,11 @@ impl Description {
             .collect();
         order.sort_by_key(|&i| (self.ranks.get(i).copied().unwrap_or(u64::MAX), i));
         order
+    }
+
+    /// Sub-topology `at` is a global table's: printed as Kafka prints a global store.
+    pub fn mark_global(&mut self, at: usize) {
+        self.globals.push(at);
     }
 
     /// Moves sub-topology `from`'s nodes into `into` (a merge or a join made them one); `from`
@@ -215,7 +222,13 @@ impl fmt::Display for Description {
         writeln!(f, "Topologies:")?;
         for (i, at) in self.kafka_order().into_iter().enumerate() {
             let entries = &self.subtopologies[at];
-            writeln!(f, "   Sub-topology: {i}")?;
+            match self.globals.contains(&at) {
+                true => writeln!(
+                    f,
+                    "   Sub-topology: {i} for global store (will not generate tasks)"
+                )?,
+                false => writeln!(f, "   Sub-topology: {i}")?,
+            }
             for e in entries {
                 let to: Vec<&str> = entries
                     .iter()

@@ -12,8 +12,8 @@ use baton_runtime::query::format::{Format, StoreFormat};
 use baton_runtime::record::undecodable;
 use baton_runtime::topology::suppress::WindowEnd;
 use baton_runtime::topology::{
-    split_join_frame, Layout, Place, RecordEffect, Sessions, Stream, Topology, TopologyError,
-    Windows,
+    split_join_frame, GlobalTable, Layout, Place, RecordEffect, Sessions, Stream, Topology,
+    TopologyError, Windows,
 };
 
 use crate::describe::{Description, Node};
@@ -52,7 +52,7 @@ pub(crate) type Updates<K, V> =
 /// assert_eq!(topology.repartition_topics(), vec![("wordcount-words-repartition", 0)]);
 /// ```
 pub struct StreamsBuilder {
-    graph: Rc<RefCell<Graph>>,
+    pub(crate) graph: Rc<RefCell<Graph>>,
 }
 
 pub(crate) struct Graph {
@@ -67,6 +67,8 @@ pub(crate) struct Graph {
     pub(crate) errors: Vec<String>,
     /// Each store's key and value serdes by name, for queries.
     formats: Vec<(String, StoreFormat)>,
+    /// Global tables: (topic, store, the placeholder sub-topology taking their number).
+    pub(crate) globals: Vec<(String, String, usize)>,
 }
 
 impl StreamsBuilder {
@@ -81,6 +83,7 @@ impl StreamsBuilder {
                 description: Description::default(),
                 errors: Vec::new(),
                 formats: Vec::new(),
+                globals: Vec::new(),
             })),
         }
     }
@@ -197,15 +200,25 @@ impl StreamsBuilder {
             .into_iter()
             .map(Some)
             .collect();
-        let streams: Vec<Stream> = g
-            .description
-            .kafka_order()
-            .into_iter()
-            .filter_map(|i| streams.get_mut(i).and_then(Option::take))
+        let order = g.description.kafka_order();
+        let streams: Vec<Stream> = order
+            .iter()
+            .filter_map(|&i| streams.get_mut(i).and_then(Option::take))
+            .collect();
+        let globals = g
+            .globals
+            .iter()
+            .filter_map(|(topic, store, sub)| {
+                Some(GlobalTable {
+                    topic: topic.clone(),
+                    store: store.clone(),
+                    subtopology: order.iter().position(|i| i == sub)? as u32,
+                })
+            })
             .collect();
         let formats = g.formats.clone();
-        let mut topology =
-            Topology::new(&g.app_id, streams)?.with_repartition_topics(g.repartition.clone())?;
+        let mut topology = Topology::with_globals(&g.app_id, streams, globals)?
+            .with_repartition_topics(g.repartition.clone())?;
         for (topic, n) in &g.repartition_partitions {
             topology = topology.with_repartition_partitions(topic, *n)?;
         }
@@ -420,8 +433,8 @@ pub(crate) fn decoding<KS: Serde, VS: Serde>(
 
 /// The serdes a stream is read with: [`StreamsBuilder::stream`].
 pub struct Consumed<KS, VS> {
-    key: KS,
-    value: VS,
+    pub(crate) key: KS,
+    pub(crate) value: VS,
 }
 
 impl<KS: Serde, VS: Serde> Consumed<KS, VS> {
@@ -505,9 +518,9 @@ impl<KS: Serde, VS: Serde> Repartitioned<KS, VS> {
 /// The serdes of a stream joined with a table ([`KStream::join`]), and the name of its
 /// repartition topic (`<application id>-<name>-repartition`) when its keys changed.
 pub struct Joined<KS, VS> {
-    key: KS,
-    value: VS,
-    name: Option<String>,
+    pub(crate) key: KS,
+    pub(crate) value: VS,
+    pub(crate) name: Option<String>,
 }
 
 impl<KS: Serde, VS: Serde> Joined<KS, VS> {
@@ -1341,7 +1354,7 @@ fn join_prefix(name: Option<&str>, last: &Node) -> String {
 }
 
 /// A stream-table join's node: its given name, else numbered as Kafka numbers it.
-fn join_node(d: &mut Description, name: Option<&str>, inner: bool) -> Node {
+pub(crate) fn join_node(d: &mut Description, name: Option<&str>, inner: bool) -> Node {
     match name {
         Some(n) => Node::named(n),
         None => d.next_name(if inner {

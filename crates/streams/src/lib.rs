@@ -26,6 +26,7 @@
 
 mod describe;
 mod dsl;
+mod global;
 mod grouped_table;
 mod joins;
 mod merge;
@@ -44,6 +45,7 @@ pub use dsl::{
     Consumed, Grouped, Joined, KGroupedStream, KStream, KTable, Materialized, Produced,
     Repartitioned, StreamsBuilder,
 };
+pub use global::GlobalKTable;
 pub use grouped_table::KGroupedTable;
 pub use joins::{JoinWindows, StreamJoined};
 pub use process::{KeyValueStore, Processor, ProcessorContext, Record};

@@ -2236,3 +2236,78 @@ fn final_results_follow_a_filter_of_the_windowed_table() {
         counts_of(&[("[k1@0/2]", 4, 1)])
     );
 }
+
+/// A stream joins a global table by a key mapped from each record, inner or left, in its own
+/// sub-topology (the global table's number taken, no task of its own); the row is read as the
+/// global store holds it.
+#[test]
+fn a_stream_joins_a_global_table_by_a_mapped_key() {
+    use baton_streams::Joined;
+    for inner in [true, false] {
+        let b = StreamsBuilder::new("priced");
+        let products = b.global_table(
+            "products",
+            Consumed::with(Str, Long),
+            Materialized::named("prices"),
+        );
+        let orders = b.stream("orders", Consumed::with(Str, Str));
+        let product_of = |_: &String, line: &String| line.split(' ').next().unwrap().to_owned();
+        let priced = if inner {
+            orders.join_global(
+                &products,
+                product_of,
+                |line: &String, price: &i64| format!("{line} at {price}"),
+                Joined::with(Str, Str),
+            )
+        } else {
+            orders.left_join_global(
+                &products,
+                product_of,
+                |line: &String, price: Option<&i64>| format!("{line} at {price:?}"),
+                Joined::with(Str, Str),
+            )
+        };
+        priced.to("priced", Produced::with(Str, Str));
+        let t = b.build().unwrap();
+        assert_eq!(t.globals()[0].subtopology, 0);
+        assert_eq!(t.sources_of(1), ["orders"]);
+        let mut stores = Mem::default();
+        stores.put("prices", b"apple", Long.serialize(&3));
+        let got = run_to_sinks_in(&t, 1, &mut stores, &[("o1", "apple x2"), ("o2", "pear x1")]);
+        let want: Vec<(String, String, String)> = if inner {
+            owned(&[("priced", "o1", "apple x2 at 3")])
+        } else {
+            owned(&[
+                ("priced", "o1", "apple x2 at Some(3)"),
+                ("priced", "o2", "pear x1 at None"),
+            ])
+        };
+        assert_eq!(got, want);
+    }
+}
+
+/// As [`run_to_sinks`], over `stores`.
+fn run_to_sinks_in(
+    t: &Topology,
+    sub: u32,
+    stores: &mut Mem,
+    records: &[(&str, &str)],
+) -> Vec<(String, String, String)> {
+    let mut out = Output::default();
+    for (k, v) in records {
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 0);
+        t.process(TaskId::new(sub, 0), r, 0, stores, &mut out)
+            .unwrap();
+    }
+    let sinks = t.sinks_of(sub);
+    out.records
+        .into_iter()
+        .map(|e| {
+            (
+                sinks[e.sink as usize].to_owned(),
+                Str.deserialize(&e.record.key).unwrap(),
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}

@@ -40,7 +40,8 @@ fn nodes_of(described: &str) -> Nodes {
     for line in described.lines() {
         let line = line.trim();
         if let Some(n) = line.strip_prefix("Sub-topology: ") {
-            sub = n.parse().unwrap();
+            // "<n>", or "<n> for global store (will not generate tasks)".
+            sub = n.split(' ').next().unwrap().parse().unwrap();
             continue;
         }
         for kind in ["Source: ", "Processor: ", "Sink: "] {
@@ -1124,4 +1125,78 @@ fn suppress_is_named_and_numbered_as_kafkas() {
             &[],
         );
     }
+}
+
+/// `KStreamImplTest.shouldPropagateRepartitionFlagAfterGlobalKTableJoin` and
+/// `StreamsBuilderTest.shouldUseSpecifiedNameForGlobalTableSourceProcessor`: a global table
+/// takes its store's number (`<topic>-STATE-STORE-`), a source and a table source, and the
+/// sub-topology number of its node group, which makes no tasks; a stream keyed anew before a
+/// global join still repartitions at its grouping.
+#[test]
+fn a_global_table_is_named_and_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    let global = b.global_table(
+        "globalTopic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    b.stream("topic", Consumed::with(Str, Str))
+        .select_key(|_, v: &String| v.clone())
+        .join_global(
+            &global,
+            |k: &String, v: &String| format!("{k}{v}"),
+            |v: &String, g: &String| format!("{v}{g}"),
+            Joined::with(Str, Str),
+        )
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::generated());
+    let described = b.describe();
+    assert!(
+        described.contains("Sub-topology: 0 for global store (will not generate tasks)"),
+        "{described}"
+    );
+    assert!(
+        described.contains(
+            "Processor: KTABLE-SOURCE-0000000002 (stores: [globalTopic-STATE-STORE-0000000000])"
+        ),
+        "{described}"
+    );
+    let topic = "KSTREAM-AGGREGATE-STATE-STORE-0000000006-repartition";
+    check(
+        b,
+        &[
+            &["KSTREAM-SOURCE-0000000001", "KTABLE-SOURCE-0000000002"],
+            &[
+                "KSTREAM-SOURCE-0000000003",
+                "KSTREAM-KEY-SELECT-0000000004",
+                "KSTREAM-JOIN-0000000005",
+                "KSTREAM-FILTER-0000000009",
+                "KSTREAM-SINK-0000000008",
+            ],
+            &["KSTREAM-SOURCE-0000000010", "KSTREAM-AGGREGATE-0000000007"],
+        ],
+        &["KSTREAM-AGGREGATE-STATE-STORE-0000000006"],
+        &[&format!("app-{topic}")],
+    );
+    let b = StreamsBuilder::new("app");
+    let one = b.global_table(
+        "stream-topic",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    let two = b.global_table(
+        "stream-topic-two",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    assert_eq!(
+        (one.store_name(), two.store_name()),
+        (
+            "stream-topic-STATE-STORE-0000000000",
+            "stream-topic-two-STATE-STORE-0000000003"
+        )
+    );
+    let t = b.build().unwrap();
+    let subs: Vec<u32> = t.globals().iter().map(|g| g.subtopology).collect();
+    assert_eq!(subs, [0, 1]);
 }
