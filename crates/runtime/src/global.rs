@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_kafka::records::{FetchWant, Fetched};
 use baton_kafka::Client;
 use baton_protocol::TopicPartition;
 
@@ -28,6 +29,9 @@ fn kafka(what: String) -> impl FnOnce(baton_kafka::Error) -> RuntimeError {
 
 /// Bytes asked of one partition per fetch.
 const FETCH_BYTES: i32 = 4 << 20;
+/// How long a fetch of the bootstrap waits at the broker: a broker may leave a partition out
+/// of an answer it gives at once, and the loop must not spin on it.
+const BOOTSTRAP_WAIT_MS: i32 = 100;
 /// How long a follow-up fetch waits at the broker for records.
 const FOLLOW_WAIT_MS: i32 = 500;
 const RETRY_EVERY: Duration = Duration::from_secs(1);
@@ -57,32 +61,53 @@ pub fn open(state_dir: &Path, topology: &Topology) -> Result<Vec<GlobalStore>> {
         .collect()
 }
 
-/// Reads each global table's topic into its store up to the end it has now.
+/// Reads each global table's topic into its store up to the end it has now. A failure is
+/// logged and the read goes on from where it stood, a second later, until it is done (the
+/// caller gives up on shutdown).
 pub async fn bootstrap(client: &Client, globals: &[GlobalStore]) -> Result<()> {
     for g in globals {
         let started = std::time::Instant::now();
-        let mut reader = Reader::new(client, g).await?;
-        let ends = reader.ends().await?;
-        let mut read = 0;
-        while reader.behind(&ends) {
-            read += reader.poll(0).await?;
-        }
+        let mut failures = 0u64;
+        let read = loop {
+            match read_to_end(client, g).await {
+                Ok(read) => break read,
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_multiple_of(30) {
+                        tracing::warn!(store = %g.name, topic = %g.topic, failures, error = %e, "reading a global table to its end before starting; trying again every second");
+                    }
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+            }
+        };
         tracing::info!(store = %g.name, topic = %g.topic, records = read, secs = started.elapsed().as_secs_f64(), "global table read to its end");
     }
     Ok(())
 }
 
-/// Follows each global table's topic for the instance's life (until the task is aborted).
+async fn read_to_end(client: &Client, g: &GlobalStore) -> Result<u64> {
+    let mut reader = Reader::new(client, g).await?;
+    let ends = reader.ends().await?;
+    let mut read = 0;
+    while reader.behind(&ends) {
+        let (n, moved) = reader.poll(BOOTSTRAP_WAIT_MS).await?;
+        read += n;
+        if !moved {
+            // A broker may answer at once without the partition: never spin on it.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(read)
+}
+
+/// Follows each global table's topic for the instance's life: until the future is dropped
+/// (the instance's background tasks are aborted when it stops).
 pub async fn follow(ctx: Arc<Context>) {
-    let tasks: Vec<_> = ctx
+    let each = ctx
         .globals
         .iter()
-        .cloned()
-        .map(|g| tokio::spawn(follow_one(ctx.clone(), g)))
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
+        .map(|g| follow_one(ctx.clone(), g.clone()));
+    futures_util::future::join_all(each).await;
 }
 
 async fn follow_one(ctx: Arc<Context>, g: GlobalStore) {
@@ -98,7 +123,12 @@ async fn follow_one(ctx: Arc<Context>, g: GlobalStore) {
         };
         loop {
             match reader.poll(FOLLOW_WAIT_MS).await {
-                Ok(_) => ctx.recovered(|| what.clone()),
+                Ok((_, moved)) => {
+                    ctx.recovered(|| what.clone());
+                    if !moved {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
                 Err(e) => {
                     ctx.failing(&what, &e);
                     tokio::time::sleep(RETRY_EVERY).await;
@@ -162,50 +192,72 @@ impl<'a> Reader<'a> {
             .any(|(p, end)| self.next.get(p).copied().unwrap_or(0) < *end)
     }
 
-    /// One fetch of every partition, its records applied; how many.
-    async fn poll(&mut self, wait_ms: i32) -> Result<u64> {
-        let mut applied = 0;
-        for p in self.partitions.clone() {
-            let what = format!("fetching {}-{p}", self.g.topic);
+    /// One fetch of every partition (one request per leader, so that a quiet topic costs
+    /// one wait), its records applied: how many, and whether any partition moved on.
+    async fn poll(&mut self, wait_ms: i32) -> Result<(u64, bool)> {
+        let mut by_leader: BTreeMap<String, Vec<FetchWant>> = BTreeMap::new();
+        for &p in &self.partitions {
+            let what = format!("finding the leader of {}-{p}", self.g.topic);
             let leader = self
                 .client
                 .leader(&self.g.topic, p)
                 .await
-                .map_err(kafka(what.clone()))?;
-            let from = self.next.get(&p).copied().unwrap_or(0);
-            let fetched = self
-                .client
-                .fetch(&leader, &self.g.topic, p, from, FETCH_BYTES, wait_ms)
-                .await;
-            let f = match fetched {
-                Err(e) if e.is_offset_out_of_range() => {
-                    self.start_again(from).await?;
-                    return Ok(applied);
-                }
-                other => other.map_err(kafka(what))?,
-            };
-            let next = f
-                .next_offset
-                .or(f.records.last().map(|r| r.offset + 1))
-                .unwrap_or(from);
-            // As Kafka's table source: a record without a key cannot be kept.
-            let writes: Vec<Write> = f
-                .records
-                .iter()
-                .filter_map(|r| {
-                    Some((
-                        r.key.as_ref()?.to_vec(),
-                        r.value.as_ref().map(|v| v.to_vec()),
-                    ))
-                })
-                .collect();
-            if next != from {
-                self.g.store.apply_from(&writes, p, next)?;
-                self.next.insert(p, next);
-            }
-            applied += writes.len() as u64;
+                .map_err(kafka(what))?;
+            by_leader.entry(leader).or_default().push(FetchWant {
+                topic: self.g.topic.clone(),
+                topic_id: None,
+                partition: p,
+                offset: self.next.get(&p).copied().unwrap_or(0),
+                max_bytes: FETCH_BYTES,
+            });
         }
-        Ok(applied)
+        let (mut applied, mut moved) = (0, false);
+        for (leader, wants) in by_leader {
+            let what = format!("fetching {} from {leader}", self.g.topic);
+            let answers = self
+                .client
+                .fetch_many(&leader, &wants, wait_ms)
+                .await
+                .map_err(kafka(what.clone()))?;
+            for (want, answer) in wants.iter().zip(answers) {
+                let f = match answer {
+                    Err(e) if e.is_offset_out_of_range() => {
+                        self.start_again(want.offset).await?;
+                        return Ok((applied, true));
+                    }
+                    other => other.map_err(kafka(what.clone()))?,
+                };
+                let n = self.apply(want.partition, want.offset, &f)?;
+                applied += n.0;
+                moved |= n.1;
+            }
+        }
+        Ok((applied, moved))
+    }
+
+    /// Applies what a fetch of `partition` from `from` returned: (records kept, moved on).
+    fn apply(&mut self, partition: i32, from: i64, f: &Fetched) -> Result<(u64, bool)> {
+        let next = f
+            .next_offset
+            .or(f.records.last().map(|r| r.offset + 1))
+            .unwrap_or(from);
+        // As Kafka's table source: a record without a key cannot be kept.
+        let writes: Vec<Write> = f
+            .records
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.key.as_ref()?.to_vec(),
+                    r.value.as_ref().map(|v| v.to_vec()),
+                ))
+            })
+            .collect();
+        if next == from {
+            return Ok((0, false));
+        }
+        self.g.store.apply_from(&writes, partition, next)?;
+        self.next.insert(partition, next);
+        Ok((writes.len() as u64, true))
     }
 
     /// The topic no longer has an offset the store stands at: empties the store and starts
