@@ -146,6 +146,8 @@ struct Reader<'a> {
     g: &'a GlobalStore,
     partitions: Vec<i32>,
     next: BTreeMap<i32, i64>,
+    /// The topic's id, as the broker gave it when the reader was made.
+    id: Option<uuid::Uuid>,
 }
 
 impl<'a> Reader<'a> {
@@ -163,12 +165,30 @@ impl<'a> Reader<'a> {
             return Err(TopologyError::MissingTopic(g.topic.clone()).into());
         }
         let next = g.store.offsets()?;
-        Ok(Reader {
+        // Fetched by id where the broker gives one: a fetch of a topic made again under the
+        // same name then fails, rather than reading the new topic from the old one's offsets.
+        let id = client
+            .topic_ids(std::slice::from_ref(&g.topic))
+            .await
+            .ok()
+            .and_then(|ids| ids.get(&g.topic).copied());
+        let mut reader = Reader {
             client,
             g,
             partitions: (0..count as i32).collect(),
             next,
-        })
+            id,
+        };
+        if let Some(id) = id {
+            match g.store.changelog_id()? {
+                Some(was) if was != id => reader.start_again("the topic was made again").await?,
+                Some(_) => return Ok(reader),
+                None => {}
+            }
+            // Last: a crash before it reads the topic again from its start.
+            g.store.mark_changelog(id, None)?;
+        }
+        Ok(reader)
     }
 
     fn tps(&self) -> Vec<TopicPartition> {
@@ -205,7 +225,7 @@ impl<'a> Reader<'a> {
                 .map_err(kafka(what))?;
             by_leader.entry(leader).or_default().push(FetchWant {
                 topic: self.g.topic.clone(),
-                topic_id: None,
+                topic_id: self.id,
                 partition: p,
                 offset: self.next.get(&p).copied().unwrap_or(0),
                 max_bytes: FETCH_BYTES,
@@ -222,7 +242,11 @@ impl<'a> Reader<'a> {
             for (want, answer) in wants.iter().zip(answers) {
                 let f = match answer {
                     Err(e) if e.is_offset_out_of_range() => {
-                        self.start_again(want.offset).await?;
+                        let why = format!(
+                            "partition {} no longer has offset {} (cut by retention, or the topic was made again)",
+                            want.partition, want.offset
+                        );
+                        self.start_again(&why).await?;
                         return Ok((applied, true));
                     }
                     other => other.map_err(kafka(what.clone()))?,
@@ -260,10 +284,10 @@ impl<'a> Reader<'a> {
         Ok((writes.len() as u64, true))
     }
 
-    /// The topic no longer has an offset the store stands at: empties the store and starts
-    /// every partition again from the topic's start.
-    async fn start_again(&mut self, at: i64) -> Result<()> {
-        tracing::warn!(store = %self.g.name, topic = %self.g.topic, offset = at, "the global table's topic no longer has the offset its store stands at (deleted and made again, or cut by retention): reading it again from its start");
+    /// The store's records are not the topic's any more: empties the store and starts every
+    /// partition again from the topic's start.
+    async fn start_again(&mut self, why: &str) -> Result<()> {
+        tracing::warn!(store = %self.g.name, topic = %self.g.topic, "{why}: emptying the global table's store and reading the topic again from its start");
         let starts = self
             .client
             .start_offsets(&self.tps())
