@@ -26,6 +26,7 @@ use crate::query::format::{Format, StoreFormat};
 use crate::store::StoreError;
 
 mod mem;
+pub mod sliding;
 mod stream_join;
 pub mod suppress;
 pub use mem::MemStores;
@@ -107,6 +108,14 @@ enum Step {
     WindowAggregate {
         store: String,
         windows: Windows,
+        f: AggregateFn,
+    },
+    /// Kafka Streams' sliding-window aggregation ([`sliding::sliding_aggregate`]): windows
+    /// of the record's key in `store` (a window store, timestamped values) made and updated
+    /// where records are, each update passed on as `(windowed key, new value)`.
+    SlidingAggregate {
+        store: String,
+        sliding: sliding::Sliding,
         f: AggregateFn,
     },
     /// Kafka Streams' session-windowed aggregation: the record's key's sessions in `store`
@@ -835,6 +844,21 @@ impl Stream {
         self
     }
 
+    /// Aggregates each record into its key's sliding windows ([`Step::SlidingAggregate`]).
+    pub fn sliding_aggregate(
+        mut self,
+        store: &str,
+        sliding: sliding::Sliding,
+        f: impl Fn(Option<&[u8]>, &[u8], &[u8]) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.push(Step::SlidingAggregate {
+            store: store.to_owned(),
+            sliding,
+            f: Arc::new(move |current, key, value| Some(f(current, key, value))),
+        });
+        self
+    }
+
     /// Aggregates each key's records per session ([`Step::SessionAggregate`]): `f(current or
     /// None to start, key, value)`, `merge(key, aggregate so far or None to start, session)`.
     pub fn session_aggregate(
@@ -941,6 +965,7 @@ impl Stream {
             Step::Aggregate { store, .. }
             | Step::WindowAggregate { store, .. }
             | Step::SessionAggregate { store, .. }
+            | Step::SlidingAggregate { store, .. }
             | Step::JoinWindow { store, .. }
             | Step::Upsert { store } => out.push(store),
             Step::Suppress(b) => out.push(&b.store),
@@ -972,6 +997,27 @@ impl Stream {
                 windows,
                 ..
             } if name == store => Some(*windows),
+            // For reading: a sliding window `[start, start + diff]` ends `diff` after it starts.
+            Step::SlidingAggregate {
+                store: name,
+                sliding,
+                ..
+            } if name == store => Some(Windows {
+                size_ms: sliding.diff_ms,
+                advance_ms: sliding.diff_ms,
+                grace_ms: sliding.grace_ms,
+            }),
+            _ => None,
+        })
+    }
+
+    fn sliding_of(&self, store: &str) -> Option<sliding::Sliding> {
+        self.find(|s| match s {
+            Step::SlidingAggregate {
+                store: name,
+                sliding,
+                ..
+            } if name == store => Some(*sliding),
             _ => None,
         })
     }
@@ -1097,6 +1143,16 @@ fn check_steps(
                 "streams[{i}].{here}: nothing may follow a `to`, a fork or a junction in its branch"
             )));
         }
+        if let Some(e) = bad_shape(i, s, step) {
+            return Err(e);
+        }
+        if let (Some(store), Some(step)) = (keyed_store(step), &key_changed) {
+            return Err(TopologyError::KeyChangeBeforeState {
+                stream: i,
+                step: step.clone(),
+                store: store.to_owned(),
+            });
+        }
         match step {
             Step::Map(_)
             | Step::Process { .. }
@@ -1104,62 +1160,6 @@ fn check_steps(
             | Step::FlatMap {
                 keeps_keys: false, ..
             } => key_changed = key_changed.or(Some(here)),
-            Step::WindowAggregate {
-                store, windows: w, ..
-            } if w.size_ms <= 0
-                || w.advance_ms <= 0
-                || w.advance_ms > w.size_ms
-                || w.grace_ms < 0 =>
-            {
-                return Err(TopologyError::BadWindows {
-                    stream: i,
-                    store: store.clone(),
-                    size_ms: w.size_ms,
-                    advance_ms: w.advance_ms,
-                    grace_ms: w.grace_ms,
-                });
-            }
-            Step::Join { store, kept, .. } if !s.joinable(store, *kept) => {
-                return Err(TopologyError::UnknownTable {
-                    stream: i,
-                    store: store.clone(),
-                });
-            }
-            Step::SessionAggregate {
-                store, sessions: w, ..
-            } if w.gap_ms <= 0 || w.grace_ms < 0 => {
-                return Err(TopologyError::BadSessions {
-                    stream: i,
-                    store: store.clone(),
-                    gap_ms: w.gap_ms,
-                    grace_ms: w.grace_ms,
-                });
-            }
-            Step::Aggregate { store, .. }
-            | Step::WindowAggregate { store, .. }
-            | Step::SessionAggregate { store, .. }
-            | Step::JoinWindow { store, .. }
-            | Step::WindowJoin { other: store, .. }
-            | Step::TableJoin { other: store, .. }
-            | Step::Upsert { store }
-            | Step::Join { store, .. } => {
-                if let Some(step) = key_changed {
-                    return Err(TopologyError::KeyChangeBeforeState {
-                        stream: i,
-                        step,
-                        store: store.clone(),
-                    });
-                }
-            }
-            Step::Suppress(b) => {
-                if let Some(step) = key_changed {
-                    return Err(TopologyError::KeyChangeBeforeState {
-                        stream: i,
-                        step,
-                        store: b.store.clone(),
-                    });
-                }
-            }
             Step::Fork { branches, .. } => {
                 for (b, branch) in branches.iter().enumerate() {
                     let at = format!("{here}.branches[{b}]");
@@ -1180,6 +1180,64 @@ fn check_steps(
     Ok(())
 }
 
+/// A stateful step's store, which its records must reach keyed as they came.
+fn keyed_store(step: &Step) -> Option<&str> {
+    match step {
+        Step::Aggregate { store, .. }
+        | Step::WindowAggregate { store, .. }
+        | Step::SessionAggregate { store, .. }
+        | Step::SlidingAggregate { store, .. }
+        | Step::JoinWindow { store, .. }
+        | Step::WindowJoin { other: store, .. }
+        | Step::TableJoin { other: store, .. }
+        | Step::Upsert { store }
+        | Step::Join { store, .. } => Some(store),
+        Step::Suppress(b) => Some(&b.store),
+        _ => None,
+    }
+}
+
+/// What is wrong with a step of stream `i` on its own: windows that cannot work, a join of a
+/// table the stream does not have.
+fn bad_shape(i: usize, s: &Stream, step: &Step) -> Option<TopologyError> {
+    let bad_windows = |store: &String, size_ms, advance_ms, grace_ms| {
+        Some(TopologyError::BadWindows {
+            stream: i,
+            store: store.clone(),
+            size_ms,
+            advance_ms,
+            grace_ms,
+        })
+    };
+    match step {
+        Step::WindowAggregate {
+            store, windows: w, ..
+        } if w.size_ms <= 0 || w.advance_ms <= 0 || w.advance_ms > w.size_ms || w.grace_ms < 0 => {
+            bad_windows(store, w.size_ms, w.advance_ms, w.grace_ms)
+        }
+        Step::SlidingAggregate { store, sliding, .. }
+            if sliding.diff_ms <= 0 || sliding.grace_ms < 0 =>
+        {
+            bad_windows(store, sliding.diff_ms, 1, sliding.grace_ms)
+        }
+        Step::Join { store, kept, .. } if !s.joinable(store, *kept) => {
+            Some(TopologyError::UnknownTable {
+                stream: i,
+                store: store.clone(),
+            })
+        }
+        Step::SessionAggregate {
+            store, sessions: w, ..
+        } if w.gap_ms <= 0 || w.grace_ms < 0 => Some(TopologyError::BadSessions {
+            stream: i,
+            store: store.clone(),
+            gap_ms: w.gap_ms,
+            grace_ms: w.grace_ms,
+        }),
+        _ => None,
+    }
+}
+
 /// Sets each `to`'s index among `names`; a sink is a table's only if every `to` of it comes
 /// after an aggregation and only steps that keep the key and give at most one record per
 /// record (`table` says whether the steps before these do).
@@ -1189,6 +1247,7 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             Step::Aggregate { .. }
             | Step::WindowAggregate { .. }
             | Step::SessionAggregate { .. }
+            | Step::SlidingAggregate { .. }
             | Step::Upsert { .. } => table = true,
             Step::Filter(_)
             | Step::MapValues(_)
@@ -1819,11 +1878,13 @@ impl Topology {
     /// `cleanup.policy=compact,delete`), for window stores: the windows' retention plus
     /// [`WINDOW_CHANGELOG_EXTRA_RETENTION_MS`], as Kafka Streams sets it. `None`: compacted only.
     pub fn changelog_retention_ms(&self, store: &str) -> Option<i64> {
+        let sliding = self.streams.iter().find_map(|s| s.sliding_of(store));
         let windows = self.streams.iter().find_map(|s| s.windows_of(store));
         let sessions = self.streams.iter().find_map(|s| s.sessions_of(store));
         let joins = self.streams.iter().find_map(|s| s.join_retention_of(store));
-        let retention = windows
+        let retention = sliding
             .map(|w| w.retention_ms())
+            .or(windows.map(|w| w.retention_ms()))
             .or(sessions.map(|s| s.retention_ms()))
             .or(joins)?;
         Some(retention + WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
@@ -2126,6 +2187,10 @@ fn run_step(
             let s = (store.as_str(), sessions, f, merge);
             session_aggregate(s, &r, stream_time, stores, out, next)?
         }
+        Step::SlidingAggregate { store, sliding, f } => {
+            let w = (store.as_str(), *sliding, f);
+            sliding::sliding_aggregate(w, &r, stream_time, stores, out, next)?
+        }
         Step::JoinWindow {
             store,
             retention_ms,
@@ -2239,6 +2304,7 @@ fn run_delete(
         | Step::Aggregate { .. }
         | Step::WindowAggregate { .. }
         | Step::SessionAggregate { .. }
+        | Step::SlidingAggregate { .. }
         | Step::JoinWindow { .. }
         | Step::WindowJoin { .. }
         | Step::GlobalJoin { .. }
