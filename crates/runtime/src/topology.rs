@@ -1216,7 +1216,7 @@ fn bad_shape(i: usize, s: &Stream, step: &Step) -> Option<TopologyError> {
             bad_windows(store, w.size_ms, w.advance_ms, w.grace_ms)
         }
         Step::SlidingAggregate { store, sliding, .. }
-            if sliding.diff_ms <= 0 || sliding.grace_ms < 0 =>
+            if sliding.diff_ms < 0 || sliding.grace_ms < 0 =>
         {
             bad_windows(store, sliding.diff_ms, 1, sliding.grace_ms)
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use baton_runtime::query::format::{Format, StoreFormat};
 use baton_runtime::record::undecodable;
+use baton_runtime::topology::sliding::Sliding;
 use baton_runtime::topology::suppress::WindowEnd;
 use baton_runtime::topology::{
     split_join_frame, GlobalTable, Layout, Place, RecordEffect, Sessions, Stream, Topology,
@@ -1198,6 +1199,7 @@ where
         let closes = match &windowing {
             Windowing::Keyed => None,
             Windowing::Time(w) => Some((WindowEnd::Time { size_ms: w.size_ms }, w.grace_ms)),
+            Windowing::Sliding(w) => Some((WindowEnd::Time { size_ms: w.diff_ms }, w.grace_ms)),
             Windowing::Session(w, _) => {
                 Some((WindowEnd::Session, w.grace_ms.saturating_add(w.gap_ms)))
             }
@@ -1205,6 +1207,7 @@ where
         g.edit(&at, move |s| match windowing {
             Windowing::Keyed => s.aggregate_as(&store, Layout::Timestamped, step),
             Windowing::Time(w) => s.window_aggregate(&store, w, step),
+            Windowing::Sliding(w) => s.sliding_aggregate(&store, w, step),
             Windowing::Session(w, merge) => {
                 let merge = move |k: &[u8], acc: Option<&[u8]>, session: &[u8]| {
                     let read = |v: &[u8]| read_or_fail(&*merge_serde, v, "store value");
@@ -1253,6 +1256,7 @@ pub(crate) fn folding<K, V, A, KS: Serde<Value = K> + ?Sized>(
 pub(crate) enum Windowing<A> {
     Keyed,
     Time(Windows),
+    Sliding(Sliding),
     Session(Sessions, SessionMerge<A>),
 }
 

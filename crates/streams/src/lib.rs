@@ -54,4 +54,4 @@ pub use serdes::{Window, Windowed};
 pub use split::{Branched, BranchedKStream};
 pub use suppress::{BufferConfig, EagerBufferConfig, StrictBufferConfig, Suppressed};
 pub use windowed::{SessionWindowedKStream, TimeWindowedKStream, WindowedBy};
-pub use windows::{SessionWindows, TimeWindows};
+pub use windows::{SessionWindows, SlidingWindows, TimeWindows};

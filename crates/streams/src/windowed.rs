@@ -9,7 +9,7 @@ use crate::dsl::{
 };
 use crate::serdes::{Long, Serde, SessionWindowed, TimeWindowed, Windowed};
 use crate::table::KTable;
-use crate::windows::{SessionWindows, TimeWindows};
+use crate::windows::{SessionWindows, SlidingWindows, TimeWindows};
 
 /// What [`KGroupedStream::windowed_by`] takes: [`TimeWindows`] or [`SessionWindows`].
 pub trait WindowedBy<K, V, KS, VS> {
@@ -23,9 +23,27 @@ impl<K, V, KS, VS> WindowedBy<K, V, KS, VS> for TimeWindows {
     fn cut(self, grouped: KGroupedStream<K, V, KS, VS>) -> Self::Windowed {
         TimeWindowedKStream {
             grouped,
-            windows: self,
+            windows: Cut::Time(self),
         }
     }
+}
+
+/// Kafka's `windowedBy(SlidingWindows)`, which gives a `TimeWindowedKStream` too.
+impl<K, V, KS, VS> WindowedBy<K, V, KS, VS> for SlidingWindows {
+    type Windowed = TimeWindowedKStream<K, V, KS, VS>;
+    fn cut(self, grouped: KGroupedStream<K, V, KS, VS>) -> Self::Windowed {
+        TimeWindowedKStream {
+            grouped,
+            windows: Cut::Sliding(self),
+        }
+    }
+}
+
+/// The windows of a [`TimeWindowedKStream`]: time windows or sliding windows.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    Time(TimeWindows),
+    Sliding(SlidingWindows),
 }
 
 impl<K, V, KS, VS> WindowedBy<K, V, KS, VS> for SessionWindows {
@@ -38,11 +56,11 @@ impl<K, V, KS, VS> WindowedBy<K, V, KS, VS> for SessionWindows {
     }
 }
 
-/// A grouped stream cut into time windows: [`KGroupedStream::windowed_by`]. Its aggregations
-/// give a table keyed by [`Windowed`] keys, kept in a window store.
+/// A grouped stream cut into time windows or sliding windows: [`KGroupedStream::windowed_by`].
+/// Its aggregations give a table keyed by [`Windowed`] keys, kept in a window store.
 pub struct TimeWindowedKStream<K, V, KS, VS> {
     grouped: KGroupedStream<K, V, KS, VS>,
-    windows: TimeWindows,
+    windows: Cut,
 }
 
 impl<K, V, KS, VS> TimeWindowedKStream<K, V, KS, VS>
@@ -90,18 +108,15 @@ where
         serde: AS,
         fold: impl Fn(&[u8], Option<AS::Value>, V) -> AS::Value + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, AS::Value> {
-        let windows = self.windows.runtime();
+        let (windowing, size) = match self.windows {
+            Cut::Time(w) => (Windowing::Time(w.runtime()), w.size()),
+            Cut::Sliding(w) => (Windowing::Sliding(w.runtime()), w.time_difference()),
+        };
         let key: Arc<dyn Serde<Value = K>> = self.grouped.key.clone();
         let table_key: Arc<dyn Serde<Value = Windowed<K>>> =
-            Arc::new(TimeWindowed::shared(key, self.windows.size()));
-        self.grouped.aggregate_table(
-            materialized,
-            kind,
-            serde,
-            Windowing::Time(windows),
-            table_key,
-            fold,
-        )
+            Arc::new(TimeWindowed::shared(key, size));
+        self.grouped
+            .aggregate_table(materialized, kind, serde, windowing, table_key, fold)
     }
 }
 

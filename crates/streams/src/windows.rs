@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use baton_runtime::topology::sliding::Sliding;
 use baton_runtime::topology::{Sessions, Windows};
 
 /// Windows `[start, start + size)` whose starts are multiples of the advance (the size unless
@@ -60,6 +61,55 @@ impl TimeWindows {
         Windows {
             size_ms: millis(self.size),
             advance_ms: millis(self.advance),
+            grace_ms: millis(self.grace),
+        }
+    }
+}
+
+/// Sliding windows, as Kafka Streams' `SlidingWindows`: windows `[start, start + time
+/// difference]` (both ends included) made where a key's records are, so that every pair of
+/// records at most the difference apart shares a window and no window is empty. A window
+/// takes records until the task's stream time passes its end plus the grace period; later
+/// ones are dropped and counted in `baton_late_records_dropped_total`. A window's state is
+/// kept for twice the difference plus the grace. Their tables are keyed as time windows of
+/// the difference's size (`TimeWindowed::new(serde, difference)` reads them).
+///
+/// ```
+/// use std::time::Duration;
+/// use baton_streams::SlidingWindows;
+///
+/// let last_minute = SlidingWindows::of_time_difference_and_grace(
+///     Duration::from_secs(60),
+///     Duration::from_secs(10),
+/// );
+/// assert_eq!(last_minute.time_difference(), Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindows {
+    diff: Duration,
+    grace: Duration,
+}
+
+impl SlidingWindows {
+    /// Windows of `diff` that take no record after they end
+    /// (`SlidingWindows.ofTimeDifferenceWithNoGrace`).
+    pub fn of_time_difference_with_no_grace(diff: Duration) -> SlidingWindows {
+        SlidingWindows::of_time_difference_and_grace(diff, Duration::ZERO)
+    }
+
+    /// Windows of `diff` that take records up to `grace` after they end
+    /// (`SlidingWindows.ofTimeDifferenceAndGrace`).
+    pub fn of_time_difference_and_grace(diff: Duration, grace: Duration) -> SlidingWindows {
+        SlidingWindows { diff, grace }
+    }
+
+    pub fn time_difference(&self) -> Duration {
+        self.diff
+    }
+
+    pub(crate) fn runtime(&self) -> Sliding {
+        Sliding {
+            diff_ms: millis(self.diff),
             grace_ms: millis(self.grace),
         }
     }

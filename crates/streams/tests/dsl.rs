@@ -2311,3 +2311,100 @@ fn run_to_sinks_in(
         })
         .collect()
 }
+
+/// `windowed_by(SlidingWindows)`: Kafka's sliding-window count, its windows keyed as time
+/// windows of the difference's size, named as a time-windowed count, and suppressed to each
+/// window's final count.
+#[test]
+fn a_sliding_window_count_is_kafkas_and_suppresses_to_final_counts() {
+    use baton_streams::{BufferConfig, SlidingWindows, Suppressed};
+    let ms = Duration::from_millis;
+    let build = |suppress: bool| {
+        let b = StreamsBuilder::new("sliding");
+        let counts = b
+            .stream("input", Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .windowed_by(SlidingWindows::of_time_difference_and_grace(ms(10), ms(5)))
+            .count(Materialized::generated());
+        let counts = match suppress {
+            true => counts.suppress(Suppressed::until_window_closes(BufferConfig::unbounded())),
+            false => counts,
+        };
+        counts.to_stream().to(
+            "output",
+            Produced::with(TimeWindowed::new(Str, ms(10)), Long),
+        );
+        b
+    };
+    assert!(build(false)
+        .describe()
+        .contains("Processor: KSTREAM-AGGREGATE-0000000002 (stores: [KSTREAM-AGGREGATE-STATE-STORE-0000000001])"));
+    let t = build(false).build().unwrap();
+    assert_eq!(
+        t.changelog_retention_ms("KSTREAM-AGGREGATE-STATE-STORE-0000000001"),
+        Some(2 * 10 + 5 + 86_400_000)
+    );
+    let input = k1(&[10, 10, 14, 15, 20, 22, 30]);
+    let (out, _) = run_at(&t, 0, &mut Mem::default(), &input);
+    // Kafka's testAggregateSmallInput windows, counted: the last count of each.
+    let mut last = BTreeMap::new();
+    for (k, n, _) in windowed_counts_of(&out, 10) {
+        last.insert(k, n);
+    }
+    let want: BTreeMap<String, Option<i64>> = [
+        ("[k1@0/10]", 2),
+        ("[k1@4/14]", 3),
+        ("[k1@5/15]", 4),
+        ("[k1@10/20]", 5),
+        ("[k1@11/21]", 3),
+        ("[k1@12/22]", 4),
+        ("[k1@15/25]", 3),
+        ("[k1@16/26]", 2),
+        ("[k1@20/30]", 3),
+        ("[k1@21/31]", 2),
+        ("[k1@23/33]", 1),
+    ]
+    .iter()
+    .map(|(k, n)| ((*k).to_owned(), Some(*n)))
+    .collect();
+    assert_eq!(last, want);
+    // Final counts: a window leaves the buffer once its end is at most stream time (30) less
+    // the grace: up to [15, 25], as Kafka's suppress lets it (its end counts as closed there,
+    // though the sliding window still takes a record at 25).
+    let t = build(true).build().unwrap();
+    let (out, _) = run_at(&t, 0, &mut Mem::default(), &input);
+    let finals: Vec<_> = windowed_counts_of(&out, 10)
+        .into_iter()
+        .map(|(k, n, _)| (k, n.unwrap()))
+        .collect();
+    let want: Vec<(String, i64)> = [
+        ("[k1@0/10]", 2),
+        ("[k1@4/14]", 3),
+        ("[k1@5/15]", 4),
+        ("[k1@10/20]", 5),
+        ("[k1@11/21]", 3),
+        ("[k1@12/22]", 4),
+        ("[k1@15/25]", 3),
+    ]
+    .iter()
+    .map(|(k, n)| ((*k).to_owned(), *n))
+    .collect();
+    assert_eq!(finals, want);
+}
+
+/// As [`windowed_counts`], for time windows of `size` milliseconds.
+fn windowed_counts_of(out: &[StreamRecord], size: u64) -> Vec<(String, Option<i64>, i64)> {
+    out.iter()
+        .map(|r| {
+            let Windowed { key, window } = TimeWindowed::new(Str, Duration::from_millis(size))
+                .deserialize(&r.key)
+                .unwrap();
+            let n = r.value.as_deref().map(|v| Long.deserialize(v).unwrap());
+            (
+                format!("[{key}@{}/{}]", window.start_ms, window.end_ms),
+                n,
+                r.timestamp,
+            )
+        })
+        .collect()
+}
