@@ -434,6 +434,9 @@ pub struct Stream {
     /// Its sources' deletes (records without a value) go through the steps: a table's
     /// updates read as a stream ([`Stream::with_deletes`]). Otherwise they are passed over.
     deletes: bool,
+    /// Routed sources whose deletes go through their steps: tables read beside a stream
+    /// ([`Stream::route_table`]).
+    delete_routes: BTreeSet<String>,
     /// Sources read into a store instead of through the steps: `(topic, store)`.
     tables: Vec<(String, String)>,
     steps: Vec<Step>,
@@ -447,6 +450,7 @@ impl Stream {
             routes: BTreeMap::new(),
             junctions: Vec::new(),
             deletes: false,
+            delete_routes: BTreeSet::new(),
             tables: Vec::new(),
             steps: Vec::new(),
         }
@@ -484,6 +488,13 @@ impl Stream {
     /// Its source topics.
     pub fn sources(&self) -> &[String] {
         &self.sources
+    }
+
+    /// As [`Stream::route`], for a table's topic: its deletes go through its steps whatever
+    /// the stream's other sources do.
+    pub fn route_table(mut self, topic: &str) -> Self {
+        self.delete_routes.insert(topic.to_owned());
+        self.route(topic)
     }
 
     /// Whether its sources' deletes go through its steps ([`Stream::with_deletes`]).
@@ -1630,6 +1641,13 @@ impl Topology {
     /// Whether sub-topology `sub` takes its sources' deletes through its steps.
     pub fn takes_deletes(&self, sub: u32) -> bool {
         self.streams.get(sub as usize).is_some_and(|s| s.deletes)
+    }
+
+    /// Whether sub-topology `sub` takes the deletes of source `topic` through its steps.
+    pub fn takes_deletes_from(&self, sub: u32, topic: &str) -> bool {
+        self.streams
+            .get(sub as usize)
+            .is_some_and(|s| s.deletes || s.delete_routes.contains(topic))
     }
 
     /// Every store, by name.

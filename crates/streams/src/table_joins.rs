@@ -8,9 +8,10 @@ use std::sync::Arc;
 use baton_runtime::record::undecodable;
 use baton_runtime::topology::{split_row_pair, Place, Root, RowPair, TableJoinKind};
 
+use crate::describe::Node;
 use crate::dsl::{Pos, Updates};
 use crate::serdes::read_or_fail;
-use crate::table::KTable;
+use crate::table::{KTable, TableSource};
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     /// The table of `joiner(value, other value)` for each key both tables have (Kafka Streams'
@@ -77,8 +78,8 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     }
 
     fn join_table<VO, VR>(
-        mut self,
-        mut other: KTable<K, VO>,
+        self,
+        other: KTable<K, VO>,
         kind: TableJoinKind,
         joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
     ) -> KTable<K, VR>
@@ -86,102 +87,210 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VO: Send + Sync + 'static,
         VR: Send + Sync + 'static,
     {
-        let unused =
-            |t: &Option<crate::table::TableSource>| t.as_ref().is_some_and(|s| !s.placed.get());
-        let both_unread = self.at.is_none()
-            && other.at.is_none()
-            && unused(&self.source)
-            && unused(&other.source);
-        let (Some(src), Some(other_src), true) = (&self.source, &other.source, both_unread) else {
-            let graph = self.graph.clone();
+        let graph = self.graph.clone();
+        let placed = match (side_of(&self), side_of(&other)) {
+            (Some(Side::Source), Some(Side::Source)) => Some(join_sources(&self, &other, kind)),
+            (Some(left), Some(right)) => join_kept(&self, &other, (left, right), kind),
+            _ => None,
+        };
+        let Some((at, last)) = placed else {
             graph.borrow_mut().errors.push(
-                "join: only two tables read with StreamsBuilder::table, neither used yet, can \
-                 be joined with each other yet"
+                "join: a table joins another read with StreamsBuilder::table and not used yet, \
+                 or one kept in a store (an aggregation's, a to_table's, a table operation's with \
+                 a named Materialized) in the same sub-topology; these are neither"
                     .into(),
             );
             return KTable::<K, V>::unplaced(graph, self.key);
         };
-        let (left_store, right_store) = (src.store.clone(), other_src.store.clone());
-        let right_topic = other_src.topic.clone();
-        other_src.placed.set(true);
-        src.placed.set(true);
-        let (at, _, left_last) = self.placed(true);
-        let graph = self.graph.clone();
-        let mut g = graph.borrow_mut();
-        let sub = at.sub;
-        // The other table is read in the same sub-topology, into its store.
-        let route = Pos {
-            sub,
-            place: Place {
-                root: Root::Source(right_topic.clone()),
-                path: Vec::new(),
-            },
-        };
-        let stream = std::mem::replace(
-            &mut g.streams[sub],
-            baton_runtime::topology::Stream::branch(),
-        );
-        g.streams[sub] = stream.route(&right_topic);
-        let store = right_store.clone();
-        g.edit(&route, move |s| s.upsert(&store));
-        let other_src = other.source.take().expect("checked above");
-        let stores = (left_store.as_str(), right_store.as_str());
-        let last = describe_table_join(
-            &mut g.description,
-            sub,
-            (&left_last, &other_src, &right_topic),
-            stores,
-        );
-        let junction = g.junction(sub);
-        for (from, theirs, left) in [(&at, &right_store, true), (&route, &left_store, false)] {
-            let exit = g.exit(from);
-            let theirs = theirs.clone();
-            g.edit(&exit, move |s| {
-                s.table_join(&theirs, left, kind).to_junction(junction)
-            });
-        }
-        drop(g);
         let updates = joined_rows(
             self.key.clone(),
             (self.value.clone(), other.value.clone()),
             joiner,
         );
-        KTable::joined(
-            graph,
-            Pos {
-                sub,
-                place: Place {
-                    root: Root::Junction(junction),
-                    path: Vec::new(),
-                },
-            },
-            (self.key, updates),
-            last,
-        )
+        KTable::joined(graph, at, (self.key, updates), last)
     }
 }
 
-/// The join's nodes in sub-topology `sub`: the other table's source and table source (its
-/// store), then, in Kafka's order (`KTableImpl.doJoin`), the merge and both joins. The merge.
-fn describe_table_join(
+/// What a table is to a join: a table read from a topic and not used yet, or one whose rows
+/// are kept in a timestamped store beside its updates.
+enum Side {
+    Source,
+    Kept { store: String, at: Pos, last: Node },
+}
+
+fn side_of<K, V>(t: &KTable<K, V>) -> Option<Side> {
+    match (&t.source, &t.state, &t.at) {
+        (Some(src), _, None) if !src.placed.get() => Some(Side::Source),
+        (_, Some(store), Some(at)) => Some(Side::Kept {
+            store: store.clone(),
+            at: at.clone(),
+            last: t.last.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// Two tables read from their topics: one sub-topology reads both into their stores.
+fn join_sources<K, V, VO>(
+    left: &KTable<K, V>,
+    right: &KTable<K, VO>,
+    kind: TableJoinKind,
+) -> (Pos, Node)
+where
+    K: Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    VO: Send + Sync + 'static,
+{
+    let (src, other_src) = (
+        left.source.as_ref().expect("a source side"),
+        right.source.as_ref().expect("a source side"),
+    );
+    let (left_store, right_store) = (src.store.clone(), other_src.store.clone());
+    other_src.placed.set(true);
+    src.placed.set(true);
+    let (at, left_last) = place_source(left);
+    let mut g = left.graph.borrow_mut();
+    let route = route_into(&mut g, at.sub, other_src);
+    let right_last = describe_source(&mut g.description, at.sub, other_src);
+    let stores = (left_store.as_str(), right_store.as_str());
+    let last = describe_joins(
+        &mut g.description,
+        at.sub,
+        (&left_last, &right_last),
+        stores,
+    );
+    let junction = join_into(&mut g, (&at, &left_store), (&route, &right_store), kind);
+    (junction, last)
+}
+
+/// A table kept in a store joined with another kept in the same sub-topology, or with a
+/// table read from its topic, which that sub-topology then reads too.
+fn join_kept<K, V, VO>(
+    left: &KTable<K, V>,
+    right: &KTable<K, VO>,
+    sides: (Side, Side),
+    kind: TableJoinKind,
+) -> Option<(Pos, Node)> {
+    let mut g = left.graph.borrow_mut();
+    let (l, r) = match sides {
+        (
+            Side::Kept { store, at, last },
+            Side::Kept {
+                store: rs,
+                at: ra,
+                last: rl,
+            },
+        ) if at.sub == ra.sub => ((store, at, last), (rs, ra, rl)),
+        (Side::Kept { store, at, last }, Side::Source) => {
+            let src = right.source.as_ref()?;
+            src.placed.set(true);
+            let route = route_into(&mut g, at.sub, src);
+            let right_last = describe_source(&mut g.description, at.sub, src);
+            ((store, at, last), (src.store.clone(), route, right_last))
+        }
+        (Side::Source, Side::Kept { store, at, last }) => {
+            let src = left.source.as_ref()?;
+            src.placed.set(true);
+            let route = route_into(&mut g, at.sub, src);
+            let left_last = describe_source(&mut g.description, at.sub, src);
+            ((src.store.clone(), route, left_last), (store, at, last))
+        }
+        _ => return None,
+    };
+    let sub = l.1.sub;
+    let stores = (l.0.as_str(), r.0.as_str());
+    let last = describe_joins(&mut g.description, sub, (&l.2, &r.2), stores);
+    let junction = join_into(&mut g, (&l.1, &l.0), (&r.1, &r.0), kind);
+    Some((junction, last))
+}
+
+/// The left table read from its topic into its store, in a sub-topology of its own.
+fn place_source<K, V>(table: &KTable<K, V>) -> (Pos, Node)
+where
+    K: Send + Sync + 'static,
+    V: Send + Sync + 'static,
+{
+    let src = table.source.as_ref().expect("a source side");
+    let mut g = table.graph.borrow_mut();
+    let at = g.start_named(&src.topic, src.source_node.clone());
+    let source = g.description.last(at.sub);
+    let last =
+        g.description
+            .add_processor(at.sub, src.table_node.clone(), &[&source], &[&src.store]);
+    g.description.rank_subtopology(at.sub, src.rank);
+    g.edit_sources(at.sub, baton_runtime::topology::Stream::with_deletes);
+    let store = src.store.clone();
+    g.edit(&at, move |s| s.upsert(&store));
+    (at, last)
+}
+
+/// Sub-topology `sub` reads `src`'s topic too, into its store: where its records go.
+fn route_into(g: &mut crate::dsl::Graph, sub: usize, src: &TableSource) -> Pos {
+    let stream = std::mem::replace(
+        &mut g.streams[sub],
+        baton_runtime::topology::Stream::branch(),
+    );
+    g.streams[sub] = stream.route_table(&src.topic);
+    let route = Pos {
+        sub,
+        place: Place {
+            root: Root::Source(src.topic.clone()),
+            path: Vec::new(),
+        },
+    };
+    let store = src.store.clone();
+    g.edit(&route, move |s| s.upsert(&store));
+    route
+}
+
+/// Each side's updates look up the other side's store, both into one junction: where the
+/// joined table's updates come out.
+fn join_into(
+    g: &mut crate::dsl::Graph,
+    (left, left_store): (&Pos, &str),
+    (right, right_store): (&Pos, &str),
+    kind: TableJoinKind,
+) -> Pos {
+    let sub = left.sub;
+    let junction = g.junction(sub);
+    for (from, theirs, is_left) in [(left, right_store, true), (right, left_store, false)] {
+        let exit = g.exit(from);
+        let theirs = theirs.to_owned();
+        g.edit(&exit, move |s| {
+            s.table_join(&theirs, is_left, kind).to_junction(junction)
+        });
+    }
+    Pos {
+        sub,
+        place: Place {
+            root: Root::Junction(junction),
+            path: Vec::new(),
+        },
+    }
+}
+
+/// A table read from its topic in sub-topology `sub`: its source and table source (its
+/// store); the table source.
+fn describe_source(d: &mut crate::describe::Description, sub: usize, src: &TableSource) -> Node {
+    let source = d.add_source(sub, src.source_node.clone(), &src.topic);
+    let last = d.add_processor(sub, src.table_node.clone(), &[&source], &[&src.store]);
+    d.rank_subtopology(sub, src.rank);
+    last
+}
+
+/// The join's nodes in sub-topology `sub`, in Kafka's order (`KTableImpl.doJoin`): the merge
+/// and both joins. The merge.
+fn describe_joins(
     d: &mut crate::describe::Description,
     sub: usize,
-    (left_last, other, topic): (&crate::describe::Node, &crate::table::TableSource, &str),
+    (left_last, right_last): (&Node, &Node),
     (left_store, right_store): (&str, &str),
-) -> crate::describe::Node {
-    let right_source = d.add_source(sub, other.source_node.clone(), topic);
-    let right_last = d.add_processor(
-        sub,
-        other.table_node.clone(),
-        &[&right_source],
-        &[right_store],
-    );
-    d.rank_subtopology(sub, other.rank);
+) -> Node {
     let merge = d.next_name("KTABLE-MERGE-");
     let this_join = d.next_name("KTABLE-JOINTHIS-");
     let other_join = d.next_name("KTABLE-JOINOTHER-");
     let this_j = d.add_processor(sub, this_join, &[left_last], &[right_store]);
-    let other_j = d.add_processor(sub, other_join, &[&right_last], &[left_store]);
+    let other_j = d.add_processor(sub, other_join, &[right_last], &[left_store]);
     d.add_processor(sub, merge, &[&this_j, &other_j], &[])
 }
 

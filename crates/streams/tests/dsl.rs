@@ -2408,3 +2408,70 @@ fn windowed_counts_of(out: &[StreamRecord], size: u64) -> Vec<(String, Option<i6
         })
         .collect()
 }
+
+/// A count joined with a table read from a topic, either way round: the table is read in the
+/// count's sub-topology (its deletes too), and an update of either side joins the other's row.
+#[test]
+fn an_aggregation_joins_a_table_read_from_a_topic() {
+    for count_left in [true, false] {
+        let b = StreamsBuilder::new("named-clicks");
+        let names = b.table(
+            "names",
+            Consumed::with(Str, Str),
+            Materialized::named("names"),
+        );
+        let counts = b
+            .stream("clicks", Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .count(Materialized::named("clicks"));
+        let joined = if count_left {
+            counts.join(names, |n: &i64, name: &String| format!("{name}:{n}"))
+        } else {
+            names.join(counts, |name: &String, n: &i64| format!("{name}:{n}"))
+        };
+        joined.to_stream().to("named", Produced::with(Str, Str));
+        let t = b.build().unwrap();
+        assert_eq!(t.sources_of(0), ["clicks", "names"], "one sub-topology");
+        let described = b_describe_has_join(&t);
+        assert!(described, "{}", t.describe());
+        let (mut stores, mut out) = (Mem::default(), Output::default());
+        let mut feed = |topic: &str, k: &str, v: Option<&str>, ts: i64| {
+            let r = match v {
+                Some(v) => StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), ts),
+                None => StreamRecord::delete(k.as_bytes().to_vec(), ts),
+            };
+            t.process_from(TaskId::new(0, 0), topic, r, ts, &mut stores, &mut out)
+                .unwrap();
+        };
+        feed("clicks", "u1", Some("/a"), 1);
+        feed("names", "u1", Some("ann"), 2);
+        feed("clicks", "u1", Some("/b"), 3);
+        feed("names", "u2", Some("bob"), 4);
+        feed("names", "u1", None, 5);
+        let got: Vec<(String, Option<String>)> = out
+            .records
+            .iter()
+            .map(|e| {
+                let v = e
+                    .record
+                    .value
+                    .as_deref()
+                    .map(|v| Str.deserialize(v).unwrap());
+                (Str.deserialize(&e.record.key).unwrap(), v)
+            })
+            .collect();
+        // Kafka's inner join: an update whose key the other side lacks gives nothing; a
+        // delete of a joined key deletes it.
+        let want: Vec<(String, Option<String>)> = vec![
+            ("u1".into(), Some("ann:1".into())),
+            ("u1".into(), Some("ann:2".into())),
+            ("u1".into(), None),
+        ];
+        assert_eq!(got, want, "count on the left: {count_left}");
+    }
+}
+
+fn b_describe_has_join(t: &Topology) -> bool {
+    let d = t.describe();
+    d.contains("KTABLE-MERGE-") && d.contains("KTABLE-JOINTHIS-") && d.contains("KTABLE-JOINOTHER-")
+}

@@ -200,7 +200,13 @@ impl RecordEnv<'_> {
         // key, as word count's grouping does); one without a value is a delete, which only a
         // table's updates read as a stream take: elsewhere it is passed over, as Kafka
         // Streams' aggregations pass over null values.
-        if r.value.is_none() && !self.ctx.topology.takes_deletes(self.task.subtopology) {
+        let topic = &self.sources[source].topic;
+        if r.value.is_none()
+            && !self
+                .ctx
+                .topology
+                .takes_deletes_from(self.task.subtopology, topic)
+        {
             return ControlFlow::Continue(());
         }
         let k = r.key.clone().unwrap_or_default();
