@@ -66,12 +66,9 @@ pub async fn run_with_queries(
     let process_id = state_dir.process_id()?;
     let metrics_addr = cfg.metrics_addr;
     let threads = cfg.threads;
-    let globals = crate::global::open(&cfg.state_dir, &topology)?;
-    // Kafka's global thread reads its tables to their ends before any stream thread starts.
-    tokio::select! {
-        read = crate::global::bootstrap(&client, &globals) => read?,
-        _ = stop.wait_for(|s| *s) => return Ok(Exit::Shutdown),
-    }
+    let Some(globals) = open_globals(&cfg, &topology, &client, &mut stop).await? else {
+        return Ok(Exit::Shutdown);
+    };
     let mut ctx = Context::new(client, cfg, topology, wire, sink_partitions, process_id);
     ctx.globals = globals;
     let ctx = Arc::new(ctx);
@@ -130,6 +127,21 @@ pub async fn run_with_queries(
         tracing::info!(instance = %ctx.cfg.instance_id, "drained: every thread holds nothing; exiting");
     }
     result
+}
+
+/// The global tables' stores, read to their topics' ends (Kafka's global thread does so
+/// before any stream thread starts); `None` when shut down meanwhile.
+async fn open_globals(
+    cfg: &RuntimeConfig,
+    topology: &Topology,
+    client: &Client,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<Vec<crate::global::GlobalStore>>> {
+    let globals = crate::global::open(&cfg.state_dir, topology)?;
+    tokio::select! {
+        read = crate::global::bootstrap(client, &globals) => read.map(|()| Some(globals)),
+        _ = stop.wait_for(|s| *s) => Ok(None),
+    }
 }
 
 /// Runs the stream threads until every one has stopped: drained when all drained, shut down

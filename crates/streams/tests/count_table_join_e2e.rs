@@ -112,12 +112,8 @@ fn a_count_joins_a_table_exactly_through_a_scale_out_and_a_drain() {
         common::start("count-table-join", &[CLICKS, NAMES], OUTPUT, PARTITIONS);
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str| {
-        let cfg = common::runtime_config(&broker.addr, &dir, APP, name, &[]);
-        setup.rt.spawn(baton_runtime::instance::run(
-            cfg,
-            topology(),
-            shutdown.clone(),
-        ))
+        let at = (broker.addr.as_str(), dir.as_path());
+        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
     };
     let mut sent = Sent::default();
     let a = run("a");

@@ -61,28 +61,7 @@ fn run_at(
 /// Runs `records` (stamped 0) through sub-topology `sub`: each output with its sink topic,
 /// key and value as text.
 fn run_to_sinks(t: &Topology, sub: u32, records: &[(&str, &str)]) -> Vec<(String, String, String)> {
-    let (mut stores, mut out) = (Mem::default(), Output::default());
-    for (k, v) in records {
-        t.process(
-            TaskId::new(sub, 0),
-            StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 0),
-            0,
-            &mut stores,
-            &mut out,
-        )
-        .unwrap();
-    }
-    let sinks = t.sinks_of(sub);
-    out.records
-        .into_iter()
-        .map(|e| {
-            (
-                sinks[e.sink as usize].to_owned(),
-                Str.deserialize(&e.record.key).unwrap(),
-                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
-            )
-        })
-        .collect()
+    run_to_sinks_in(t, sub, &mut Mem::default(), records)
 }
 
 fn owned(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {

@@ -110,12 +110,8 @@ fn orders_join_a_global_table_through_a_scale_out_and_a_drain() {
     set_products(&setup, 0..PRODUCT_COUNT, Some("v1"));
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str| {
-        let cfg = common::runtime_config(&broker.addr, &dir, APP, name, &[]);
-        setup.rt.spawn(baton_runtime::instance::run(
-            cfg,
-            topology(),
-            shutdown.clone(),
-        ))
+        let at = (broker.addr.as_str(), dir.as_path());
+        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
     };
     let a = run("a");
     let v1 = names(&[(0..PRODUCT_COUNT, Some("v1"))]);

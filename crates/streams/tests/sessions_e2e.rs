@@ -80,16 +80,9 @@ fn send(setup: &Setup, bursts: std::ops::Range<i64>) -> BTreeMap<(String, i64, i
                 stamps.push(ts);
             }
         }
-        setup.rt.block_on(async {
-            for (p, (records, stamps)) in by_partition {
-                let leader = setup.client.leader(INPUT, p).await.unwrap();
-                setup
-                    .client
-                    .produce_stamped(&leader, INPUT, p, &records, &stamps)
-                    .await
-                    .unwrap();
-            }
-        });
+        for (p, (records, stamps)) in by_partition {
+            setup.produce_stamped(INPUT, p, &records, &stamps);
+        }
     }
     want
 }
@@ -118,12 +111,8 @@ fn sessions_merge_exactly_through_a_scale_out_and_a_drain() {
     let (broker, dir, setup) = common::start("sessions", &[INPUT], OUTPUT, PARTITIONS);
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str| {
-        let cfg = common::runtime_config(&broker.addr, &dir, APP, name, &[]);
-        setup.rt.spawn(baton_runtime::instance::run(
-            cfg,
-            topology(),
-            shutdown.clone(),
-        ))
+        let at = (broker.addr.as_str(), dir.as_path());
+        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
     };
     let a = run("a");
     let mut want = send(&setup, 0..3);

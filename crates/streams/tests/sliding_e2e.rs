@@ -70,14 +70,7 @@ fn send(setup: &Setup, phase: i64, sent: &mut BTreeMap<String, Vec<i64>>) {
             })
             .collect();
         let p = partition_for(name.as_bytes(), PARTITIONS as u32) as i32;
-        setup.rt.block_on(async {
-            let leader = setup.client.leader(INPUT, p).await.unwrap();
-            setup
-                .client
-                .produce_stamped(&leader, INPUT, p, &records, &stamps)
-                .await
-                .unwrap();
-        });
+        setup.produce_stamped(INPUT, p, &records, &stamps);
         sent.entry(name).or_default().extend(stamps);
     }
 }
@@ -120,12 +113,8 @@ fn sliding_windows_count_exactly_through_a_scale_out_and_a_drain() {
     let (broker, dir, setup) = common::start("sliding", &[INPUT], OUTPUT, PARTITIONS);
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str| {
-        let cfg = common::runtime_config(&broker.addr, &dir, APP, name, &[]);
-        setup.rt.spawn(baton_runtime::instance::run(
-            cfg,
-            topology(),
-            shutdown.clone(),
-        ))
+        let at = (broker.addr.as_str(), dir.as_path());
+        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
     };
     let mut sent = BTreeMap::new();
     let a = run("a");

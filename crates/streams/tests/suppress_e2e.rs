@@ -94,12 +94,8 @@ fn each_window_comes_out_once_through_a_scale_out_and_a_drain() {
     let (broker, dir, setup) = common::start("suppress", &[INPUT], OUTPUT, PARTITIONS);
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let run = |name: &str| {
-        let cfg = common::runtime_config(&broker.addr, &dir, APP, name, &[]);
-        setup.rt.spawn(baton_runtime::instance::run(
-            cfg,
-            topology(),
-            shutdown.clone(),
-        ))
+        let at = (broker.addr.as_str(), dir.as_path());
+        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
     };
     let a = run("a");
     let mut want = send(&setup, 0);
@@ -151,7 +147,7 @@ fn send_without_ticks(setup: &Setup, phase: i64) -> BTreeMap<(String, i64), i64>
                 })
                 .collect();
             let stamps: Vec<i64> = (0..n).rev().map(|j| start + 100 + j * 1_000).collect();
-            produce(setup, p, &records, &stamps);
+            setup.produce_stamped(INPUT, p, &records, &stamps);
         }
     }
     want
@@ -163,17 +159,6 @@ fn send_ticks(setup: &Setup, phase: i64) {
             Some(Bytes::from(tick_key(p))),
             Some(Bytes::from_static(b"/")),
         );
-        produce(setup, p, &[tick], &[phase * PHASE_MS + 90_000]);
+        setup.produce_stamped(INPUT, p, &[tick], &[phase * PHASE_MS + 90_000]);
     }
-}
-
-fn produce(setup: &Setup, p: i32, records: &[KeyValue], stamps: &[i64]) {
-    setup.rt.block_on(async {
-        let leader = setup.client.leader(INPUT, p).await.unwrap();
-        setup
-            .client
-            .produce_stamped(&leader, INPUT, p, records, stamps)
-            .await
-            .unwrap();
-    });
 }

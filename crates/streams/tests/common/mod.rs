@@ -52,6 +52,23 @@ pub fn drain_and_await(
     );
 }
 
+/// An in-process instance `name` of `app` (state under `dir`) running `topology` until
+/// `shutdown` turns true.
+pub fn spawn_instance(
+    setup: &Setup,
+    (broker, dir): (&str, &Path),
+    (app, name): (&str, &str),
+    topology: baton_runtime::Topology,
+    shutdown: &tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<baton_runtime::Result<baton_runtime::Exit>> {
+    let cfg = runtime_config(broker, dir, app, name, &[]);
+    setup.rt.spawn(baton_runtime::instance::run(
+        cfg,
+        topology,
+        shutdown.clone(),
+    ))
+}
+
 /// A loopback port free now, for an instance's query server.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -269,6 +286,17 @@ impl Setup {
                 .await
                 .unwrap()
         })
+    }
+
+    /// Appends `records` to partition `p` of `topic`, record `i` stamped `stamps[i]`.
+    pub fn produce_stamped(&self, topic: &str, p: i32, records: &[KeyValue], stamps: &[i64]) {
+        self.rt.block_on(async {
+            let leader = self.client.leader(topic, p).await.unwrap();
+            self.client
+                .produce_stamped(&leader, topic, p, records, stamps)
+                .await
+                .unwrap();
+        });
     }
 
     /// How many times each (key, value) of text stands in `topic`.
