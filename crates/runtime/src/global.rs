@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub struct GlobalStore {
     pub name: String,
     pub topic: String,
     pub store: TaskStore,
+    /// Records the store was behind its topic's end at the last fetch (`u64::MAX` before
+    /// the first): what a query answered from it says.
+    pub lag: Arc<AtomicU64>,
 }
 
 /// Opens every global table's store under `state_dir`.
@@ -56,6 +60,7 @@ pub fn open(state_dir: &Path, topology: &Topology) -> Result<Vec<GlobalStore>> {
                 name: g.store.clone(),
                 topic: g.topic.clone(),
                 store,
+                lag: Arc::new(AtomicU64::new(u64::MAX)),
             })
         })
         .collect()
@@ -232,6 +237,7 @@ impl<'a> Reader<'a> {
             });
         }
         let (mut applied, mut moved) = (0, false);
+        let mut ends = BTreeMap::new();
         for (leader, wants) in by_leader {
             let what = format!("fetching {} from {leader}", self.g.topic);
             let answers = self
@@ -240,6 +246,9 @@ impl<'a> Reader<'a> {
                 .await
                 .map_err(kafka(what.clone()))?;
             for (want, answer) in wants.iter().zip(answers) {
+                if let Ok(f) = &answer {
+                    ends.insert(want.partition, f.high_watermark);
+                }
                 let f = match answer {
                     Err(e) if e.is_offset_out_of_range() => {
                         let why = format!(
@@ -256,6 +265,11 @@ impl<'a> Reader<'a> {
                 moved |= n.1;
             }
         }
+        let lag = ends
+            .iter()
+            .map(|(p, end)| (end - self.next.get(p).copied().unwrap_or(0)).max(0) as u64)
+            .sum();
+        self.g.lag.store(lag, Ordering::Relaxed);
         Ok((applied, moved))
     }
 

@@ -1913,6 +1913,14 @@ impl Topology {
         &self.globals
     }
 
+    /// How a global table's keys and values read, if `store` is one.
+    pub fn global_format(&self, store: &str) -> Option<StoreFormat> {
+        self.globals
+            .iter()
+            .any(|g| g.store == store)
+            .then(|| self.formats.get(store).copied().unwrap_or_default())
+    }
+
     /// Every source topic (global tables' aside).
     pub fn source_topics(&self) -> BTreeSet<&str> {
         self.streams

@@ -117,8 +117,17 @@ fn orders_join_a_global_table_through_a_scale_out_and_a_drain() {
     let v1 = names(&[(0..PRODUCT_COUNT, Some("v1"))]);
     let mut want = send_orders(&setup, 0..100, &v1);
     setup.await_equal(&want, "priced orders, one instance", |s| s.counted(OUTPUT));
-    // b reads the whole products topic before it takes tasks; a follows the topic.
-    let b = run("b");
+    // b reads the whole products topic before it takes tasks; a follows the topic. b
+    // answers queries of the global table from its own copy, in process and over HTTP.
+    let queries = baton_streams::queries::Queries::new();
+    let cfg = common::serving_config(&broker.addr, &dir, APP, "b");
+    let server = cfg.user_endpoint.clone();
+    let b = setup.rt.spawn(baton_runtime::instance::run_with_queries(
+        cfg,
+        topology(),
+        shutdown.clone(),
+        queries.clone(),
+    ));
     set_products(&setup, 0..5, Some("v2"));
     set_products(&setup, 19..20, None);
     let v2 = names(&[
@@ -132,6 +141,7 @@ fn orders_join_a_global_table_through_a_scale_out_and_a_drain() {
     setup.await_equal(&want, "priced orders, after the scale-out", |s| {
         s.counted(OUTPUT)
     });
+    check_queries(&setup, &queries, &server, &v2);
     common::drain_and_await(&setup, (APP, "a"), a);
     want.extend(send_orders(&setup, 200..300, &v2));
     setup.await_equal(&want, "priced orders, after the drain", |s| {
@@ -174,4 +184,41 @@ fn orders_join_a_global_table_through_a_scale_out_and_a_drain() {
     common::await_shutdown(&setup, "b", b);
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every product's row as b's global store holds it, in process and over HTTP: the names
+/// `names` says, the deleted product not found.
+fn check_queries(
+    setup: &Setup,
+    queries: &baton_streams::queries::Queries,
+    server: &str,
+    names: &BTreeMap<String, String>,
+) {
+    use baton_streams::queries::{QueryOptions, StoreQuery};
+    let store = StoreQuery::new(queries, "products", Str, Str);
+    for id in 0..PRODUCT_COUNT {
+        let key = format!("p{id}");
+        let got = setup
+            .rt
+            .block_on(store.get(&key, &QueryOptions::default()))
+            .unwrap();
+        assert_eq!(got.value.as_ref(), names.get(&key), "{key} in process");
+        assert_eq!(got.served.task, "global");
+    }
+    let body = http_get(&format!("{server}/v1/stores/products/keys/p3"));
+    assert!(body.contains("\"value\":\"name-3-v2\""), "{body}");
+    assert!(body.contains("\"role\":\"global\""), "{body}");
+    let body = http_get(&format!("{server}/v1/stores/products/keys/p19"));
+    assert!(body.contains("\"found\":false"), "{body}");
+}
+
+/// A GET over HTTP/1.0 with plain sockets: the body.
+fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let (host, path) = url.split_at(url.find('/').unwrap());
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned()
 }

@@ -131,6 +131,16 @@ impl Queries {
         options: &QueryOptions,
     ) -> Result<KeyAnswer, QueryFailure> {
         let e = self.engine()?;
+        if let Some(answer) = e.global_key(store, KeyArg::Bytes(key)).await {
+            let body = answer?;
+            return Ok(KeyAnswer {
+                value: match &body["value_hex"] {
+                    Value::Null => None,
+                    v => Some(bytes(v)?),
+                },
+                served: served(&body)?,
+            });
+        }
         let started = Instant::now();
         let at_least = options
             .at_least
@@ -264,7 +274,8 @@ fn array(v: &Value) -> Result<&Vec<Value>, QueryFailure> {
 
 fn served(body: &Value) -> Result<Served, QueryFailure> {
     let role = match body["role"].as_str() {
-        Some("active") => Role::Active,
+        // A global table's own copy on the instance asked (task "global").
+        Some("active") | Some("global") => Role::Active,
         Some("standby") => Role::Standby,
         Some("warmup") => Role::Warmup,
         _ => return Err(malformed("role", &body["role"])),

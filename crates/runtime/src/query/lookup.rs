@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::query::copies::RangeBounds;
 use crate::query::engine::Engine;
-use crate::query::format::parse_hex;
+use crate::query::format::{parse_hex, StoreFormat};
 use crate::query::metrics::Outcome;
 use crate::query::plan::{Ask, Bound};
 use crate::topology::StoreInfo;
@@ -352,13 +352,14 @@ impl Engine {
 
 /// A key in the store's key serde.
 fn key_bytes(info: &StoreInfo, key: KeyArg<'_>) -> QueryResult<Vec<u8>> {
+    key_bytes_as(info.format, key)
+}
+
+/// A query's key as the bytes a store of `format` holds it under.
+pub(crate) fn key_bytes_as(format: StoreFormat, key: KeyArg<'_>) -> QueryResult<Vec<u8>> {
     match key {
         KeyArg::Hex(h) => parse_hex(h).map_err(|e| format!("key_hex: {e}")),
-        KeyArg::Text(t) => info
-            .format
-            .key
-            .parse_key(t)
-            .map_err(|e| format!("key: {e}")),
+        KeyArg::Text(t) => format.key.parse_key(t).map_err(|e| format!("key: {e}")),
         KeyArg::Bytes(b) => Ok(b.to_vec()),
     }
     .map_err(QueryError::bad)

@@ -13,6 +13,7 @@ pub mod copies;
 pub mod engine;
 pub mod format;
 pub mod forward;
+pub mod global;
 pub mod lookup;
 pub mod metrics;
 pub mod plan;

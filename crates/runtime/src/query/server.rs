@@ -298,6 +298,15 @@ async fn key(
     params: std::result::Result<Query<KeyParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
+    if let Ok(Query(p)) = &params {
+        let key = key_arg(&key_text, &p.key_hex);
+        if let Some(answer) = s.engine.global_key(&store, key).await {
+            return match answer {
+                Ok(body) => Json(body).into_response(),
+                Err(e) => e.into_response(),
+            };
+        }
+    }
     handle(s, store, params, |e, store, p| {
         let bound = Bound {
             offsets: p.max_lag_offsets,
