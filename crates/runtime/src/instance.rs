@@ -201,10 +201,25 @@ fn repartition_count(
         .into_iter()
         .filter_map(|t| partitions.get(t).copied())
         .max();
-    table.or_else(|| {
+    let writer_count = |writer: u32| -> Option<u32> {
         let sources = topology.sources_of(writer);
         let counts: Option<Vec<u32>> = sources.iter().map(|s| partitions.get(s).copied()).collect();
         counts?.into_iter().max()
+    };
+    table.or_else(|| {
+        // Repartition topics read together (a join of two re-keyed streams) take the largest
+        // count among their writers', as Kafka co-partitions them.
+        let writers = topology.repartition_topics();
+        let others = topology
+            .repartitions_beside(topic)
+            .into_iter()
+            .filter_map(|t| writers.iter().find(|(w, _)| *w == t).map(|&(_, sub)| sub));
+        std::iter::once(writer)
+            .chain(others)
+            .map(writer_count)
+            .collect::<Option<Vec<u32>>>()?
+            .into_iter()
+            .max()
     })
 }
 
@@ -481,4 +496,45 @@ async fn partition_counts(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Stream;
+
+    /// Two repartition topics read by one sub-topology (a join of two re-keyed streams) take
+    /// the larger of their writers' partition counts, so that they are co-partitioned.
+    #[test]
+    fn repartition_topics_read_together_take_the_largest_count() {
+        let rekey = |input: &str, out: &str| {
+            Stream::from(&[input])
+                .map(|k, v| (v.to_vec(), k.to_vec()))
+                .to(out)
+        };
+        let t = Topology::new(
+            "app",
+            vec![
+                rekey("orders", "app-left-repartition"),
+                rekey("payments", "app-right-repartition"),
+                Stream::from(&["app-left-repartition", "app-right-repartition"]).to("out"),
+            ],
+        )
+        .unwrap()
+        .with_repartition_topics([
+            "app-left-repartition".into(),
+            "app-right-repartition".into(),
+        ])
+        .unwrap();
+        let mut partitions = BTreeMap::from([("orders".to_owned(), 2), ("payments".to_owned(), 3)]);
+        let made = settle_repartition_topics(&t, &mut partitions).unwrap();
+        let counts: Vec<(String, i32)> = made.into_iter().map(|n| (n.name, n.partitions)).collect();
+        assert_eq!(
+            counts,
+            [
+                ("app-left-repartition".to_owned(), 3),
+                ("app-right-repartition".to_owned(), 3)
+            ]
+        );
+    }
 }

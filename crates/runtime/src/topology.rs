@@ -1892,6 +1892,17 @@ impl Topology {
             .collect()
     }
 
+    /// The repartition topics read beside `topic` by the stream reading it (a join of two
+    /// re-keyed streams reads two).
+    pub fn repartitions_beside(&self, topic: &str) -> Vec<&str> {
+        self.streams
+            .iter()
+            .filter(|s| s.sources.iter().any(|t| t == topic))
+            .flat_map(|s| s.sources.iter().map(String::as_str))
+            .filter(|t| *t != topic && self.repartition.iter().any(|r| r == t))
+            .collect()
+    }
+
     /// How long `store`'s changelog keeps records (`retention.ms`, with
     /// `cleanup.policy=compact,delete`), for window stores: the windows' retention plus
     /// [`WINDOW_CHANGELOG_EXTRA_RETENTION_MS`], as Kafka Streams sets it. `None`: compacted only.

@@ -12,7 +12,7 @@ use baton_runtime::record::undecodable;
 use baton_runtime::topology::{split_row_pair, Place, RecordEffect, Root, RowPair, Unmatched};
 
 use crate::describe::{Description, Node};
-use crate::dsl::{encoding, Chain, KStream, Pos};
+use crate::dsl::{decoding, encoding, Chain, Graph, KStream, Pos};
 use crate::serdes::read_or_fail;
 use crate::serdes::Serde;
 use crate::windows::millis;
@@ -245,30 +245,36 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
     {
         let graph = self.graph.clone();
         let mut g = graph.borrow_mut();
-        if self.key_changed || other.key_changed {
-            g.errors.push(
-                "join_stream: a side's keys changed since its topic; repartition it before the \
-                 join"
-                    .into(),
-            );
-        }
-        let other_at = match g.absorb(&other.at, self.at.sub) {
+        let key = Arc::new(joined.key);
+        let (value, other_value) = (Arc::new(joined.value), Arc::new(joined.other));
+        // Kafka's `KStreamImpl.doJoin`: a side whose keys changed goes through a repartition
+        // topic first, `<name>-left` / `-right` when the join is named, else after its last
+        // node.
+        let this = repartitioned(
+            &mut g,
+            (self.at, self.chain, self.last, self.key_changed),
+            (joined.name.as_deref(), "-left"),
+            (key.clone(), value.clone()),
+        );
+        let that = repartitioned(
+            &mut g,
+            (other.at, other.chain, other.last, other.key_changed),
+            (joined.name.as_deref(), "-right"),
+            (key.clone(), other_value.clone()),
+        );
+        let other_at = match g.absorb(&that.0, this.0.sub) {
             Ok(at) => at,
             Err(why) => {
                 g.errors.push(format!("join_stream: {why}"));
-                other.at.clone()
+                that.0.clone()
             }
         };
-        let sub = self.at.sub;
+        let sub = this.0.sub;
         let given = Naming {
             name: joined.name.as_deref(),
             store: joined.store_name.as_deref(),
         };
-        let names = describe_join(
-            &mut g.description,
-            (sub, kind, given),
-            (&self.last, &other.last),
-        );
+        let names = describe_join(&mut g.description, (sub, kind, given), (&this.2, &that.2));
         let (before, after, grace) = windows.millis();
         let retention = before.saturating_add(after).saturating_add(grace);
         let unmatched = |emits: bool| {
@@ -279,20 +285,18 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 grace_ms: grace,
             })
         };
-        let key = Arc::new(joined.key);
-        let (value, other_value) = (Arc::new(joined.value), Arc::new(joined.other));
         let junction = g.junction(sub);
         let sides = [
             (
-                &self.at,
-                encoding(self.chain, None, key.clone(), value.clone()),
+                &this.0,
+                encoding(this.1, None, key.clone(), value.clone()),
                 (names.this_store.clone(), names.other_store.clone()),
                 (before, after),
                 (true, unmatched(kind != JoinKind::Inner)),
             ),
             (
                 &other_at,
-                encoding(other.chain, None, key.clone(), other_value.clone()),
+                encoding(that.1, None, key.clone(), other_value.clone()),
                 (names.other_store.clone(), names.this_store.clone()),
                 (after, before),
                 (false, unmatched(kind == JoinKind::Outer)),
@@ -324,6 +328,37 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             deletes: None,
         }
     }
+}
+
+/// A join side: where its records are, how they read, its last node.
+type JoinSide<K, V> = (Pos, Chain<K, V>, Node);
+
+/// A side of a stream-stream join as the join reads it: through a repartition topic when its
+/// keys changed (the topic named `<join name><suffix>` when the join is named, else after
+/// the side's last node, as Kafka names it), its records then read with the join's serdes.
+fn repartitioned<K, V, KS, VS>(
+    g: &mut Graph,
+    (at, chain, last, key_changed): (Pos, Chain<K, V>, Node, bool),
+    (name, suffix): (Option<&str>, &str),
+    (key, value): (Arc<KS>, Arc<VS>),
+) -> JoinSide<K, V>
+where
+    K: 'static,
+    V: 'static,
+    KS: Serde<Value = K> + 'static,
+    VS: Serde<Value = V> + 'static,
+{
+    if !key_changed {
+        return (at, chain, last);
+    }
+    let prefix = match name {
+        Some(n) => format!("{n}{suffix}"),
+        None => last.as_str().to_owned(),
+    };
+    let encode = encoding(chain, None, key.clone(), value.clone());
+    let (start, last) = g.repartition_start(&prefix, &at, &last, encode);
+    let chain = decoding(key, value, format!("{prefix}-repartition"));
+    (start, chain, last)
 }
 
 /// The names a join's description gives it.

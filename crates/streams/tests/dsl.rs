@@ -2454,3 +2454,72 @@ fn b_describe_has_join(t: &Topology) -> bool {
     let d = t.describe();
     d.contains("KTABLE-MERGE-") && d.contains("KTABLE-JOINTHIS-") && d.contains("KTABLE-JOINOTHER-")
 }
+
+/// Orders and payments both keyed anew by customer, then joined: each side goes through its
+/// repartition topic into the join's sub-topology, and every order meets the payments of its
+/// customer within the window.
+#[test]
+fn a_join_of_rekeyed_streams_reads_both_repartition_topics() {
+    use baton_streams::{JoinWindows, StreamJoined};
+    let b = StreamsBuilder::new("paid");
+    let customer = |_: &String, v: &String| v.split(':').next().unwrap().to_owned();
+    let orders = b
+        .stream("orders", Consumed::with(Str, Str))
+        .select_key(customer);
+    let payments = b
+        .stream("payments", Consumed::with(Str, Str))
+        .select_key(customer);
+    orders
+        .join_stream(
+            payments,
+            |o: &String, p: &String| format!("{o}+{p}"),
+            JoinWindows::of_time_difference_with_no_grace(Duration::from_millis(100)),
+            StreamJoined::with(Str, Str, Str),
+        )
+        .to("paid", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    assert_eq!(t.sources_of(2).len(), 2, "{}", t.describe());
+    let mut stores = Mem::default();
+    let mut joined = Vec::new();
+    let inputs = [
+        (0, "o1", "ann:book", 10),
+        (1, "p1", "ann:5", 20),
+        (1, "p2", "bob:7", 30),
+        (0, "o2", "bob:pen", 40),
+        (0, "o3", "ann:cup", 500),
+    ];
+    let mut stream_time = -1;
+    for (sub, k, v, ts) in inputs {
+        let mut first = Output::default();
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), ts);
+        t.process(TaskId::new(sub, 0), r, ts, &mut stores, &mut first)
+            .unwrap();
+        let sinks = t.sinks_of(sub);
+        let mut out = Output::default();
+        for e in first.records {
+            stream_time = stream_time.max(e.record.timestamp);
+            let topic = &sinks[e.sink as usize];
+            t.process_from(
+                TaskId::new(2, 0),
+                topic,
+                e.record,
+                stream_time,
+                &mut stores,
+                &mut out,
+            )
+            .unwrap();
+        }
+        for e in out.records {
+            let k = Str.deserialize(&e.record.key).unwrap();
+            joined.push((
+                k,
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
+            ));
+        }
+    }
+    let want: Vec<(String, String)> = vec![
+        ("ann".into(), "ann:book+ann:5".into()),
+        ("bob".into(), "bob:pen+bob:7".into()),
+    ];
+    assert_eq!(joined, want);
+}

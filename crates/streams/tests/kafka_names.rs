@@ -1200,3 +1200,47 @@ fn a_global_table_is_named_and_numbered_as_kafkas() {
     let subs: Vec<u32> = t.globals().iter().map(|g| g.subtopology).collect();
     assert_eq!(subs, [0, 1]);
 }
+
+/// `RepartitionTopicNamingTest.shouldKeepRepartitionTopicNameForJoins`: a stream-stream join
+/// of two sides keyed anew repartitions both, through `<name>-left-repartition` and
+/// `<name>-right-repartition` of the join's name, with or without steps after the key change.
+#[test]
+fn a_join_of_rekeyed_streams_repartitions_both_sides_as_kafkas() {
+    use baton_streams::{JoinWindows, StreamJoined};
+    for other_operations in [false, true] {
+        let b = StreamsBuilder::new("app");
+        let one = b.stream("topic-one", Consumed::with(Str, Str));
+        let two = b.stream("topic-two", Consumed::with(Str, Str));
+        let rekey = |s: baton_streams::KStream<String, String>| {
+            let s = s.select_key(|k: &String, v: &String| format!("{k}{v}"));
+            if other_operations {
+                s.filter(|_, _| true).peek(|_, _| {})
+            } else {
+                s
+            }
+        };
+        rekey(one).join_stream(
+            rekey(two),
+            |a: &String, b: &String| format!("{a}{b}"),
+            JoinWindows::of_time_difference_with_no_grace(Duration::from_millis(1000)),
+            StreamJoined::with(Str, Str, Str).with_name("my-join"),
+        );
+        let described = b.describe();
+        for topic in ["my-join-left-repartition", "my-join-right-repartition"] {
+            assert!(
+                described.contains(&format!("(topic: app-{topic})")),
+                "{described}"
+            );
+        }
+        let t = b.build().unwrap();
+        let topics: BTreeSet<&str> = t.repartition_topics().into_iter().map(|(t, _)| t).collect();
+        assert_eq!(
+            topics,
+            [
+                "app-my-join-left-repartition",
+                "app-my-join-right-repartition"
+            ]
+            .into(),
+        );
+    }
+}
