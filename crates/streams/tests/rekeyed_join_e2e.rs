@@ -49,8 +49,14 @@ fn send(setup: &Setup, phase: u64) -> BTreeMap<(String, String), usize> {
     for c in 0..10u64 {
         let customer = format!("c{c}");
         let t = 1_000_000 + phase as i64 * 100_000 + c as i64 * 10;
-        let order = (format!("o{phase}-{c}"), format!("{customer}:item{phase}-{c}"));
-        let payment = (format!("p{phase}-{c}"), format!("{customer}:{}", phase * 100 + c));
+        let order = (
+            format!("o{phase}-{c}"),
+            format!("{customer}:item{phase}-{c}"),
+        );
+        let payment = (
+            format!("p{phase}-{c}"),
+            format!("{customer}:{}", phase * 100 + c),
+        );
         for (topic, partitions, (k, v), ts) in
             [(ORDERS, 2, &order, t), (PAYMENTS, 3, &payment, t + 1_000)]
         {

@@ -117,8 +117,8 @@ fn sessions_merge_exactly_through_a_scale_out_and_a_drain() {
     let a = run("a");
     let mut want = send(&setup, 0..3);
     setup.await_equal(&want, "sessions, one instance", |s| sessions(s).0);
-    // b serves queries: a session store is refused by name rather than read as a key-value
-    // store.
+    // b serves queries: a session store is refused as a key-value store and read by its
+    // sessions.
     let queries = baton_streams::queries::Queries::new();
     let b = {
         let cfg = common::serving_config(&broker.addr, &dir, APP, "b");
@@ -150,6 +150,24 @@ fn sessions_merge_exactly_through_a_scale_out_and_a_drain() {
     let refused = setup.rt.block_on(store.get(&"user0".to_owned(), &options));
     let why = refused.expect_err("a session store is not read as a key-value store");
     assert!(why.to_string().contains("is a session store"), "{why}");
+    // Its sessions are read as windows: every session of a user, with its count.
+    for user in ["user0", "user7"] {
+        let got = setup
+            .rt
+            .block_on(store.windows(&user.to_owned(), 0, i64::MAX, &options))
+            .unwrap();
+        let got: BTreeMap<(String, i64, i64), i64> = got
+            .value
+            .into_iter()
+            .map(|(w, n)| ((user.to_owned(), w.start_ms, w.end_ms), n))
+            .collect();
+        let mine: BTreeMap<(String, i64, i64), i64> = want
+            .iter()
+            .filter(|((u, _, _), _)| u == user)
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
+        assert_eq!(got, mine, "{user}'s sessions as b's store holds them");
+    }
     stop.send(true).unwrap();
     common::await_shutdown(&setup, "b", b);
     drop(broker);

@@ -128,12 +128,17 @@ impl Engine {
                 ),
             ));
         };
-        if info.sessions.is_some() {
-            return Err(QueryError::bad(format!(
-                "store {store:?} is a session store: sessions cannot be queried yet"
-            )));
+        let windowed = info.windows.is_some() || info.sessions.is_some();
+        match (info.sessions.is_some(), windows) {
+            (true, false) => {
+                return Err(QueryError::bad(format!(
+                    "store {store:?} is a session store: ask /v1/stores/{store}/keys/{{key}}/windows for its sessions"
+                )))
+            }
+            (true, true) => return self.tasked(store, info),
+            _ => {}
         }
-        match (info.windows.is_some(), windows) {
+        match (windowed, windows) {
             (true, false) => {
                 return Err(QueryError::bad(format!(
                     "store {store:?} is a window store: ask /v1/stores/{store}/keys/{{key}}/windows"
@@ -146,7 +151,12 @@ impl Engine {
             }
             _ => {}
         }
-        let Some(sub) = ctx.wire.subtopologies.get(&info.subtopology) else {
+        self.tasked(store, info)
+    }
+
+    /// The store with its partition count, if it has tasks.
+    fn tasked(&self, store: &str, info: StoreInfo) -> QueryResult<(StoreInfo, u32)> {
+        let Some(sub) = self.ctx.wire.subtopologies.get(&info.subtopology) else {
             return Err(QueryError::new(
                 StatusCode::NOT_FOUND,
                 format!("store {store:?} has no tasks"),

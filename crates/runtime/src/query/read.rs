@@ -6,7 +6,7 @@
 use baton_assignor::TaskId;
 use serde_json::{json, Value};
 
-use crate::layout::{split_timestamped, Layout};
+use crate::layout::{session_key, split_session_key, split_timestamped, Layout};
 use crate::query::copies::{LocalCopies, RangeBounds};
 use crate::query::engine::Engine;
 use crate::query::format::hex;
@@ -93,6 +93,9 @@ impl Engine {
     /// A window store keeps `key, start (8 bytes), sequence (4 bytes)`: one scan from the
     /// first start to the last, keeping the entries of exactly this key.
     async fn read_windows(&self, q: &Lookup, key: &[u8], from: i64, to: i64) -> Option<Value> {
+        if q.info.sessions.is_some() {
+            return self.read_sessions(q, key, from, to).await;
+        }
         let size = q.info.windows.map_or(0, |w| w.size_ms);
         let mut upper = crate::layout::window_store_key(key, to);
         upper.truncate(key.len() + 8);
@@ -125,6 +128,43 @@ impl Engine {
         Some(json!({
             "key": q.info.format.key.to_json(key),
             "windows": windows,
+            "more": read.more,
+            "position": read.position,
+        }))
+    }
+
+    /// A session store keeps `key, end, start` (8 bytes each): one scan of the key's sessions
+    /// ending at `from` or later, keeping those that start by `to`.
+    async fn read_sessions(&self, q: &Lookup, key: &[u8], from: i64, to: i64) -> Option<Value> {
+        let bounds = RangeBounds {
+            from: Some(session_key(key, 0, from.max(0))),
+            to: Some(session_key(key, i64::MAX, i64::MAX)),
+            after: None,
+            limit: LARGEST_LIMIT,
+        };
+        let read = self
+            .blocking(q, move |copies, store, task| {
+                copies.read_range(store, task, &bounds)
+            })
+            .await?;
+        let sessions: Vec<Value> = read
+            .entries
+            .iter()
+            .filter_map(|(k, v)| {
+                let (of, start, end) = split_session_key(k)?;
+                (of == key && start <= to).then(|| {
+                    json!({
+                        "start": start,
+                        "end": end,
+                        "value": self.value_json(q, v),
+                        "value_hex": hex(self.value_bytes(q, v)),
+                    })
+                })
+            })
+            .collect();
+        Some(json!({
+            "key": q.info.format.key.to_json(key),
+            "windows": sessions,
             "more": read.more,
             "position": read.position,
         }))

@@ -252,7 +252,11 @@ async fn stores(State(s): State<Server>) -> Response {
                 .collect();
             Some(json!({
                 "name": name,
-                "kind": if info.windows.is_some() { "window" } else { "key-value" },
+                "kind": match (info.windows, info.sessions) {
+                    (Some(_), _) => "window",
+                    (_, Some(_)) => "session",
+                    _ => "key-value",
+                },
                 "key_serde": info.format.key.name(),
                 "value_serde": info.format.value.name(),
                 "partitions": partitions,
