@@ -185,6 +185,23 @@ impl Description {
         self.add_processor(at, name, from, &[])
     }
 
+    /// Lists `store` among processor `node`'s stores (a join's result kept in a store is the
+    /// merge's).
+    pub fn add_store(&mut self, node: &Node, store: &str) {
+        let entry = self
+            .subtopologies
+            .iter_mut()
+            .flatten()
+            .find(|e| &e.name == node);
+        if let Some(Entry {
+            kind: Kind::Processor { stores },
+            ..
+        }) = entry
+        {
+            stores.push(store.to_owned());
+        }
+    }
+
     /// A sink with a generated name.
     pub fn sink(&mut self, at: usize, topic: &str, from: &Node) -> Node {
         let name = self.name("SINK");

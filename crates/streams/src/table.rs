@@ -263,7 +263,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
 
     /// The same table, kept in `store` (timestamped, with its changelog): queryable, and its
     /// updates carry the values they replace. It needs the values' serde.
-    fn kept_in(self, store: &str) -> KTable<K, V> {
+    pub(crate) fn kept_in(self, store: &str) -> KTable<K, V> {
         let (Some(at), Some(updates), Some(value)) = (self.at, self.updates, self.value) else {
             let mut g = self.graph.borrow_mut();
             g.errors.push(format!(

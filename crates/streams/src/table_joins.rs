@@ -9,8 +9,9 @@ use baton_runtime::record::undecodable;
 use baton_runtime::topology::{split_row_pair, Place, Root, RowPair, TableJoinKind};
 
 use crate::describe::Node;
+use crate::dsl::Materialized;
 use crate::dsl::{Pos, Updates};
-use crate::serdes::read_or_fail;
+use crate::serdes::{read_or_fail, Serde};
 use crate::table::{KTable, TableSource};
 
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
@@ -75,6 +76,88 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VR: Send + Sync + 'static,
     {
         self.join_table(other, TableJoinKind::Outer, move |v, o| Some(joiner(v, o)))
+    }
+
+    /// As [`KTable::join`], the result written with `serde` and, when `materialized` names a
+    /// store, kept there (Kafka's `join(other, joiner, Materialized)`): queryable by that name,
+    /// its updates carrying the values they replace. Unnamed, the store's number is taken as
+    /// Kafka takes it, and nothing is kept.
+    pub fn join_as<VO, VS>(
+        self,
+        other: KTable<K, VO>,
+        joiner: impl Fn(&V, &VO) -> VS::Value + Send + Sync + 'static,
+        serde: VS,
+        materialized: Materialized,
+    ) -> KTable<K, VS::Value>
+    where
+        VO: Send + Sync + 'static,
+        VS: Serde,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o?));
+        self.join_kept_as(other, (TableJoinKind::Inner, joiner), serde, materialized)
+    }
+
+    /// As [`KTable::left_join`], kept as [`KTable::join_as`] keeps it.
+    pub fn left_join_as<VO, VS>(
+        self,
+        other: KTable<K, VO>,
+        joiner: impl Fn(&V, Option<&VO>) -> VS::Value + Send + Sync + 'static,
+        serde: VS,
+        materialized: Materialized,
+    ) -> KTable<K, VS::Value>
+    where
+        VO: Send + Sync + 'static,
+        VS: Serde,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o));
+        self.join_kept_as(other, (TableJoinKind::Left, joiner), serde, materialized)
+    }
+
+    /// As [`KTable::outer_join`], kept as [`KTable::join_as`] keeps it.
+    pub fn outer_join_as<VO, VS>(
+        self,
+        other: KTable<K, VO>,
+        joiner: impl Fn(Option<&V>, Option<&VO>) -> VS::Value + Send + Sync + 'static,
+        serde: VS,
+        materialized: Materialized,
+    ) -> KTable<K, VS::Value>
+    where
+        VO: Send + Sync + 'static,
+        VS: Serde,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v, o));
+        self.join_kept_as(other, (TableJoinKind::Outer, joiner), serde, materialized)
+    }
+
+    fn join_kept_as<VO, VS>(
+        self,
+        other: KTable<K, VO>,
+        (kind, joiner): (
+            TableJoinKind,
+            impl Fn(Option<&V>, Option<&VO>) -> Option<VS::Value> + Send + Sync + 'static,
+        ),
+        serde: VS,
+        materialized: Materialized,
+    ) -> KTable<K, VS::Value>
+    where
+        VO: Send + Sync + 'static,
+        VS: Serde,
+    {
+        // Kafka's order: the store's number (named or not), then the join's.
+        let store = materialized.name_or_burn(&mut self.graph.borrow_mut().description);
+        let mut joined = self.join_table(other, kind, joiner);
+        joined.value = Some(Arc::new(serde));
+        let Some(store) = store else {
+            return joined;
+        };
+        if joined.at.is_some() {
+            joined
+                .graph
+                .borrow_mut()
+                .description
+                .add_store(&joined.last, &store);
+        }
+        joined.kept_in(&store)
     }
 
     fn join_table<VO, VR>(

@@ -2523,3 +2523,58 @@ fn a_join_of_rekeyed_streams_reads_both_repartition_topics() {
     ];
     assert_eq!(joined, want);
 }
+
+/// A table-table join kept in a named store (`join_as`): the merge lists the store, which
+/// holds each joined row (timestamped) and loses a key the join deletes.
+#[test]
+fn a_joined_table_is_kept_in_its_named_store() {
+    let b = StreamsBuilder::new("profiles");
+    let names = b.table(
+        "names",
+        Consumed::with(Str, Str),
+        Materialized::named("names"),
+    );
+    let cities = b.table(
+        "cities",
+        Consumed::with(Str, Str),
+        Materialized::named("cities"),
+    );
+    names
+        .join_as(
+            cities,
+            |n: &String, c: &String| format!("{n} in {c}"),
+            Str,
+            Materialized::named("profiles"),
+        )
+        .to_stream()
+        .to("out", Produced::with(Str, Str));
+    assert!(
+        b.describe().contains("(stores: [profiles])"),
+        "{}",
+        b.describe()
+    );
+    let t = b.build().unwrap();
+    assert!(t.store_names().contains(&"profiles"));
+    let mut stores = Mem::default();
+    let mut out = Output::default();
+    let mut feed = |topic: &str, k: &str, v: Option<&str>| {
+        let r = match v {
+            Some(v) => StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 1),
+            None => StreamRecord::delete(k.as_bytes().to_vec(), 1),
+        };
+        t.process_from(TaskId::new(0, 0), topic, r, 1, &mut stores, &mut out)
+            .unwrap();
+    };
+    feed("names", "u1", Some("ann"));
+    feed("cities", "u1", Some("oslo"));
+    feed("names", "u2", Some("bob"));
+    feed("cities", "u2", Some("rome"));
+    feed("cities", "u2", None);
+    let row = stores.get("profiles", b"u1").unwrap().unwrap();
+    assert_eq!(
+        &row[8..],
+        b"ann in oslo",
+        "timestamped: 8 bytes, then the value"
+    );
+    assert_eq!(stores.get("profiles", b"u2").unwrap(), None);
+}
