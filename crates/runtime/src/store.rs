@@ -311,6 +311,9 @@ impl TaskStore {
     /// over 64 KiB) are not in key order and are not among them.
     pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>> {
         let mut entries = Vec::new();
+        if from > to {
+            return Ok(entries);
+        }
         for entry in self.data.range(from.to_vec()..=to.to_vec()) {
             let (k, v) = entry.into_inner().map_err(|e| err(&self.path, e))?;
             entries.push((k.to_vec(), v.to_vec()));

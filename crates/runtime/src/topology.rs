@@ -1378,6 +1378,9 @@ pub struct Topology {
     /// What `describe` prints, when the builder knows more than the streams say.
     description: Option<String>,
     globals: Vec<GlobalTable>,
+    /// Window stores of `process` steps: how long their windows are kept
+    /// ([`Topology::with_window_store`]).
+    window_stores: BTreeMap<String, i64>,
     /// How each store's keys and values read, for queries; bytes where not set.
     formats: BTreeMap<String, StoreFormat>,
 }
@@ -1629,6 +1632,7 @@ impl Topology {
             description: None,
             formats: BTreeMap::new(),
             globals: Vec::new(),
+            window_stores: BTreeMap::new(),
         })
     }
 
@@ -1911,12 +1915,37 @@ impl Topology {
         let windows = self.streams.iter().find_map(|s| s.windows_of(store));
         let sessions = self.streams.iter().find_map(|s| s.sessions_of(store));
         let joins = self.streams.iter().find_map(|s| s.join_retention_of(store));
-        let retention = sliding
-            .map(|w| w.retention_ms())
+        let declared = self.window_stores.get(store).copied();
+        let retention = declared
+            .or(sliding.map(|w| w.retention_ms()))
             .or(windows.map(|w| w.retention_ms()))
             .or(sessions.map(|s| s.retention_ms()))
             .or(joins)?;
         Some(retention + WINDOW_CHANGELOG_EXTRA_RETENTION_MS)
+    }
+
+    /// Declares `store`, a store of a `process` step, a window store keeping its windows for
+    /// `retention_ms`: its changelog is then compacted and time-limited, as Kafka Streams makes
+    /// a window store's ([`Topology::changelog_retention_ms`]).
+    pub fn with_window_store(
+        mut self,
+        store: &str,
+        retention_ms: i64,
+    ) -> Result<Topology, TopologyError> {
+        let of_process = self.streams.iter().any(|s| {
+            s.find(|step| match step {
+                Step::Process { stores, .. } if stores.iter().any(|n| n == store) => Some(()),
+                _ => None,
+            })
+            .is_some()
+        });
+        if !of_process || retention_ms < 0 {
+            return Err(TopologyError::Invalid(format!(
+                "window store {store:?}: no process step keeps it, or its retention ({retention_ms} ms) is negative"
+            )));
+        }
+        self.window_stores.insert(store.to_owned(), retention_ms);
+        Ok(self)
     }
 
     /// The global tables, each read whole on every instance.

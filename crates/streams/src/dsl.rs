@@ -70,6 +70,8 @@ pub(crate) struct Graph {
     formats: Vec<(String, StoreFormat)>,
     /// Global tables: (topic, store, the placeholder sub-topology taking their number).
     pub(crate) globals: Vec<(String, String, usize)>,
+    /// `process` window stores and their retention in ms ([`crate::WindowStore`]).
+    pub(crate) window_stores: Vec<(String, i64)>,
 }
 
 impl StreamsBuilder {
@@ -85,6 +87,7 @@ impl StreamsBuilder {
                 errors: Vec::new(),
                 formats: Vec::new(),
                 globals: Vec::new(),
+                window_stores: Vec::new(),
             })),
         }
     }
@@ -222,6 +225,9 @@ impl StreamsBuilder {
             .with_repartition_topics(g.repartition.clone())?;
         for (topic, n) in &g.repartition_partitions {
             topology = topology.with_repartition_partitions(topic, *n)?;
+        }
+        for (store, retention) in &g.window_stores {
+            topology = topology.with_window_store(store, *retention)?;
         }
         Ok(topology).map(|t| {
             formats

@@ -48,7 +48,7 @@ pub use dsl::{
 pub use global::GlobalKTable;
 pub use grouped_table::KGroupedTable;
 pub use joins::{JoinWindows, StreamJoined};
-pub use process::{KeyValueStore, Processor, ProcessorContext, Record};
+pub use process::{KeyValueStore, Processor, ProcessorContext, Record, WindowStore};
 pub use run::{main, parse_args, run, run_with_queries, RunArgs, RunError};
 pub use serdes::{Window, Windowed};
 pub use split::{Branched, BranchedKStream};

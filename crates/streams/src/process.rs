@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_assignor::TaskId;
+use baton_runtime::layout::window_store_key;
 use baton_runtime::record::undecodable;
 use baton_runtime::store::StoreError;
 use baton_runtime::topology::{Stores, StreamRecord};
@@ -44,6 +45,47 @@ impl<KS: Serde, VS: Serde> KeyValueStore<KS, VS> {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+/// A named window store a processor reads and writes, with its serdes: values by key and
+/// window start, as Kafka's `Stores.windowStoreBuilder(Stores.persistentWindowStore(name,
+/// retention, windowSize, false), k, v)` keeps them (keys: the key's bytes, the start and a
+/// sequence number 0; plain values), with the changelog `<application id>-<name>-changelog`
+/// kept for the retention plus a day. Declare it with [`crate::StreamsBuilder::add_window_store`]
+/// and name it in [`KStream::process`]'s stores.
+pub struct WindowStore<KS, VS> {
+    name: String,
+    key: KS,
+    value: VS,
+    retention: Duration,
+}
+
+impl<KS: Serde, VS: Serde> WindowStore<KS, VS> {
+    /// A window store keeping each window for `retention` (of stream time).
+    pub fn new(name: &str, key: KS, value: VS, retention: Duration) -> Self {
+        WindowStore {
+            name: name.to_owned(),
+            key,
+            value,
+            retention,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl crate::StreamsBuilder {
+    /// Declares `store` (Kafka's `addStateStore`): its changelog is made compacted and kept
+    /// for its retention plus a day, as Kafka makes a window store's.
+    pub fn add_window_store<KS: Serde, VS: Serde>(&self, store: &WindowStore<KS, VS>) {
+        let retention = i64::try_from(store.retention.as_millis()).unwrap_or(i64::MAX);
+        self.graph
+            .borrow_mut()
+            .window_stores
+            .push((store.name.clone(), retention));
     }
 }
 
@@ -162,6 +204,78 @@ impl<'a, KO, VO> ProcessorContext<'a, KO, VO> {
     pub fn delete<KS: Serde, VS: Serde>(&mut self, store: &KeyValueStore<KS, VS>, key: &KS::Value) {
         self.check(&store.name);
         self.stores.delete(&store.name, &store.key.serialize(key));
+    }
+
+    /// Sets `key`'s value in the window of `store` starting at `start` (Kafka's
+    /// `WindowStore.put(key, value, windowStartTimestamp)`).
+    pub fn put_window<KS: Serde, VS: Serde>(
+        &mut self,
+        store: &WindowStore<KS, VS>,
+        key: &KS::Value,
+        value: &VS::Value,
+        start: i64,
+    ) {
+        self.check(&store.name);
+        let k = window_store_key(&store.key.serialize(key), start);
+        self.stores
+            .put(&store.name, &k, store.value.serialize(value));
+    }
+
+    /// Removes `key`'s value from the window of `store` starting at `start` (Kafka's `put`
+    /// of null).
+    pub fn delete_window<KS: Serde, VS: Serde>(
+        &mut self,
+        store: &WindowStore<KS, VS>,
+        key: &KS::Value,
+        start: i64,
+    ) {
+        self.check(&store.name);
+        let k = window_store_key(&store.key.serialize(key), start);
+        self.stores.delete(&store.name, &k);
+    }
+
+    /// `key`'s values in the windows of `store` starting in `from..=to`, by start (Kafka's
+    /// `WindowStore.fetch(key, timeFrom, timeTo)`).
+    pub fn fetch_windows<KS: Serde, VS: Serde>(
+        &mut self,
+        store: &WindowStore<KS, VS>,
+        key: &KS::Value,
+        from: i64,
+        to: i64,
+    ) -> Vec<(i64, VS::Value)> {
+        self.check(&store.name);
+        // Windows start at 0 or later, as Kafka's segmented stores keep them.
+        let from = from.max(0);
+        if to < from {
+            return Vec::new();
+        }
+        let k = store.key.serialize(key);
+        let range = self.stores.range(
+            &store.name,
+            &window_store_key(&k, from),
+            &window_store_key(&k, to),
+        );
+        let entries = match range {
+            Ok(e) => e,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                return Vec::new();
+            }
+        };
+        entries
+            .into_iter()
+            // A longer key that starts with this one sorts among these: not this key's.
+            .filter(|(sk, _)| sk.len() == k.len() + 12 && sk.starts_with(&k))
+            .map(|(sk, v)| {
+                let start =
+                    i64::from_be_bytes(sk[k.len()..k.len() + 8].try_into().unwrap_or_default());
+                let value = store
+                    .value
+                    .deserialize(&v)
+                    .unwrap_or_else(|e| undecodable(format!("store {:?}: value: {e}", store.name)));
+                (start, value)
+            })
+            .collect()
     }
 
     fn check(&self, store: &str) {

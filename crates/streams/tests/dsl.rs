@@ -2578,3 +2578,61 @@ fn a_joined_table_is_kept_in_its_named_store() {
     );
     assert_eq!(stores.get("profiles", b"u2").unwrap(), None);
 }
+
+/// Counts each key's records per 10 ms window in a window store, forwarding the key's counts
+/// over the last three windows.
+struct Recent(baton_streams::WindowStore<Str, Long>);
+
+impl baton_streams::Processor<String, String, String, String> for Recent {
+    fn process(
+        &self,
+        r: baton_streams::Record<String, String>,
+        ctx: &mut baton_streams::ProcessorContext<'_, String, String>,
+    ) {
+        let start = r.timestamp - r.timestamp % 10;
+        let n = ctx
+            .fetch_windows(&self.0, &r.key, start, start)
+            .first()
+            .map_or(0, |(_, n)| *n);
+        ctx.put_window(&self.0, &r.key, &(n + 1), start);
+        let recent = ctx.fetch_windows(&self.0, &r.key, start - 20, start);
+        let shown: Vec<String> = recent.iter().map(|(s, n)| format!("{s}:{n}")).collect();
+        ctx.forward(r.key, shown.join(","));
+    }
+}
+
+/// A window store in `process`: values by key and window start, in Kafka's window store key
+/// layout, its changelog kept for the retention plus a day.
+#[test]
+fn a_processor_keeps_values_per_window_in_a_window_store() {
+    use baton_streams::WindowStore;
+    let b = StreamsBuilder::new("recent");
+    let store = WindowStore::new("per-window", Str, Long, Duration::from_millis(60));
+    b.add_window_store(&store);
+    b.stream("events", Consumed::with(Str, Str))
+        .process(Recent(store), &["per-window"], Str, Str)
+        .to("recent", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    assert_eq!(
+        t.changelog_retention_ms("per-window"),
+        Some(60 + 86_400_000)
+    );
+    let mut stores = Mem::default();
+    let input: Vec<(Vec<u8>, Vec<u8>, i64)> = [("a", 1), ("a", 5), ("b", 7), ("a", 12), ("a", 31)]
+        .iter()
+        .map(|(k, ts)| (k.as_bytes().to_vec(), b"x".to_vec(), *ts))
+        .collect();
+    let (out, _) = run_at(&t, 0, &mut stores, &input);
+    let got: Vec<String> = out
+        .iter()
+        .map(|r| Str.deserialize(r.value.as_deref().unwrap()).unwrap())
+        .collect();
+    assert_eq!(got, ["0:1", "0:2", "0:1", "0:2,10:1", "10:1,30:1"]);
+    let mut key = b"a".to_vec();
+    key.extend_from_slice(&10i64.to_be_bytes());
+    key.extend_from_slice(&0i32.to_be_bytes());
+    assert_eq!(
+        stores.get("per-window", &key).unwrap(),
+        Some(Long.serialize(&1))
+    );
+}

@@ -25,6 +25,9 @@ impl Stores for MemStores {
     }
 
     fn range(&mut self, store: &str, from: &[u8], to: &[u8]) -> Result<Entries, StoreError> {
+        if from > to {
+            return Ok(Vec::new());
+        }
         let (from, to) = (
             (store.to_owned(), from.to_vec()),
             (store.to_owned(), to.to_vec()),
