@@ -477,6 +477,54 @@ impl Stream {
         self
     }
 
+    /// Takes `other`'s sources, steps, junctions and tables in, each of its sources read as a
+    /// route of its own (Kafka merges the node groups a join connects): where its places are
+    /// now. `Err(other)` when it cannot be: its main steps serve more than one of its sources,
+    /// or it reads a topic this stream reads.
+    pub fn absorb_stream(&mut self, mut other: Stream) -> Result<Absorbed, Box<Stream>> {
+        let tables: Vec<&String> = other.tables.iter().map(|(t, _)| t).collect();
+        let main: Vec<String> = other
+            .sources
+            .iter()
+            .filter(|t| !other.routes.contains_key(*t) && !tables.contains(t))
+            .cloned()
+            .collect();
+        let shared = other.sources.iter().any(|t| self.sources.contains(t));
+        if shared || (main.len() > 1 && !other.steps.is_empty()) {
+            return Err(Box::new(other));
+        }
+        let offset = self.junctions.len();
+        let shift = |steps: &mut Vec<Step>| shift_junctions(steps, offset);
+        shift(&mut other.steps);
+        other.routes.values_mut().for_each(shift);
+        other.junctions.iter_mut().for_each(shift);
+        let main_topic = main.first().cloned();
+        // Which sources take deletes is said per source from now on: the other's do not
+        // inherit this stream's.
+        if std::mem::take(&mut self.deletes) {
+            self.delete_routes.extend(self.sources.iter().cloned());
+        }
+        for t in &other.sources {
+            self.sources.push(t.clone());
+            if other.deletes || other.delete_routes.contains(t) {
+                self.delete_routes.insert(t.clone());
+            }
+        }
+        for (t, steps) in std::mem::take(&mut other.routes) {
+            self.routes.insert(t, steps);
+        }
+        if let Some(t) = &main_topic {
+            self.routes
+                .insert(t.clone(), std::mem::take(&mut other.steps));
+        }
+        self.junctions.append(&mut other.junctions);
+        self.tables.append(&mut other.tables);
+        Ok(Absorbed {
+            main_topic,
+            junction_offset: offset,
+        })
+    }
+
     /// Whether nothing reads its records yet: no steps, routes, junctions or tables.
     pub fn is_fresh(&self) -> bool {
         self.steps.is_empty()
@@ -1424,6 +1472,45 @@ pub trait Stores {
 
     fn delete(&mut self, store: &str, key: &[u8]) {
         self.write(store, key, None);
+    }
+}
+
+/// Where an absorbed stream's places went ([`Stream::absorb_stream`]): its main steps are
+/// the route of `main_topic`, its junction `n` is `n + junction_offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Absorbed {
+    pub main_topic: Option<String>,
+    pub junction_offset: usize,
+}
+
+impl Absorbed {
+    /// `place` of the absorbed stream, as a place of the stream that took it in; `None` for
+    /// its main steps when it had none taking them.
+    pub fn place(&self, place: &Place) -> Option<Place> {
+        let root = match &place.root {
+            Root::Main => Root::Source(self.main_topic.clone()?),
+            Root::Source(t) => Root::Source(t.clone()),
+            Root::Junction(n) => Root::Junction(n + self.junction_offset),
+        };
+        Some(Place {
+            root,
+            path: place.path.clone(),
+        })
+    }
+}
+
+/// Adds `offset` to every junction number in `steps`, forks' branches too.
+fn shift_junctions(steps: &mut [Step], offset: usize) {
+    for step in steps {
+        match step {
+            Step::Junction(n) => *n += offset,
+            Step::Fork { branches, .. } => {
+                for b in branches {
+                    shift_junctions(b, offset);
+                }
+            }
+            _ => {}
+        }
     }
 }
 

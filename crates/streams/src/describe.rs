@@ -33,6 +33,9 @@ pub struct Description {
     created: u64,
     /// Sub-topologies that are global tables' (no tasks).
     globals: Vec<usize>,
+    /// Sub-topologies merged into another ([`Description::absorb`]): nodes added to them go
+    /// to that one.
+    forward: std::collections::BTreeMap<usize, usize>,
 }
 
 impl Description {
@@ -64,6 +67,7 @@ impl Description {
     /// Sub-topology `at` holds a source made at `rank` (a table read before its joining
     /// stream, say): it is numbered no later than that.
     pub fn rank_subtopology(&mut self, at: usize, rank: u64) {
+        let at = self.at(at);
         if let Some(r) = self.ranks.get_mut(at) {
             *r = (*r).min(rank);
         }
@@ -90,13 +94,27 @@ impl Description {
     /// Moves sub-topology `from`'s nodes into `into` (a merge or a join made them one); `from`
     /// is left empty and is numbered no more.
     pub fn absorb(&mut self, from: usize, into: usize) {
+        let (from, into) = (self.at(from), self.at(into));
+        if from == into {
+            return;
+        }
+        self.forward.insert(from, into);
         let moved = std::mem::take(&mut self.subtopologies[from]);
         self.subtopologies[into].extend(moved);
         let rank = std::mem::replace(&mut self.ranks[from], u64::MAX);
         self.rank_subtopology(into, rank);
     }
 
+    /// Sub-topology `at`, or the one it was merged into.
+    fn at(&self, mut at: usize) -> usize {
+        while let Some(&into) = self.forward.get(&at) {
+            at = into;
+        }
+        at
+    }
+
     fn push(&mut self, at: usize, entry: Entry) -> Node {
+        let at = self.at(at);
         if self.subtopologies.len() <= at {
             self.subtopologies.resize_with(at + 1, Vec::new);
         }
@@ -125,6 +143,7 @@ impl Description {
 
     /// Adds `topic` to the topics of sub-topology `at`'s first source.
     pub fn also_source(&mut self, at: usize, topic: &str) {
+        let at = self.at(at);
         if let Some(Entry {
             kind: Kind::Source { topic: topics },
             ..
@@ -137,7 +156,7 @@ impl Description {
 
     /// The last node of sub-topology `at`.
     pub fn last(&self, at: usize) -> Node {
-        self.subtopologies[at]
+        self.subtopologies[self.at(at)]
             .last()
             .map(|e| e.name.clone())
             .unwrap_or_else(|| Node(String::new()))

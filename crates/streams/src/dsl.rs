@@ -5,6 +5,7 @@
 //! turned into bytes only where Kafka Streams needs a serde too.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -13,8 +14,8 @@ use baton_runtime::record::undecodable;
 use baton_runtime::topology::sliding::Sliding;
 use baton_runtime::topology::suppress::WindowEnd;
 use baton_runtime::topology::{
-    split_join_frame, GlobalTable, Layout, Place, RecordEffect, Sessions, Stream, Topology,
-    TopologyError, Windows,
+    split_join_frame, Absorbed, GlobalTable, Layout, Place, RecordEffect, Sessions, Stream,
+    Topology, TopologyError, Windows,
 };
 
 use crate::describe::{Description, Node};
@@ -72,6 +73,8 @@ pub(crate) struct Graph {
     pub(crate) globals: Vec<(String, String, usize)>,
     /// `process` window stores and their retention in ms ([`crate::WindowStore`]).
     pub(crate) window_stores: Vec<(String, i64)>,
+    /// Sub-topologies merged into another: where their places went ([`Graph::merge_subs`]).
+    merged: BTreeMap<usize, (usize, Absorbed)>,
 }
 
 impl StreamsBuilder {
@@ -88,6 +91,7 @@ impl StreamsBuilder {
                 formats: Vec::new(),
                 globals: Vec::new(),
                 window_stores: Vec::new(),
+                merged: BTreeMap::new(),
             })),
         }
     }
@@ -334,24 +338,70 @@ impl Graph {
     /// stream (a sink, a store, a join) is a branch of its own, as a Kafka Streams node may
     /// have several children.
     pub(crate) fn exit(&mut self, at: &Pos) -> Pos {
+        let at = self.resolve(at);
         let (place, _) = self.streams[at.sub].open_branch(&at.place);
         Pos { sub: at.sub, place }
     }
 
     /// The id of the fork whose branches take the records reaching `at`.
     pub(crate) fn fork_at(&mut self, at: &Pos) -> usize {
+        let at = self.resolve(at);
         self.streams[at.sub].fork_at(&at.place)
     }
 
     /// Adds steps at `at`, a branch just opened with [`Graph::exit`].
     pub(crate) fn edit(&mut self, at: &Pos, f: impl FnOnce(Stream) -> Stream) {
+        let at = self.resolve(at);
         self.streams[at.sub].edit_branch(&at.place, f);
     }
 
     /// Adds tables to sub-topology `sub`'s sources.
     pub(crate) fn edit_sources(&mut self, sub: usize, f: impl FnOnce(Stream) -> Stream) {
+        let sub = self.resolve_sub(sub);
         let s = std::mem::replace(&mut self.streams[sub], Stream::branch());
         self.streams[sub] = f(s);
+    }
+
+    /// Where `at` is now: a place of a sub-topology merged into another is that one's.
+    pub(crate) fn resolve(&self, at: &Pos) -> Pos {
+        let mut at = at.clone();
+        while let Some((into, absorbed)) = self.merged.get(&at.sub) {
+            let place = absorbed
+                .place(&at.place)
+                .unwrap_or_else(|| at.place.clone());
+            at = Pos { sub: *into, place };
+        }
+        at
+    }
+
+    /// Sub-topology `sub`, or the one it was merged into.
+    pub(crate) fn resolve_sub(&self, mut sub: usize) -> usize {
+        while let Some((into, _)) = self.merged.get(&sub) {
+            sub = *into;
+        }
+        sub
+    }
+
+    /// Merges sub-topology `from` into `into` (a join connects them, as Kafka merges the node
+    /// groups a join connects): their topics must be co-partitioned, which is checked at
+    /// start. `false` when it cannot be ([`Stream::absorb_stream`]).
+    pub(crate) fn merge_subs(&mut self, from: usize, into: usize) -> bool {
+        let (from, into) = (self.resolve_sub(from), self.resolve_sub(into));
+        if from == into {
+            return true;
+        }
+        let other = std::mem::replace(&mut self.streams[from], Stream::branch());
+        match self.streams[into].absorb_stream(other) {
+            Ok(absorbed) => {
+                self.description.absorb(from, into);
+                self.merged.insert(from, (into, absorbed));
+                true
+            }
+            Err(other) => {
+                self.streams[from] = *other;
+                false
+            }
+        }
     }
 
     /// Records `topic` as a repartition topic this application makes and owns.
@@ -1342,7 +1392,13 @@ fn place_kept_join(
     } else {
         (at, last, Some(encode))
     };
-    let joined_at = g.absorb(&start, sub)?;
+    // A stream that passed a step of its own sub-topology brings that sub-topology with it,
+    // as Kafka merges the node groups a join connects.
+    let joined_at = match g.absorb(&start, sub) {
+        Ok(at) => at,
+        Err(_) if g.merge_subs(start.sub, sub) => g.resolve(&start),
+        Err(why) => return Err(why.into()),
+    };
     let at = g.exit(&joined_at);
     let kept = store.to_owned();
     g.edit(&at, move |s| {

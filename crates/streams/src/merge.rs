@@ -120,6 +120,7 @@ impl Graph {
     /// yet: its topics become routes of `into` leading to a junction, where `at`'s records
     /// now come out. `at` itself when it is in `into` already.
     pub(crate) fn absorb(&mut self, at: &Pos, into: usize) -> Result<Pos, Unabsorbed> {
+        let (at, into) = (&self.resolve(at), self.resolve_sub(into));
         if at.sub == into {
             return Ok(at.clone());
         }
@@ -154,6 +155,7 @@ impl Graph {
 
     /// A new junction of sub-topology `sub`.
     pub(crate) fn junction(&mut self, sub: usize) -> usize {
+        let sub = self.resolve_sub(sub);
         self.streams[sub].junction()
     }
 }

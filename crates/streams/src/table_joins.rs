@@ -246,8 +246,8 @@ where
     (junction, last)
 }
 
-/// A table kept in a store joined with another kept in the same sub-topology, or with a
-/// table read from its topic, which that sub-topology then reads too.
+/// A table kept in a store joined with another kept in a store (their sub-topologies merged
+/// into one), or with a table read from its topic, which that sub-topology then reads too.
 fn join_kept<K, V, VO>(
     left: &KTable<K, V>,
     right: &KTable<K, VO>,
@@ -256,6 +256,7 @@ fn join_kept<K, V, VO>(
 ) -> Option<(Pos, Node)> {
     let mut g = left.graph.borrow_mut();
     let (l, r) = match sides {
+        // Kept in two sub-topologies: one sub-topology reads both, as Kafka merges them.
         (
             Side::Kept { store, at, last },
             Side::Kept {
@@ -263,7 +264,10 @@ fn join_kept<K, V, VO>(
                 at: ra,
                 last: rl,
             },
-        ) if at.sub == ra.sub => ((store, at, last), (rs, ra, rl)),
+        ) if g.merge_subs(ra.sub, at.sub) => {
+            let (at, ra) = (g.resolve(&at), g.resolve(&ra));
+            ((store, at, last), (rs, ra, rl))
+        }
         (Side::Kept { store, at, last }, Side::Source) => {
             let src = right.source.as_ref()?;
             src.placed.set(true);
@@ -309,6 +313,7 @@ where
 
 /// Sub-topology `sub` reads `src`'s topic too, into its store: where its records go.
 fn route_into(g: &mut crate::dsl::Graph, sub: usize, src: &TableSource) -> Pos {
+    let sub = g.resolve_sub(sub);
     let stream = std::mem::replace(
         &mut g.streams[sub],
         baton_runtime::topology::Stream::branch(),
@@ -334,6 +339,7 @@ fn join_into(
     (right, right_store): (&Pos, &str),
     kind: TableJoinKind,
 ) -> Pos {
+    let (left, right) = (&g.resolve(left), &g.resolve(right));
     let sub = left.sub;
     let junction = g.junction(sub);
     for (from, theirs, is_left) in [(left, right_store, true), (right, left_store, false)] {

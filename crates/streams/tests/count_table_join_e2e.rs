@@ -139,3 +139,91 @@ fn a_count_joins_a_table_exactly_through_a_scale_out_and_a_drain() {
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const BUYS: &str = "ctj-buys";
+const ACTIVITY: &str = "ctj-activity";
+
+/// Clicks and purchases counted per user, the two counts outer-joined: the two aggregations'
+/// sub-topologies become one, reading both topics.
+fn two_counts() -> baton_runtime::Topology {
+    let builder = StreamsBuilder::new("activity");
+    let count = |topic: &str, store: &str| {
+        builder
+            .stream(topic, Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .count(Materialized::named(store))
+    };
+    let clicks = count(CLICKS, "clicks");
+    let buys = count(BUYS, "buys");
+    clicks
+        .outer_join(buys, |c: Option<&i64>, b: Option<&i64>| {
+            format!("{}/{}", c.copied().unwrap_or(0), b.copied().unwrap_or(0))
+        })
+        .to_stream()
+        .to(ACTIVITY, Produced::with(Str, Str));
+    builder.build().unwrap()
+}
+
+#[test]
+fn two_counts_join_exactly_through_a_scale_out_and_a_drain() {
+    let (broker, dir, setup) = common::start("two-counts", &[CLICKS, BUYS], ACTIVITY, PARTITIONS);
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let run = |name: &str| {
+        let at = (broker.addr.as_str(), dir.as_path());
+        common::spawn_instance(&setup, at, ("activity", name), two_counts(), &shutdown)
+    };
+    let (mut clicks, mut buys) = (
+        BTreeMap::<String, i64>::new(),
+        BTreeMap::<String, i64>::new(),
+    );
+    let mut send = |phase: u64| {
+        for u in 0..10u64 {
+            let user = format!("user{u}");
+            let p = partition_for(user.as_bytes(), PARTITIONS as u32) as i32;
+            for _ in 0..(u + phase) % 3 {
+                setup.produce_to(CLICKS, p, &[kv(&user, Some("/"))]);
+                *clicks.entry(user.clone()).or_default() += 1;
+            }
+            if (u + phase).is_multiple_of(4) {
+                setup.produce_to(BUYS, p, &[kv(&user, Some("$"))]);
+                *buys.entry(user.clone()).or_default() += 1;
+            }
+        }
+        let users: std::collections::BTreeSet<&String> = clicks.keys().chain(buys.keys()).collect();
+        users
+            .into_iter()
+            .map(|u| {
+                let (c, b) = (
+                    clicks.get(u).copied().unwrap_or(0),
+                    buys.get(u).copied().unwrap_or(0),
+                );
+                (u.clone(), format!("{c}/{b}"))
+            })
+            .collect::<BTreeMap<String, String>>()
+    };
+    let read = |s: &Setup| {
+        let mut out = BTreeMap::new();
+        for r in s.read(ACTIVITY).into_values().flatten() {
+            let user = Str.deserialize(&r.key.unwrap()).unwrap();
+            out.insert(user, Str.deserialize(&r.value.unwrap()).unwrap());
+        }
+        out
+    };
+    let a = run("a");
+    let want = send(0);
+    setup.await_equal(&want, "activity, one instance", read);
+    let b = run("b");
+    let want = send(1);
+    setup.await_equal(&want, "activity, after the scale-out", read);
+    common::drain_and_await(&setup, ("activity", "a"), a);
+    let want = send(2);
+    setup.await_equal(&want, "activity, after the drain", read);
+    eprintln!(
+        "two counts joined: {} users exact through a scale-out and a drain",
+        want.len()
+    );
+    stop.send(true).unwrap();
+    common::await_shutdown(&setup, "b", b);
+    drop(broker);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1956,11 +1956,33 @@ fn a_rekeyed_stream_joins_an_aggregation_through_a_repartition_topic() {
         .to_stream()
         .join(&clicks, |v: &i64, c: &i64| v + c, Joined::with(Str, Long))
         .to("engagement", Produced::with(Str, Long));
-    let Err(err) = b.build() else {
-        panic!("a stream after an aggregation joining another's table is refused")
-    };
-    let err = err.to_string();
-    assert!(err.contains("straight from its topics"), "{err}");
+    // The views' sub-topology joins the clicks' (Kafka merges the two node groups).
+    let t = b.build().unwrap();
+    assert_eq!(t.sources_of(0), ["clicks", "views"], "{}", t.describe());
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    for (topic, k) in [
+        ("clicks", "u1"),
+        ("views", "u1"),
+        ("views", "u2"),
+        ("views", "u1"),
+    ] {
+        let r = StreamRecord::new(k.as_bytes().to_vec(), b"x".to_vec(), 1);
+        t.process_from(TaskId::new(0, 0), topic, r, 1, &mut stores, &mut out)
+            .unwrap();
+    }
+    let engagement: Vec<i64> = out
+        .records
+        .iter()
+        .map(|e| {
+            Long.deserialize(e.record.value.as_deref().unwrap())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        engagement,
+        [2, 3],
+        "views plus clicks of u1; u2 has no clicks"
+    );
 }
 
 /// `(window key as Kafka prints it "[k@start/end]", count, timestamp)` of a windowed count's
@@ -2635,4 +2657,55 @@ fn a_processor_keeps_values_per_window_in_a_window_store() {
         stores.get("per-window", &key).unwrap(),
         Some(Long.serialize(&1))
     );
+}
+
+/// Two aggregations of streams of two topics joined: their sub-topologies become one (as
+/// Kafka merges the node groups a join connects), reading both topics, and an update of
+/// either count joins the other's.
+#[test]
+fn two_aggregations_of_two_topics_join_in_one_sub_topology() {
+    let b = StreamsBuilder::new("activity");
+    let count = |topic: &str, store: &str| {
+        b.stream(topic, Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .count(Materialized::named(store))
+    };
+    let clicks = count("clicks", "clicks");
+    let buys = count("buys", "buys");
+    clicks
+        .outer_join(buys, |c: Option<&i64>, b: Option<&i64>| {
+            format!("{}/{}", c.copied().unwrap_or(0), b.copied().unwrap_or(0))
+        })
+        .to_stream()
+        .to("activity", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let d = t.describe();
+    assert_eq!(t.sources_of(0), ["clicks", "buys"], "{d}");
+    assert!(!d.contains("Sub-topology: 1"), "{d}");
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    for (topic, k, ts) in [
+        ("clicks", "u1", 1),
+        ("buys", "u1", 2),
+        ("clicks", "u1", 3),
+        ("buys", "u2", 4),
+    ] {
+        let r = StreamRecord::new(k.as_bytes().to_vec(), b"x".to_vec(), ts);
+        t.process_from(TaskId::new(0, 0), topic, r, ts, &mut stores, &mut out)
+            .unwrap();
+    }
+    let got: Vec<(String, String)> = out
+        .records
+        .iter()
+        .map(|e| {
+            (
+                Str.deserialize(&e.record.key).unwrap(),
+                Str.deserialize(e.record.value.as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [("u1", "1/0"), ("u1", "1/1"), ("u1", "2/1"), ("u2", "0/1")]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    assert_eq!(got, want);
 }
