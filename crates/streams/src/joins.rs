@@ -264,6 +264,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         );
         let other_at = match g.absorb(&that.0, this.0.sub) {
             Ok(at) => at,
+            // A side past steps of its own brings its sub-topology along, as Kafka merges
+            // the node groups it connects.
+            Err(_) if g.merge_subs(that.0.sub, this.0.sub) => g.resolve(&that.0),
             Err(why) => {
                 g.errors.push(format!("join_stream: {why}"));
                 that.0.clone()

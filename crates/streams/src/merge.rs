@@ -71,6 +71,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         }
         let other_at = match g.absorb(&other.at, self.at.sub) {
             Ok(at) => at,
+            // A side past steps of its own brings its sub-topology along, as Kafka merges
+            // the node groups it connects.
+            Err(_) if g.merge_subs(other.at.sub, self.at.sub) => g.resolve(&other.at),
             Err(why) => {
                 g.errors.push(format!("merge: {why}"));
                 other.at.clone()
@@ -110,7 +113,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
 
 /// Why a stream cannot be taken into another's sub-topology: other steps read it already.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the stream of sub-topology {sub} is read by other steps already; merge or join it before anything else reads it, or repartition it first")]
+#[error("the stream of sub-topology {sub} cannot be read beside this one: its steps serve several of its topics, or it reads a topic this one reads; repartition it first")]
 pub(crate) struct Unabsorbed {
     sub: usize,
 }

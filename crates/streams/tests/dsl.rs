@@ -189,8 +189,8 @@ fn branches_merge_back_and_a_stream_of_two_topics_reads_both() {
         described.contains("<-- KSTREAM-MAPVALUES-0000000005, half-high"),
         "{described}"
     );
-    // A stream of another sub-topology merges only while nothing else reads it (a split
-    // reads it here): said at build.
+    // A stream of another sub-topology that other steps read too (a split here) brings its
+    // sub-topology along, as Kafka merges the node groups a merge connects.
     let builder = StreamsBuilder::new("mg");
     let a = builder.stream("a", Consumed::with(Str, Str));
     let mut parts = builder
@@ -200,8 +200,24 @@ fn branches_merge_back_and_a_stream_of_two_topics_reads_both() {
         .default_branch(Branched::named("rest"));
     a.merge(parts.remove("b-rest").unwrap())
         .to("out", Produced::with(Str, Str));
-    let e = builder.build().err().unwrap().to_string();
-    assert!(e.contains("is read by other steps already"), "{e}");
+    let t = builder.build().unwrap();
+    assert_eq!(t.sources_of(0), ["a", "b"], "{}", t.describe());
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    for (topic, v) in [("a", "x"), ("b", ""), ("b", "y")] {
+        let r = StreamRecord::new(b"k".to_vec(), v.as_bytes().to_vec(), 1);
+        t.process_from(TaskId::new(0, 0), topic, r, 1, &mut stores, &mut out)
+            .unwrap();
+    }
+    let merged: Vec<&[u8]> = out
+        .records
+        .iter()
+        .map(|e| e.record.value.as_deref().unwrap())
+        .collect();
+    assert_eq!(
+        merged,
+        [b"x".as_slice(), b"y"],
+        "b's empty value took the other branch"
+    );
 }
 
 #[test]
@@ -2708,4 +2724,52 @@ fn two_aggregations_of_two_topics_join_in_one_sub_topology() {
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     assert_eq!(got, want);
+}
+
+/// A stream merged with (or joined with) a stream past an aggregation of another topic: the
+/// aggregation's sub-topology comes along, one sub-topology reading both topics.
+#[test]
+fn merging_a_stream_past_an_aggregation_brings_its_sub_topology() {
+    use baton_streams::{JoinWindows, StreamJoined};
+    let counted = |b: &StreamsBuilder| {
+        b.stream("clicks", Consumed::with(Str, Str))
+            .group_by_key(Grouped::with(Str, Str))
+            .count(Materialized::named("clicks"))
+            .to_stream()
+            .map_values(|n: &i64| format!("clicks={n}"))
+    };
+    let b = StreamsBuilder::new("merged");
+    b.stream("notes", Consumed::with(Str, Str))
+        .merge(counted(&b))
+        .to("feed", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    assert_eq!(t.sources_of(0), ["notes", "clicks"], "{}", t.describe());
+    let (mut stores, mut out) = (Mem::default(), Output::default());
+    for (topic, k, v) in [
+        ("clicks", "u1", "/"),
+        ("notes", "u1", "hi"),
+        ("clicks", "u1", "/"),
+    ] {
+        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 1);
+        t.process_from(TaskId::new(0, 0), topic, r, 1, &mut stores, &mut out)
+            .unwrap();
+    }
+    let got: Vec<String> = out
+        .records
+        .iter()
+        .map(|e| Str.deserialize(e.record.value.as_deref().unwrap()).unwrap())
+        .collect();
+    assert_eq!(got, ["clicks=1", "hi", "clicks=2"]);
+
+    let b = StreamsBuilder::new("joined");
+    b.stream("notes", Consumed::with(Str, Str))
+        .join_stream(
+            counted(&b),
+            |n: &String, c: &String| format!("{n} {c}"),
+            JoinWindows::of_time_difference_with_no_grace(Duration::from_millis(10)),
+            StreamJoined::with(Str, Str, Str),
+        )
+        .to("noted", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    assert_eq!(t.sources_of(0), ["notes", "clicks"], "{}", t.describe());
 }
