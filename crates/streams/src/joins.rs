@@ -262,16 +262,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             (joined.name.as_deref(), "-right"),
             (key.clone(), other_value.clone()),
         );
-        let other_at = match g.absorb(&that.0, this.0.sub) {
-            Ok(at) => at,
-            // A side past steps of its own brings its sub-topology along, as Kafka merges
-            // the node groups it connects.
-            Err(_) if g.merge_subs(that.0.sub, this.0.sub) => g.resolve(&that.0),
-            Err(why) => {
-                g.errors.push(format!("join_stream: {why}"));
-                that.0.clone()
-            }
-        };
+        let other_at = g.read_beside(&that.0, this.0.sub, "join_stream");
         let sub = this.0.sub;
         let given = Naming {
             name: joined.name.as_deref(),

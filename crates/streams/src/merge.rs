@@ -69,16 +69,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
                 deletes,
             };
         }
-        let other_at = match g.absorb(&other.at, self.at.sub) {
-            Ok(at) => at,
-            // A side past steps of its own brings its sub-topology along, as Kafka merges
-            // the node groups it connects.
-            Err(_) if g.merge_subs(other.at.sub, self.at.sub) => g.resolve(&other.at),
-            Err(why) => {
-                g.errors.push(format!("merge: {why}"));
-                other.at.clone()
-            }
-        };
+        let other_at = g.read_beside(&other.at, self.at.sub, "merge");
         let junction = g.junction(self.at.sub);
         for (side, at) in [(0u8, &self.at), (1u8, &other_at)] {
             let exit = g.exit(at);
@@ -154,6 +145,21 @@ impl Graph {
                 path: Vec::new(),
             },
         })
+    }
+
+    /// Where the records at `at` are read in sub-topology `into`: absorbed when `at` is a
+    /// fresh stream, else with its whole sub-topology (as Kafka merges the node groups a
+    /// merge or a join connects); when neither can be, `at` as it is, the error said at
+    /// build naming `what`.
+    pub(crate) fn read_beside(&mut self, at: &Pos, into: usize, what: &str) -> Pos {
+        match self.absorb(at, into) {
+            Ok(at) => at,
+            Err(_) if self.merge_subs(at.sub, into) => self.resolve(at),
+            Err(why) => {
+                self.errors.push(format!("{what}: {why}"));
+                at.clone()
+            }
+        }
     }
 
     /// A new junction of sub-topology `sub`.

@@ -202,12 +202,12 @@ fn branches_merge_back_and_a_stream_of_two_topics_reads_both() {
         .to("out", Produced::with(Str, Str));
     let t = builder.build().unwrap();
     assert_eq!(t.sources_of(0), ["a", "b"], "{}", t.describe());
-    let (mut stores, mut out) = (Mem::default(), Output::default());
-    for (topic, v) in [("a", "x"), ("b", ""), ("b", "y")] {
-        let r = StreamRecord::new(b"k".to_vec(), v.as_bytes().to_vec(), 1);
-        t.process_from(TaskId::new(0, 0), topic, r, 1, &mut stores, &mut out)
-            .unwrap();
-    }
+    let records = [
+        ("a", "k", Some("x"), 1),
+        ("b", "k", Some(""), 1),
+        ("b", "k", Some("y"), 1),
+    ];
+    let out = feed_topics(&t, &mut Mem::default(), &records);
     let merged: Vec<&[u8]> = out
         .records
         .iter()
@@ -1975,17 +1975,13 @@ fn a_rekeyed_stream_joins_an_aggregation_through_a_repartition_topic() {
     // The views' sub-topology joins the clicks' (Kafka merges the two node groups).
     let t = b.build().unwrap();
     assert_eq!(t.sources_of(0), ["clicks", "views"], "{}", t.describe());
-    let (mut stores, mut out) = (Mem::default(), Output::default());
-    for (topic, k) in [
-        ("clicks", "u1"),
-        ("views", "u1"),
-        ("views", "u2"),
-        ("views", "u1"),
-    ] {
-        let r = StreamRecord::new(k.as_bytes().to_vec(), b"x".to_vec(), 1);
-        t.process_from(TaskId::new(0, 0), topic, r, 1, &mut stores, &mut out)
-            .unwrap();
-    }
+    let records = [
+        ("clicks", "u1", Some("x"), 1),
+        ("views", "u1", Some("x"), 1),
+        ("views", "u2", Some("x"), 1),
+        ("views", "u1", Some("x"), 1),
+    ];
+    let out = feed_topics(&t, &mut Mem::default(), &records);
     let engagement: Vec<i64> = out
         .records
         .iter()
@@ -2698,17 +2694,13 @@ fn two_aggregations_of_two_topics_join_in_one_sub_topology() {
     let d = t.describe();
     assert_eq!(t.sources_of(0), ["clicks", "buys"], "{d}");
     assert!(!d.contains("Sub-topology: 1"), "{d}");
-    let (mut stores, mut out) = (Mem::default(), Output::default());
-    for (topic, k, ts) in [
-        ("clicks", "u1", 1),
-        ("buys", "u1", 2),
-        ("clicks", "u1", 3),
-        ("buys", "u2", 4),
-    ] {
-        let r = StreamRecord::new(k.as_bytes().to_vec(), b"x".to_vec(), ts);
-        t.process_from(TaskId::new(0, 0), topic, r, ts, &mut stores, &mut out)
-            .unwrap();
-    }
+    let records = [
+        ("clicks", "u1", Some("x"), 1),
+        ("buys", "u1", Some("x"), 2),
+        ("clicks", "u1", Some("x"), 3),
+        ("buys", "u2", Some("x"), 4),
+    ];
+    let out = feed_topics(&t, &mut Mem::default(), &records);
     let got: Vec<(String, String)> = out
         .records
         .iter()
@@ -2744,16 +2736,12 @@ fn merging_a_stream_past_an_aggregation_brings_its_sub_topology() {
         .to("feed", Produced::with(Str, Str));
     let t = b.build().unwrap();
     assert_eq!(t.sources_of(0), ["notes", "clicks"], "{}", t.describe());
-    let (mut stores, mut out) = (Mem::default(), Output::default());
-    for (topic, k, v) in [
-        ("clicks", "u1", "/"),
-        ("notes", "u1", "hi"),
-        ("clicks", "u1", "/"),
-    ] {
-        let r = StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), 1);
-        t.process_from(TaskId::new(0, 0), topic, r, 1, &mut stores, &mut out)
-            .unwrap();
-    }
+    let records = [
+        ("clicks", "u1", Some("/"), 1),
+        ("notes", "u1", Some("hi"), 1),
+        ("clicks", "u1", Some("/"), 1),
+    ];
+    let out = feed_topics(&t, &mut Mem::default(), &records);
     let got: Vec<String> = out
         .records
         .iter()
@@ -2772,4 +2760,23 @@ fn merging_a_stream_past_an_aggregation_brings_its_sub_topology() {
         .to("noted", Produced::with(Str, Str));
     let t = b.build().unwrap();
     assert_eq!(t.sources_of(0), ["notes", "clicks"], "{}", t.describe());
+}
+
+/// Runs `(topic, key, value or None for a delete, timestamp)` records through task 0_0, each
+/// as a record of its topic (stream time its timestamp); what came out.
+fn feed_topics(
+    t: &Topology,
+    stores: &mut Mem,
+    records: &[(&str, &str, Option<&str>, i64)],
+) -> Output {
+    let mut out = Output::default();
+    for (topic, k, v, ts) in records {
+        let r = match v {
+            Some(v) => StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), *ts),
+            None => StreamRecord::delete(k.as_bytes().to_vec(), *ts),
+        };
+        t.process_from(TaskId::new(0, 0), topic, r, *ts, stores, &mut out)
+            .unwrap();
+    }
+    out
 }

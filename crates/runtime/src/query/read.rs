@@ -117,20 +117,34 @@ impl Engine {
             .filter(|(k, _)| k.len() == key.len() + 12 && k.starts_with(key))
             .filter_map(|(k, v)| {
                 let start = i64::from_be_bytes(k[key.len()..key.len() + 8].try_into().ok()?);
-                Some(json!({
-                    "start": start,
-                    "end": start.saturating_add(size),
-                    "value": self.value_json(q, v),
-                    "value_hex": hex(self.value_bytes(q, v)),
-                }))
+                Some(self.window_json(q, (start, start.saturating_add(size)), v))
             })
             .collect();
-        Some(json!({
+        Some(self.windows_json(q, key, windows, (read.more, read.position)))
+    }
+
+    fn window_json(&self, q: &Lookup, (start, end): (i64, i64), stored: &[u8]) -> Value {
+        json!({
+            "start": start,
+            "end": end,
+            "value": self.value_json(q, stored),
+            "value_hex": hex(self.value_bytes(q, stored)),
+        })
+    }
+
+    fn windows_json(
+        &self,
+        q: &Lookup,
+        key: &[u8],
+        windows: Vec<Value>,
+        (more, position): (bool, i64),
+    ) -> Value {
+        json!({
             "key": q.info.format.key.to_json(key),
             "windows": windows,
-            "more": read.more,
-            "position": read.position,
-        }))
+            "more": more,
+            "position": position,
+        })
     }
 
     /// A session store keeps `key, end, start` (8 bytes each): one scan of the key's sessions
@@ -152,22 +166,10 @@ impl Engine {
             .iter()
             .filter_map(|(k, v)| {
                 let (of, start, end) = split_session_key(k)?;
-                (of == key && start <= to).then(|| {
-                    json!({
-                        "start": start,
-                        "end": end,
-                        "value": self.value_json(q, v),
-                        "value_hex": hex(self.value_bytes(q, v)),
-                    })
-                })
+                (of == key && start <= to).then(|| self.window_json(q, (start, end), v))
             })
             .collect();
-        Some(json!({
-            "key": q.info.format.key.to_json(key),
-            "windows": sessions,
-            "more": read.more,
-            "position": read.position,
-        }))
+        Some(self.windows_json(q, key, sessions, (read.more, read.position)))
     }
 
     async fn read_range(&self, q: &Lookup, bounds: &RangeBounds) -> Option<Value> {
