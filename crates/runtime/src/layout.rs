@@ -96,6 +96,17 @@ pub fn window_store_key(key: &[u8], start: i64) -> Vec<u8> {
     k
 }
 
+/// The window start of `stored`, a [`window_store_key`] of exactly `key`; `None` for a key
+/// of another (a longer key that starts with this one sorts among a range of this one's).
+pub fn window_store_start(key: &[u8], stored: &[u8]) -> Option<i64> {
+    if stored.len() != key.len() + 12 || !stored.starts_with(key) {
+        return None;
+    }
+    Some(i64::from_be_bytes(
+        stored[key.len()..key.len() + 8].try_into().ok()?,
+    ))
+}
+
 /// A windowed key as Kafka Streams writes it to a topic (`TimeWindowedSerializer`): the record
 /// key's bytes, then the window start (8 bytes, big-endian).
 pub fn windowed_key(key: &[u8], start: i64) -> Vec<u8> {

@@ -1008,15 +1008,6 @@ impl Stream {
         self
     }
 
-    /// Whether `store` is a suppression buffer of this stream.
-    fn is_buffer(&self, store: &str) -> bool {
-        self.find(|s| match s {
-            Step::Suppress(b) if b.store == store => Some(()),
-            _ => None,
-        })
-        .is_some()
-    }
-
     /// Tables first, then the steps' stores: the order of the task's changelogs.
     fn stores(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
@@ -1426,6 +1417,9 @@ pub struct Topology {
     /// What `describe` prints, when the builder knows more than the streams say.
     description: Option<String>,
     globals: Vec<GlobalTable>,
+    /// The suppression buffers' stores, whose changelog records carry headers: found once,
+    /// read for every batch's changelog writes.
+    buffers: BTreeSet<String>,
     /// Window stores of `process` steps: how long their windows are kept
     /// ([`Topology::with_window_store`]).
     window_stores: BTreeMap<String, i64>,
@@ -1696,6 +1690,14 @@ impl Topology {
             }
             check_stream(i, s)?;
         }
+        let mut buffers = BTreeSet::new();
+        for s in &streams {
+            s.walk_all(&mut |step| {
+                if let Step::Suppress(b) = step {
+                    buffers.insert(b.store.clone());
+                }
+            });
+        }
         let mut streams = streams;
         let mut table_sinks = Vec::with_capacity(streams.len());
         let mut sinks = Vec::with_capacity(streams.len());
@@ -1719,6 +1721,7 @@ impl Topology {
             description: None,
             formats: BTreeMap::new(),
             globals: Vec::new(),
+            buffers,
             window_stores: BTreeMap::new(),
         })
     }
@@ -1782,7 +1785,7 @@ impl Topology {
     /// The headers `store`'s changelog records with a value carry: a suppression buffer's
     /// layout version, as Kafka Streams writes and checks it; none for the others.
     pub fn changelog_headers(&self, store: &str) -> ChangelogHeaders {
-        match self.streams.iter().any(|s| s.is_buffer(store)) {
+        match self.buffers.contains(store) {
             true => suppress::SUPPRESS_HEADERS,
             false => &[],
         }

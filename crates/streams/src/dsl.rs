@@ -1443,12 +1443,7 @@ fn describe_join(
     last: &Node,
 ) -> Node {
     let store = src.store.as_str();
-    let table_source = g
-        .description
-        .add_source(at.sub, src.source_node.clone(), &src.topic);
-    g.description
-        .add_processor(at.sub, src.table_node.clone(), &[&table_source], &[store]);
-    g.description.rank_subtopology(at.sub, src.rank);
+    crate::table_joins::describe_source(&mut g.description, at.sub, src);
     let join_node = join_node(&mut g.description, name, inner);
     g.description
         .add_processor(at.sub, join_node, &[last], &[store])

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_assignor::TaskId;
-use baton_runtime::layout::window_store_key;
+use baton_runtime::layout::{window_store_key, window_store_start};
 use baton_runtime::record::undecodable;
 use baton_runtime::store::StoreError;
 use baton_runtime::topology::{Stores, StreamRecord};
@@ -264,16 +264,13 @@ impl<'a, KO, VO> ProcessorContext<'a, KO, VO> {
         };
         entries
             .into_iter()
-            // A longer key that starts with this one sorts among these: not this key's.
-            .filter(|(sk, _)| sk.len() == k.len() + 12 && sk.starts_with(&k))
-            .map(|(sk, v)| {
-                let start =
-                    i64::from_be_bytes(sk[k.len()..k.len() + 8].try_into().unwrap_or_default());
+            .filter_map(|(sk, v)| {
+                let start = window_store_start(&k, &sk)?;
                 let value = store
                     .value
                     .deserialize(&v)
                     .unwrap_or_else(|e| undecodable(format!("store {:?}: value: {e}", store.name)));
-                (start, value)
+                Some((start, value))
             })
             .collect()
     }

@@ -161,7 +161,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     }
 
     fn join_table<VO, VR>(
-        self,
+        mut self,
         other: KTable<K, VO>,
         kind: TableJoinKind,
         joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
@@ -172,7 +172,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     {
         let graph = self.graph.clone();
         let placed = match (side_of(&self), side_of(&other)) {
-            (Some(Side::Source), Some(Side::Source)) => Some(join_sources(&self, &other, kind)),
+            (Some(Side::Source), Some(Side::Source)) => Some(join_sources(&mut self, &other, kind)),
             (Some(left), Some(right)) => join_kept(&self, &other, (left, right), kind),
             _ => None,
         };
@@ -215,7 +215,7 @@ fn side_of<K, V>(t: &KTable<K, V>) -> Option<Side> {
 
 /// Two tables read from their topics: one sub-topology reads both into their stores.
 fn join_sources<K, V, VO>(
-    left: &KTable<K, V>,
+    left: &mut KTable<K, V>,
     right: &KTable<K, VO>,
     kind: TableJoinKind,
 ) -> (Pos, Node)
@@ -231,7 +231,7 @@ where
     let (left_store, right_store) = (src.store.clone(), other_src.store.clone());
     other_src.placed.set(true);
     src.placed.set(true);
-    let (at, left_last) = place_source(left);
+    let (at, _, left_last) = left.placed(true);
     let mut g = left.graph.borrow_mut();
     let route = route_into(&mut g, at.sub, other_src);
     let right_last = describe_source(&mut g.description, at.sub, other_src);
@@ -291,26 +291,6 @@ fn join_kept<K, V, VO>(
     Some((junction, last))
 }
 
-/// The left table read from its topic into its store, in a sub-topology of its own.
-fn place_source<K, V>(table: &KTable<K, V>) -> (Pos, Node)
-where
-    K: Send + Sync + 'static,
-    V: Send + Sync + 'static,
-{
-    let src = table.source.as_ref().expect("a source side");
-    let mut g = table.graph.borrow_mut();
-    let at = g.start_named(&src.topic, src.source_node.clone());
-    let source = g.description.last(at.sub);
-    let last =
-        g.description
-            .add_processor(at.sub, src.table_node.clone(), &[&source], &[&src.store]);
-    g.description.rank_subtopology(at.sub, src.rank);
-    g.edit_sources(at.sub, baton_runtime::topology::Stream::with_deletes);
-    let store = src.store.clone();
-    g.edit(&at, move |s| s.upsert(&store));
-    (at, last)
-}
-
 /// Sub-topology `sub` reads `src`'s topic too, into its store: where its records go.
 fn route_into(g: &mut crate::dsl::Graph, sub: usize, src: &TableSource) -> Pos {
     let sub = g.resolve_sub(sub);
@@ -360,7 +340,11 @@ fn join_into(
 
 /// A table read from its topic in sub-topology `sub`: its source and table source (its
 /// store); the table source.
-fn describe_source(d: &mut crate::describe::Description, sub: usize, src: &TableSource) -> Node {
+pub(crate) fn describe_source(
+    d: &mut crate::describe::Description,
+    sub: usize,
+    src: &TableSource,
+) -> Node {
     let source = d.add_source(sub, src.source_node.clone(), &src.topic);
     let last = d.add_processor(sub, src.table_node.clone(), &[&source], &[&src.store]);
     d.rank_subtopology(sub, src.rank);

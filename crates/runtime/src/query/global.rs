@@ -18,7 +18,7 @@ impl Engine {
             Ok(k) => k,
             Err(e) => return Some(Err(e)),
         };
-        let k = key.clone();
+        let (k, lag) = (key.clone(), g.lag.clone());
         let read = tokio::task::spawn_blocking(move || g.store.get(&k)).await;
         let value = match read {
             Ok(Ok(v)) => v,
@@ -35,14 +35,7 @@ impl Engine {
                 )))
             }
         };
-        let lag = self
-            .ctx
-            .globals
-            .iter()
-            .find(|g| g.name == store)
-            .map_or(u64::MAX, |g| {
-                g.lag.load(std::sync::atomic::Ordering::Relaxed)
-            });
+        let lag = lag.load(std::sync::atomic::Ordering::Relaxed);
         Some(Ok(json!({
             "store": store,
             "key": format.key.to_json(&key),

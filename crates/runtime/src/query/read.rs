@@ -100,27 +100,37 @@ impl Engine {
         let mut upper = crate::layout::window_store_key(key, to);
         upper.truncate(key.len() + 8);
         upper.extend_from_slice(&[0xff; 4]);
-        let bounds = RangeBounds {
-            from: Some(crate::layout::window_store_key(key, from)),
-            to: Some(upper),
-            after: None,
-            limit: LARGEST_LIMIT,
-        };
-        let read = self
-            .blocking(q, move |copies, store, task| {
-                copies.read_range(store, task, &bounds)
-            })
-            .await?;
+        let from = crate::layout::window_store_key(key, from);
+        let read = self.read_between(q, from, upper).await?;
         let windows: Vec<Value> = read
             .entries
             .iter()
-            .filter(|(k, _)| k.len() == key.len() + 12 && k.starts_with(key))
             .filter_map(|(k, v)| {
-                let start = i64::from_be_bytes(k[key.len()..key.len() + 8].try_into().ok()?);
+                let start = crate::layout::window_store_start(key, k)?;
                 Some(self.window_json(q, (start, start.saturating_add(size)), v))
             })
             .collect();
         Some(self.windows_json(q, key, windows, (read.more, read.position)))
+    }
+
+    /// The entries of `q`'s store from `from` to `to` (at most [`LARGEST_LIMIT`]), from one
+    /// snapshot of this instance's copy.
+    async fn read_between(
+        &self,
+        q: &Lookup,
+        from: Vec<u8>,
+        to: Vec<u8>,
+    ) -> Option<crate::query::copies::RangeRead> {
+        let bounds = RangeBounds {
+            from: Some(from),
+            to: Some(to),
+            after: None,
+            limit: LARGEST_LIMIT,
+        };
+        self.blocking(q, move |copies, store, task| {
+            copies.read_range(store, task, &bounds)
+        })
+        .await
     }
 
     fn window_json(&self, q: &Lookup, (start, end): (i64, i64), stored: &[u8]) -> Value {
@@ -150,17 +160,11 @@ impl Engine {
     /// A session store keeps `key, end, start` (8 bytes each): one scan of the key's sessions
     /// ending at `from` or later, keeping those that start by `to`.
     async fn read_sessions(&self, q: &Lookup, key: &[u8], from: i64, to: i64) -> Option<Value> {
-        let bounds = RangeBounds {
-            from: Some(session_key(key, 0, from.max(0))),
-            to: Some(session_key(key, i64::MAX, i64::MAX)),
-            after: None,
-            limit: LARGEST_LIMIT,
-        };
-        let read = self
-            .blocking(q, move |copies, store, task| {
-                copies.read_range(store, task, &bounds)
-            })
-            .await?;
+        let (first, last) = (
+            session_key(key, 0, from.max(0)),
+            session_key(key, i64::MAX, i64::MAX),
+        );
+        let read = self.read_between(q, first, last).await?;
         let sessions: Vec<Value> = read
             .entries
             .iter()

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 
 use super::{event_time, read_timestamped, AggregateFn, Output, Stores, StreamRecord};
-use crate::layout::{timestamped, window_store_key, windowed_key};
+use crate::layout::{timestamped, window_store_key, window_store_start, windowed_key};
 use crate::store::StoreError;
 
 /// Sliding windows: a time difference and a grace period, in milliseconds.
@@ -92,17 +92,14 @@ fn windows_of(
     )?;
     let mut found: Vec<Found> = entries
         .into_iter()
-        // A longer key that starts with this one sorts among these: not this key's.
-        .filter(|(k, _)| k.len() == key.len() + 12 && k.starts_with(key))
-        .map(|(k, v)| {
-            let start =
-                i64::from_be_bytes(k[key.len()..key.len() + 8].try_into().unwrap_or_default());
+        .filter_map(|(k, v)| {
+            let start = window_store_start(key, &k)?;
             let (ts, agg) = read_timestamped(run.store, &v);
-            Found {
+            Some(Found {
                 start,
                 agg: agg.to_vec(),
                 ts,
-            }
+            })
         })
         .collect();
     found.reverse();
