@@ -25,6 +25,7 @@ pub use crate::layout::{
 use crate::query::format::{Format, StoreFormat};
 use crate::store::StoreError;
 
+pub mod fk_join;
 mod mem;
 pub mod sliding;
 mod stream_join;
@@ -181,6 +182,8 @@ enum Step {
     /// Kafka Streams' `suppress`: each table update waits in a buffer store until its time
     /// has come ([`suppress::suppress`]).
     Suppress(Arc<suppress::Suppression>),
+    /// One of a foreign-key join's steps ([`fk_join::ForeignKeyStep`]).
+    ForeignKey(Arc<fk_join::ForeignKeyStep>),
     /// The Processor API's escape hatch: `f` reads and writes `stores` (plain key-value
     /// stores of this stream, each with its changelog) and forwards any records, with any
     /// keys.
@@ -357,6 +360,9 @@ pub struct StreamRecord {
     /// A table's update straight from its store step (an aggregation, an upsert): the key's
     /// value before it, which a grouping of the table subtracts ([`Step::Regroup`]).
     pub old: Option<Bytes>,
+    /// The partition a sink writes it to, where the step that made it knows (a foreign-key
+    /// join's answer goes back to the partition of the row that asked); else its key's.
+    pub partition: Option<u32>,
 }
 
 impl StreamRecord {
@@ -366,6 +372,7 @@ impl StreamRecord {
             value: Some(value.into()),
             timestamp,
             old: None,
+            partition: None,
         }
     }
 
@@ -376,6 +383,7 @@ impl StreamRecord {
             value: None,
             timestamp,
             old: None,
+            partition: None,
         }
     }
 }
@@ -1008,6 +1016,12 @@ impl Stream {
         self
     }
 
+    /// One of a foreign-key join's steps ([`fk_join`]).
+    pub fn foreign_key(mut self, step: fk_join::ForeignKeyStep) -> Self {
+        self.steps.push(Step::ForeignKey(Arc::new(step)));
+        self
+    }
+
     /// Tables first, then the steps' stores: the order of the task's changelogs.
     fn stores(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.tables.iter().map(|(_, s)| s.as_str()).collect();
@@ -1019,6 +1033,10 @@ impl Stream {
             | Step::JoinWindow { store, .. }
             | Step::Upsert { store } => out.push(store),
             Step::Suppress(b) => out.push(&b.store),
+            Step::ForeignKey(f) => match f.kept_store() {
+                Some(store) if !out.contains(&store) => out.push(store),
+                _ => {}
+            },
             Step::Process { stores, .. } => out.extend(stores.iter().map(String::as_str)),
             // Both sides of a join share it.
             Step::WindowJoin {
@@ -1210,6 +1228,7 @@ fn check_steps(
             | Step::FlatMap {
                 keeps_keys: false, ..
             } => key_changed = key_changed.or(Some(here)),
+            Step::ForeignKey(f) if f.changes_keys() => key_changed = key_changed.or(Some(here)),
             Step::Fork { branches, .. } => {
                 for (b, branch) in branches.iter().enumerate() {
                     let at = format!("{here}.branches[{b}]");
@@ -1307,6 +1326,7 @@ fn number_sinks(steps: &mut [Step], names: &[String], mut table: bool, tables: &
             | Step::JoinWindow { .. }
             | Step::Suppress(_)
             | Step::FlatMap { updates: true, .. } => {}
+            Step::ForeignKey(f) => table = !f.changes_keys(),
             // A junction's records come from several paths: not one table's updates.
             Step::Map(_)
             | Step::FlatMap { .. }
@@ -1771,6 +1791,7 @@ impl Topology {
                 ..
             } if name == store => layout = *l,
             Step::Upsert { store: name } if name == store => layout = Layout::Timestamped,
+            Step::ForeignKey(f) if f.kept_store() == Some(store) => layout = Layout::Timestamped,
             _ => {}
         });
         Some(StoreInfo {
@@ -2418,6 +2439,7 @@ fn aggregate(
         value: agg.map(Bytes::from),
         timestamp: ts,
         old,
+        partition: None,
     });
     Ok(())
 }
@@ -2488,6 +2510,7 @@ fn run_any(
                 value: v.map(Bytes::from),
                 timestamp: ts,
                 old: None,
+                partition: None,
             },
         )),
         Step::Upsert { store } => {
@@ -2509,9 +2532,11 @@ fn run_any(
                     value: v.map(Bytes::from),
                     timestamp: ts,
                     old: None,
+                    partition: None,
                 }),
         ),
         Step::Suppress(b) => suppress::suppress(b, run.task, r, stream_time, stores, next)?,
+        Step::ForeignKey(f) => fk_join::run(f, run.task, r, stores, next)?,
         Step::Process { f, .. } => next.extend(f(run.task, &r, stream_time, stores)?),
         Step::Junction(n) => {
             if let Some(steps) = run.junctions.get(*n) {
@@ -2740,6 +2765,7 @@ fn table_join(
         value: value.map(Bytes::from),
         timestamp,
         old: None,
+        partition: None,
     });
     Ok(())
 }

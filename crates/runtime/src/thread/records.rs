@@ -220,6 +220,7 @@ impl RecordEnv<'_> {
                 value: r.value.clone(),
                 timestamp: r.timestamp,
                 old: None,
+                partition: None,
             },
             run.stream_time,
             &mut run.pending,

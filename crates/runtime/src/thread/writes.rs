@@ -54,7 +54,12 @@ impl Driver {
             // Numbered by the topology when it was built: every index is one of its sinks.
             let topic = &sinks[sink as usize];
             let partitions = ctx.sink_partitions.get(topic).copied().unwrap_or(1);
-            let p = partition_for(&r.key, partitions) as i32;
+            // A partition a step chose, if the topic has it (a left table's topic grown
+            // since its row asked keeps the row's key's).
+            let p = match r.partition {
+                Some(p) if p < partitions => p,
+                _ => partition_for(&r.key, partitions),
+            } as i32;
             by_partition
                 .entry((sink, p))
                 .or_default()

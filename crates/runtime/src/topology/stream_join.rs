@@ -285,6 +285,7 @@ fn send_closed(
                 value: Some(frame.into()),
                 timestamp: ts,
                 old: None,
+                partition: None,
             });
         }
         stores.delete(&u.store, &k);

@@ -328,6 +328,7 @@ fn emit(
         value: b.new.map(Bytes::copy_from_slice),
         timestamp: b.timestamp,
         old: b.old.map(Bytes::copy_from_slice),
+        partition: None,
     };
     stores.delete(&s.store, &key);
     if record.value.is_some() || !s.drop_deletes {
@@ -388,6 +389,7 @@ mod tests {
                 value: long(*value),
                 timestamp: *ts,
                 old: long(*old),
+                partition: None,
             };
             suppress(s, TaskId::new(0, 0), r, stream_time, stores, &mut out).unwrap();
         }
@@ -401,6 +403,7 @@ mod tests {
             value: long(value),
             timestamp: ts,
             old: long(old),
+            partition: None,
         }
     }
 
