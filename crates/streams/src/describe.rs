@@ -221,6 +221,18 @@ impl Description {
         }
     }
 
+    /// `node` takes records from `from` too (a sink that two processors write to).
+    pub fn add_parent(&mut self, node: &Node, from: &Node) {
+        let entry = self
+            .subtopologies
+            .iter_mut()
+            .flatten()
+            .find(|e| &e.name == node);
+        if let Some(e) = entry {
+            e.from.push(from.clone());
+        }
+    }
+
     /// A sink with a generated name.
     pub fn sink(&mut self, at: usize, topic: &str, from: &Node) -> Node {
         let name = self.name("SINK");

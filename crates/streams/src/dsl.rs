@@ -409,6 +409,11 @@ impl Graph {
         self.repartition.push(topic.to_owned());
     }
 
+    /// A topic of the application's own, `<app id>-<name>` (a foreign-key join's).
+    pub(crate) fn internal_topic(&self, name: &str) -> String {
+        format!("{}-{name}", self.app_id)
+    }
+
     pub(crate) fn topic(&self, name: &str) -> String {
         format!("{}-{name}-repartition", self.app_id)
     }

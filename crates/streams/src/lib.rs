@@ -26,6 +26,7 @@
 
 mod describe;
 mod dsl;
+mod fk_join;
 mod global;
 mod grouped_table;
 mod joins;

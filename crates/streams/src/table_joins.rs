@@ -196,12 +196,12 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
 
 /// What a table is to a join: a table read from a topic and not used yet, or one whose rows
 /// are kept in a timestamped store beside its updates.
-enum Side {
+pub(crate) enum Side {
     Source,
     Kept { store: String, at: Pos, last: Node },
 }
 
-fn side_of<K, V>(t: &KTable<K, V>) -> Option<Side> {
+pub(crate) fn side_of<K, V>(t: &KTable<K, V>) -> Option<Side> {
     match (&t.source, &t.state, &t.at) {
         (Some(src), _, None) if !src.placed.get() => Some(Side::Source),
         (_, Some(store), Some(at)) => Some(Side::Kept {
@@ -367,7 +367,7 @@ fn describe_joins(
     d.add_processor(sub, merge, &[&this_j, &other_j], &[])
 }
 
-type ValueSerde<V> = Option<Arc<dyn crate::serdes::Serde<Value = V>>>;
+pub(crate) type ValueSerde<V> = Option<Arc<dyn crate::serdes::Serde<Value = V>>>;
 
 /// A joined table value read with its table's serde.
 fn read_value<T: Send + Sync + 'static>(serde: &ValueSerde<T>, bytes: &[u8]) -> T {
@@ -379,7 +379,7 @@ fn read_value<T: Send + Sync + 'static>(serde: &ValueSerde<T>, bytes: &[u8]) -> 
 
 /// The joined table's updates: a delete, or the pair read with both tables' serdes and
 /// joined.
-fn joined_rows<K, V, VO, VR>(
+pub(crate) fn joined_rows<K, V, VO, VR>(
     key: Arc<dyn crate::serdes::Serde<Value = K>>,
     (value, other): (ValueSerde<V>, ValueSerde<VO>),
     joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,

@@ -2780,3 +2780,183 @@ fn feed_topics(
     }
     out
 }
+
+/// Runs `(topic, key, value or None, timestamp)` records through the whole application in
+/// one place, as its tasks of partition 0 would, each record to the end before the next: it
+/// goes to the sub-topology that reads its topic, and what a sink writes to a topic the
+/// application reads goes on there in turn. The records written to the other topics, with
+/// their topic, in order.
+fn run_app(
+    t: &Topology,
+    stores: &mut Mem,
+    records: &[(&str, &str, Option<&str>, i64)],
+) -> Vec<(String, String, Option<String>)> {
+    // Sub-topologies past the last have no sources.
+    let reader = |topic: &str| (0..64).find(|&s| t.sources_of(s).iter().any(|x| x == topic));
+    let mut written = Vec::new();
+    for (topic, k, v, ts) in records {
+        let r = match v {
+            Some(v) => StreamRecord::new(k.as_bytes().to_vec(), v.as_bytes().to_vec(), *ts),
+            None => StreamRecord::delete(k.as_bytes().to_vec(), *ts),
+        };
+        let mut queue = std::collections::VecDeque::from([((*topic).to_owned(), r)]);
+        while let Some((topic, r)) = queue.pop_front() {
+            let Some(sub) = reader(&topic) else {
+                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                written.push((topic, text(&r.key), r.value.as_deref().map(text)));
+                continue;
+            };
+            let mut out = Output::default();
+            let ts = r.timestamp;
+            t.process_from(TaskId::new(sub, 0), &topic, r, ts, stores, &mut out)
+                .unwrap();
+            let sinks = t.sinks_of(sub);
+            for e in out.records {
+                assert!(
+                    e.record.partition.is_none_or(|p| p == 0),
+                    "only partition 0 asked"
+                );
+                queue.push_back((sinks[e.sink as usize].to_owned(), e.record));
+            }
+        }
+    }
+    written
+}
+
+/// Kafka's `KTableKTableForeignKeyJoinIntegrationTest` shapes: orders `"<product>|<n>"` join
+/// their product's name through the subscription and response topics, on updates of either
+/// side, a foreign key that changes, and deletes; the left join keeps rows without a match.
+#[test]
+fn a_foreign_key_join_follows_both_tables_through_its_topics() {
+    let build = |left: bool| {
+        let b = StreamsBuilder::new("fk");
+        let orders = b.table(
+            "orders",
+            Consumed::with(Str, Str),
+            Materialized::named("orders"),
+        );
+        let products = b.table(
+            "products",
+            Consumed::with(Str, Str),
+            Materialized::named("products"),
+        );
+        let fk = |o: &String| {
+            o.split_once('|')
+                .map(|(p, _)| p.to_owned())
+                .filter(|p| !p.is_empty())
+        };
+        let joined = match left {
+            false => orders
+                .join_on_foreign_key(products, fk, |o: &String, p: &String| format!("{o} {p}")),
+            true => {
+                orders.left_join_on_foreign_key(products, fk, |o: &String, p: Option<&String>| {
+                    format!("{o} {}", p.map_or("?", String::as_str))
+                })
+            }
+        };
+        joined.to_stream().to("out", Produced::with(Str, Str));
+        b.build().unwrap()
+    };
+    let t = build(false);
+    let mut stores = Mem::default();
+    let out = |v: &[(&str, Option<&str>)]| -> Vec<(String, String, Option<String>)> {
+        v.iter()
+            .map(|(k, v)| ("out".to_owned(), (*k).to_owned(), v.map(str::to_owned)))
+            .collect()
+    };
+    let got = run_app(
+        &t,
+        &mut stores,
+        &[
+            ("products", "p1", Some("apple"), 1),
+            ("orders", "o1", Some("p1|2"), 2),
+            ("orders", "o2", Some("p2|1"), 3),
+            ("products", "p2", Some("pear"), 4),
+            ("products", "p1", Some("green apple"), 5),
+            ("orders", "o1", Some("p2|3"), 6),
+            ("orders", "o2", None, 7),
+            ("products", "p2", None, 8),
+            ("orders", "o3", Some("|5"), 9),
+        ],
+    );
+    assert_eq!(
+        got,
+        out(&[
+            ("o1", Some("p1|2 apple")),
+            ("o2", Some("p2|1 pear")),
+            ("o1", Some("p1|2 green apple")),
+            ("o1", Some("p2|3 pear")),
+            ("o2", None),
+            ("o1", None),
+        ])
+    );
+    // Baton writes Kafka's topics and keeps the subscriptions in Kafka's store.
+    let topics: Vec<&str> = t.repartition_topics().into_iter().map(|(t, _)| t).collect();
+    assert_eq!(
+        topics,
+        [
+            "fk-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000004-topic",
+            "fk-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000012-topic"
+        ]
+    );
+    let subs = "KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-0000000008";
+    let kept: Vec<&[u8]> = stores
+        .0
+        .keys()
+        .filter(|(s, _)| s == subs)
+        .map(|(_, k)| k.as_slice())
+        .collect();
+    assert_eq!(
+        kept,
+        [b"\0\0\0\x02p2o1".as_slice()],
+        "o1 subscribes to p2; o2 left"
+    );
+
+    let t = build(true);
+    let got = run_app(
+        &t,
+        &mut Mem::default(),
+        &[
+            ("orders", "o1", Some("p1|2"), 1),
+            ("orders", "o2", Some("|1"), 2),
+            ("products", "p1", Some("apple"), 3),
+            ("products", "p1", None, 4),
+            ("orders", "o1", None, 5),
+        ],
+    );
+    assert_eq!(
+        got,
+        out(&[
+            ("o1", Some("p1|2 ?")),
+            ("o2", Some("|1 ?")),
+            ("o1", Some("p1|2 apple")),
+            ("o1", Some("p1|2 ?")),
+            ("o1", None),
+            ("o1", None),
+        ])
+    );
+}
+
+/// A foreign-key join needs both tables' rows: a table that is not kept is refused, saying so.
+#[test]
+fn a_foreign_key_join_of_a_table_not_kept_is_refused() {
+    let b = StreamsBuilder::new("fk");
+    let orders =
+        b.stream("orders", Consumed::with(Str, Str))
+            .to_table(Str, Str, Materialized::generated());
+    let products = b.table(
+        "products",
+        Consumed::with(Str, Str),
+        Materialized::named("products"),
+    );
+    orders
+        .join_on_foreign_key(
+            products,
+            |o: &String| Some(o.clone()),
+            |o: &String, p: &String| format!("{o}{p}"),
+        )
+        .to_stream()
+        .to("out", Produced::with(Str, Str));
+    let err = b.build().err().expect("refused").to_string();
+    assert!(err.contains("both tables must be kept in stores"), "{err}");
+}

@@ -1244,3 +1244,68 @@ fn a_join_of_rekeyed_streams_repartitions_both_sides_as_kafkas() {
         );
     }
 }
+
+/// `KTableKTableForeignKeyJoinScenarioTest.shouldUseExpectedTopicsWithSerde`: two tables read
+/// without store names, joined on a foreign key, have the registration topic
+/// `KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000006-topic` and the response topic
+/// `KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000014-topic`, and the stores
+/// `left_table-STATE-STORE-0000000000` and `right_table-STATE-STORE-0000000003`; the nodes
+/// are `KStreamImplTest.shouldSupportForeignKeyTableTableJoinWithKTableFromKStream`'s, whose
+/// tables come from streams (the same numbers, Kafka's subscription store
+/// `KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-0000000010`, output 18, the result's store number
+/// 19 taken, `KTABLE-TOSTREAM-0000000020`).
+#[test]
+fn a_foreign_key_join_is_named_and_numbered_as_kafkas() {
+    let b = StreamsBuilder::new("ktable-ktable-joinOnForeignKey");
+    let left = b.table(
+        "left_table",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    let right = b.table(
+        "right_table",
+        Consumed::with(Str, Str),
+        Materialized::generated(),
+    );
+    left.join_on_foreign_key(
+        right,
+        |v: &String| v.split('|').nth(1).map(str::to_owned),
+        |a: &String, b: &String| format!("({a},{b})"),
+    )
+    .to_stream()
+    .to("output-topic", Produced::with(Str, Str));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000001",
+                "KTABLE-SOURCE-0000000002",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000007",
+                "KTABLE-SINK-0000000008",
+                "KTABLE-SOURCE-0000000016",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-0000000017",
+                "KTABLE-FK-JOIN-OUTPUT-0000000018",
+                "KTABLE-TOSTREAM-0000000020",
+                "KSTREAM-SINK-0000000021",
+            ],
+            &[
+                "KSTREAM-SOURCE-0000000004",
+                "KTABLE-SOURCE-0000000005",
+                "KTABLE-SOURCE-0000000009",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000011",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000012",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000013",
+                "KTABLE-SINK-0000000015",
+            ],
+        ],
+        &[
+            "left_table-STATE-STORE-0000000000",
+            "right_table-STATE-STORE-0000000003",
+            "KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-0000000010",
+        ],
+        &[
+            "ktable-ktable-joinOnForeignKey-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000006-topic",
+            "ktable-ktable-joinOnForeignKey-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000014-topic",
+        ],
+    );
+}

@@ -24,18 +24,13 @@ use std::sync::Arc;
 use baton_assignor::TaskId;
 use bytes::Bytes;
 
-use super::{read_timestamped, stored_value, Stores, StreamRecord};
+use super::{read_timestamped, row_pair, stored_value, Stores, StreamRecord};
 use crate::layout::timestamped;
 use crate::record::undecodable;
 use crate::store::StoreError;
 
 /// A left value's bytes → its foreign key's bytes; `None`: no foreign key (Kafka's null).
 pub type ForeignKeyFn = Arc<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
-
-/// `(key, left value or None, right value or None)` → the joined value, or `None` for a
-/// delete of the key.
-pub type ForeignJoinerFn =
-    Arc<dyn Fn(&[u8], Option<&[u8]>, Option<&[u8]>) -> Option<Vec<u8>> + Send + Sync>;
 
 /// One of the four steps of a foreign-key join.
 pub enum ForeignKeyStep {
@@ -56,12 +51,9 @@ pub enum ForeignKeyStep {
     /// its subscriptions.
     ForeignUpdate { subscriptions: String },
     /// Kafka's `ResponseJoinProcessorSupplier`: an answer joined with the left row of
-    /// `primary` (its timestamped store) when their hashes agree.
-    Resolve {
-        primary: String,
-        left: bool,
-        joiner: ForeignJoinerFn,
-    },
+    /// `primary` (its timestamped store) when their hashes agree, passed on as a
+    /// [`super::row_pair`] (the typed layer's joiner reads it) or as a delete.
+    Resolve { primary: String, left: bool },
 }
 
 impl ForeignKeyStep {
@@ -331,11 +323,7 @@ pub(super) fn run(
         ForeignKeyStep::ForeignUpdate { subscriptions } => {
             foreign_update(subscriptions, r, stores, next)
         }
-        ForeignKeyStep::Resolve {
-            primary,
-            left,
-            joiner,
-        } => resolve((primary, *left, joiner), r, stores, next),
+        ForeignKeyStep::Resolve { primary, left } => resolve((primary, *left), r, stores, next),
     }
 }
 
@@ -489,7 +477,7 @@ fn foreign_update(
 }
 
 fn resolve(
-    (primary, left, joiner): (&str, bool, &ForeignJoinerFn),
+    (primary, left): (&str, bool),
     r: StreamRecord,
     stores: &mut dyn Stores,
     next: &mut Vec<StreamRecord>,
@@ -505,7 +493,7 @@ fn resolve(
     }
     let joined = match (foreign, &current) {
         (None, _) if !left || current.is_none() => None,
-        (foreign, current) => joiner(&r.key, current.as_deref(), foreign),
+        (foreign, current) => Some(row_pair(current.as_deref(), foreign)),
     };
     next.push(StreamRecord {
         key: r.key,

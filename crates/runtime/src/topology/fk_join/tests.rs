@@ -361,20 +361,19 @@ impl Join {
             let step = ForeignKeyStep::Resolve {
                 primary: "left".into(),
                 left: self.left,
-                joiner: Arc::new(|_, l, r| {
-                    let s = |v: Option<&[u8]>| {
-                        v.map_or("null".into(), |v| String::from_utf8_lossy(v).into_owned())
-                    };
-                    Some(format!("({},{})", s(l), s(r)).into_bytes())
-                }),
             };
             for r in self.step(step, a) {
                 self.updates += 1;
                 let key = String::from_utf8(r.key.to_vec()).unwrap();
+                let text = |v: Option<&[u8]>| {
+                    v.map_or("null".into(), |v| String::from_utf8_lossy(v).into_owned())
+                };
                 match r.value {
-                    Some(v) => self
-                        .result
-                        .insert(key, String::from_utf8(v.to_vec()).unwrap()),
+                    Some(v) => {
+                        let pair = crate::topology::split_row_pair(&v).unwrap();
+                        let joined = format!("({},{})", text(pair.left), text(pair.right));
+                        self.result.insert(key, joined)
+                    }
                     None => self.result.remove(&key),
                 };
             }

@@ -1,0 +1,381 @@
+//! Foreign-key table joins (Kafka Streams' `KTable.join(other, foreignKeyExtractor, joiner)`
+//! and `leftJoin`, KIP-213): each row of this table joins the row of the other table whose
+//! key its value names. The two tables need not be co-partitioned: each row subscribes to its
+//! foreign key through a registration topic read beside the other table, and is answered
+//! through a response topic read beside this one ([`baton_runtime::topology::fk_join`]), both
+//! made by Baton with Kafka's names, and the subscriptions kept in a store with a changelog.
+
+use std::sync::Arc;
+
+use baton_runtime::topology::fk_join::{ForeignKeyFn, ForeignKeyStep};
+
+use crate::describe::{Description, Node};
+use crate::dsl::{Graph, Materialized, Pos};
+use crate::serdes::{read_or_fail, Serde};
+use crate::table::KTable;
+use crate::table_joins::{joined_rows, side_of, Side};
+
+impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
+    /// The table of `joiner(value, other value)` for each row of this table whose foreign
+    /// key, `foreign_key(value)`, is a key of `other` (Kafka Streams' `KTable.join(other,
+    /// foreignKeyExtractor, joiner)`). A row without a foreign key (`None`) joins nothing. An
+    /// update of either side updates the rows it joins; a row that leaves (deleted, or its
+    /// foreign key now names no row) is deleted. Both tables must be kept in stores: read with
+    /// [`crate::StreamsBuilder::table`] or kept with a named `Materialized`.
+    ///
+    /// ```
+    /// use baton_streams::serdes::Str;
+    /// use baton_streams::{Consumed, Materialized, Produced, StreamsBuilder};
+    ///
+    /// // Orders "<product>|<quantity>" with their product's name.
+    /// let builder = StreamsBuilder::new("order-names");
+    /// let orders = builder.table("orders", Consumed::with(Str, Str), Materialized::named("orders"));
+    /// let products = builder.table("products", Consumed::with(Str, Str), Materialized::named("products"));
+    /// orders
+    ///     .join_on_foreign_key(
+    ///         products,
+    ///         |order: &String| order.split('|').next().map(str::to_owned),
+    ///         |order: &String, name: &String| format!("{order} {name}"),
+    ///     )
+    ///     .to_stream()
+    ///     .to("named-orders", Produced::with(Str, Str));
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn join_on_foreign_key<KO, VO, VR>(
+        self,
+        other: KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, &VO) -> VR + Send + Sync + 'static,
+    ) -> KTable<K, VR>
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o?));
+        let (joined, _) = self.join_foreign(
+            (other, foreign_key, false),
+            joiner,
+            Materialized::generated(),
+        );
+        joined
+    }
+
+    /// The table of `joiner(value, other value or None)` for each row of this table (Kafka
+    /// Streams' `KTable.leftJoin(other, foreignKeyExtractor, joiner)`): a row whose foreign
+    /// key names no row of `other`, or that has none, joins `None`.
+    pub fn left_join_on_foreign_key<KO, VO, VR>(
+        self,
+        other: KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, Option<&VO>) -> VR + Send + Sync + 'static,
+    ) -> KTable<K, VR>
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o));
+        let (joined, _) = self.join_foreign(
+            (other, foreign_key, true),
+            joiner,
+            Materialized::generated(),
+        );
+        joined
+    }
+
+    /// As [`KTable::join_on_foreign_key`], the result written with `serde` and, when
+    /// `materialized` names a store, kept there (Kafka's `join(other, extractor, joiner,
+    /// Materialized)`): queryable by that name, its updates carrying the values they replace.
+    pub fn join_on_foreign_key_as<KO, VO, VS>(
+        self,
+        other: KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, &VO) -> VS::Value + Send + Sync + 'static,
+        serde: VS,
+        materialized: Materialized,
+    ) -> KTable<K, VS::Value>
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        VS: Serde,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o?));
+        let (joined, store) = self.join_foreign((other, foreign_key, false), joiner, materialized);
+        keep(joined, serde, store)
+    }
+
+    /// As [`KTable::left_join_on_foreign_key`], kept as [`KTable::join_on_foreign_key_as`]
+    /// keeps it.
+    pub fn left_join_on_foreign_key_as<KO, VO, VS>(
+        self,
+        other: KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, Option<&VO>) -> VS::Value + Send + Sync + 'static,
+        serde: VS,
+        materialized: Materialized,
+    ) -> KTable<K, VS::Value>
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        VS: Serde,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o));
+        let (joined, store) = self.join_foreign((other, foreign_key, true), joiner, materialized);
+        keep(joined, serde, store)
+    }
+
+    /// Kafka's `KTableImpl.doJoinOnForeignKey`: the joined table, and the store `materialized`
+    /// names, if it does.
+    fn join_foreign<KO, VO, VR>(
+        mut self,
+        (mut other, foreign_key, left): (
+            KTable<KO, VO>,
+            impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+            bool,
+        ),
+        joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
+        materialized: Materialized,
+    ) -> (KTable<K, VR>, Option<String>)
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+    {
+        let graph = self.graph.clone();
+        let (Some(this), Some(that), Some(value)) =
+            (kept(&mut self), kept(&mut other), self.value.clone())
+        else {
+            graph.borrow_mut().errors.push(
+                "join_on_foreign_key: both tables must be kept in stores (read with \
+                 StreamsBuilder::table, or an aggregation's, a to_table's or a table \
+                 operation's with a named Materialized), to look their rows up"
+                    .into(),
+            );
+            return (KTable::<K, V>::unplaced(graph, self.key), None);
+        };
+        let (fk_serde, what) = (other.key.clone(), "a foreign-key join's left value");
+        let extract: ForeignKeyFn = Arc::new(move |v: &[u8]| {
+            let v = read_or_fail(&*value, v, what);
+            foreign_key(&v).map(|fk| fk_serde.serialize(&fk))
+        });
+        let mut g = graph.borrow_mut();
+        let names = Names::take(&mut g.description, materialized);
+        let at = wire(&mut g, (&this, &that), &names, (extract, left));
+        drop(g);
+        let Some(at) = at else {
+            return (KTable::<K, V>::unplaced(graph, self.key), None);
+        };
+        let updates = joined_rows(
+            self.key.clone(),
+            (self.value.clone(), other.value.clone()),
+            joiner,
+        );
+        let joined = KTable::joined(graph, at, (self.key, updates), names.output.clone());
+        (joined, names.store)
+    }
+}
+
+/// The joined table written with `serde`, kept in `store` when there is one.
+fn keep<K, V, VS>(mut joined: KTable<K, V>, serde: VS, store: Option<String>) -> KTable<K, V>
+where
+    K: Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    VS: Serde<Value = V>,
+{
+    joined.value = Some(Arc::new(serde));
+    let Some(store) = store else {
+        return joined;
+    };
+    if joined.at.is_some() {
+        let mut g = joined.graph.borrow_mut();
+        g.description.add_store(&joined.last, &store);
+    }
+    joined.kept_in(&store)
+}
+
+/// A side of the join: where its updates come out, its last node and its store.
+struct Kept {
+    at: Pos,
+    last: Node,
+    store: String,
+}
+
+/// The table placed and kept in its store, if it can be.
+fn kept<K: Send + Sync + 'static, V: Send + Sync + 'static>(t: &mut KTable<K, V>) -> Option<Kept> {
+    match side_of(t)? {
+        Side::Source => {
+            let store = t.source.as_ref()?.store.clone();
+            t.source.as_ref()?.placed.set(true);
+            let (at, _, last) = t.placed(true);
+            Some(Kept { at, last, store })
+        }
+        Side::Kept { store, at, last } => Some(Kept { at, last, store }),
+    }
+}
+
+/// The join's names, taken in Kafka's order (`KTableImpl.doJoinOnForeignKey`).
+struct Names {
+    /// The registration topic's name, without the application id.
+    registration: String,
+    send: Node,
+    sink: Node,
+    source: Node,
+    subscriptions: String,
+    receive: Node,
+    join_foreign: Node,
+    foreign_join: Node,
+    /// The response topic's name, without the application id.
+    response: String,
+    response_sink: Node,
+    response_source: Node,
+    resolver: Node,
+    output: Node,
+    /// The result's store, if `Materialized` names one (else its number is taken).
+    store: Option<String>,
+}
+
+impl Names {
+    fn take(d: &mut Description, materialized: Materialized) -> Names {
+        const REGISTRATION: &str = "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-";
+        const PROCESSOR: &str = "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-";
+        let registration = format!("{}-topic", d.next_name(REGISTRATION).as_str());
+        let send = d.next_name(REGISTRATION);
+        let sink = d.next_name("KTABLE-SINK-");
+        let source = d.next_name("KTABLE-SOURCE-");
+        let subscriptions = d.next_name("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-");
+        let receive = d.next_name(PROCESSOR);
+        let join_foreign = d.next_name(PROCESSOR);
+        let foreign_join = d.next_name(PROCESSOR);
+        let response = d.next_name("KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-");
+        let response_sink = d.next_name("KTABLE-SINK-");
+        let response_source = d.next_name("KTABLE-SOURCE-");
+        let resolver = d.next_name("KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-");
+        let output = d.next_name("KTABLE-FK-JOIN-OUTPUT-");
+        let store = materialized.name_or_burn(d);
+        Names {
+            registration,
+            send,
+            sink,
+            source,
+            subscriptions: subscriptions.as_str().to_owned(),
+            receive,
+            join_foreign,
+            foreign_join,
+            response: format!("{}-topic", response.as_str()),
+            response_sink,
+            response_source,
+            resolver,
+            output,
+            store,
+        }
+    }
+}
+
+/// The join's steps and nodes: this table's updates subscribe; the other's sub-topology
+/// reads the subscriptions and answers them, as do its updates; this table's sub-topology
+/// reads the answers. Where the joined rows come out; `None` when a sub-topology could not
+/// take the topic it must read (the error is recorded).
+fn wire(
+    g: &mut Graph,
+    (this, that): (&Kept, &Kept),
+    n: &Names,
+    (foreign_key, left): (ForeignKeyFn, bool),
+) -> Option<Pos> {
+    let (registration, response) = (
+        g.internal_topic(&n.registration),
+        g.internal_topic(&n.response),
+    );
+    let d = &mut g.description;
+    let send = d.add_processor(this.at.sub, n.send.clone(), &[&this.last], &[]);
+    d.add_sink(this.at.sub, n.sink.clone(), &registration, &send);
+    let exit = g.exit(&this.at);
+    let to = registration.clone();
+    g.edit(&exit, move |s| {
+        s.foreign_key(ForeignKeyStep::Subscribe { foreign_key, left })
+            .to(&to)
+    });
+    g.add_repartition(&registration);
+
+    let start = g.start_named(&registration, n.source.clone());
+    let d = &mut g.description;
+    let receive = d.add_processor(
+        start.sub,
+        n.receive.clone(),
+        &[&n.source],
+        &[&n.subscriptions],
+    );
+    let join_foreign = d.add_processor(
+        start.sub,
+        n.join_foreign.clone(),
+        &[&receive],
+        &[&that.store],
+    );
+    let exit = g.exit(&start);
+    let (subscriptions, foreign, to) = (
+        n.subscriptions.clone(),
+        that.store.clone(),
+        response.clone(),
+    );
+    g.edit(&exit, move |s| {
+        s.foreign_key(ForeignKeyStep::Receive {
+            subscriptions,
+            foreign,
+        })
+        .to(&to)
+    });
+    merged(g, start.sub, that.at.sub, &registration)?;
+
+    let d = &mut g.description;
+    let foreign_join = d.add_processor(
+        that.at.sub,
+        n.foreign_join.clone(),
+        &[&that.last],
+        &[&n.subscriptions],
+    );
+    let sink = d.add_sink(
+        that.at.sub,
+        n.response_sink.clone(),
+        &response,
+        &join_foreign,
+    );
+    d.add_parent(&sink, &foreign_join);
+    let exit = g.exit(&that.at);
+    let (subscriptions, to) = (n.subscriptions.clone(), response.clone());
+    g.edit(&exit, move |s| {
+        s.foreign_key(ForeignKeyStep::ForeignUpdate { subscriptions })
+            .to(&to)
+    });
+    g.add_repartition(&response);
+
+    let start = g.start_named(&response, n.response_source.clone());
+    let d = &mut g.description;
+    let resolver = d.add_processor(
+        start.sub,
+        n.resolver.clone(),
+        &[&n.response_source],
+        &[&this.store],
+    );
+    d.add_processor(start.sub, n.output.clone(), &[&resolver], &[]);
+    let exit = g.exit(&start);
+    let primary = this.store.clone();
+    g.edit(&exit, move |s| {
+        s.foreign_key(ForeignKeyStep::Resolve { primary, left })
+    });
+    merged(g, start.sub, this.at.sub, &response)?;
+    Some(exit)
+}
+
+/// Sub-topology `from`, which reads `topic`, merged into `into`; `None` (and an error) when
+/// it cannot be.
+fn merged(g: &mut Graph, from: usize, into: usize, topic: &str) -> Option<()> {
+    if g.merge_subs(from, into) {
+        return Some(());
+    }
+    g.errors.push(format!(
+        "join_on_foreign_key: the sub-topology of a joined table cannot read {topic} beside \
+         its own topics (its steps serve several topics); keep the table in a store of its own \
+         first (to_table or a named Materialized)"
+    ));
+    None
+}
