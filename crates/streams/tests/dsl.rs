@@ -2828,13 +2828,21 @@ fn run_app(
 /// side, a foreign key that changes, and deletes; the left join keeps rows without a match.
 #[test]
 fn a_foreign_key_join_follows_both_tables_through_its_topics() {
-    let build = |left: bool| {
+    // `kept`: the orders are a stream made a table (kept in a store, not a source table).
+    let build = |left: bool, kept: bool| {
         let b = StreamsBuilder::new("fk");
-        let orders = b.table(
-            "orders",
-            Consumed::with(Str, Str),
-            Materialized::named("orders"),
-        );
+        let orders = match kept {
+            false => b.table(
+                "orders",
+                Consumed::with(Str, Str),
+                Materialized::named("orders"),
+            ),
+            true => b.stream("orders", Consumed::with(Str, Str)).to_table(
+                Str,
+                Str,
+                Materialized::named("orders"),
+            ),
+        };
         let products = b.table(
             "products",
             Consumed::with(Str, Str),
@@ -2857,7 +2865,7 @@ fn a_foreign_key_join_follows_both_tables_through_its_topics() {
         joined.to_stream().to("out", Produced::with(Str, Str));
         b.build().unwrap()
     };
-    let t = build(false);
+    let t = build(false, false);
     let mut stores = Mem::default();
     let out = |v: &[(&str, Option<&str>)]| -> Vec<(String, String, Option<String>)> {
         v.iter()
@@ -2912,7 +2920,7 @@ fn a_foreign_key_join_follows_both_tables_through_its_topics() {
         "o1 subscribes to p2; o2 left"
     );
 
-    let t = build(true);
+    let t = build(true, false);
     let got = run_app(
         &t,
         &mut Mem::default(),
@@ -2935,6 +2943,55 @@ fn a_foreign_key_join_follows_both_tables_through_its_topics() {
             ("o1", None),
         ])
     );
+}
+
+/// A foreign-key join of a stream made a table: the same joins as of a table read from a
+/// topic.
+#[test]
+fn a_foreign_key_join_of_a_kept_table_follows_it() {
+    let b = StreamsBuilder::new("fk");
+    let orders = b.stream("orders", Consumed::with(Str, Str)).to_table(
+        Str,
+        Str,
+        Materialized::named("orders"),
+    );
+    let products = b.table(
+        "products",
+        Consumed::with(Str, Str),
+        Materialized::named("products"),
+    );
+    orders
+        .join_on_foreign_key_as(
+            products,
+            |o: &String| o.split_once('|').map(|(p, _)| p.to_owned()),
+            |o: &String, p: &String| format!("{o} {p}"),
+            Str,
+            Materialized::named("named-orders"),
+        )
+        .to_stream()
+        .to("out", Produced::with(Str, Str));
+    let t = b.build().unwrap();
+    let mut stores = Mem::default();
+    let got = run_app(
+        &t,
+        &mut stores,
+        &[
+            ("products", "p1", Some("apple"), 1),
+            ("orders", "o1", Some("p1|2"), 2),
+            ("orders", "o1", Some("p2|2"), 3),
+            ("products", "p2", Some("pear"), 4),
+        ],
+    );
+    let want: Vec<(String, String, Option<String>)> =
+        // p2 has no row when o1 moves to it: o1 joins nothing until it comes.
+        [("o1", Some("p1|2 apple")), ("o1", None), ("o1", Some("p2|2 pear"))]
+            .iter()
+            .map(|(k, v)| ("out".to_owned(), (*k).to_owned(), v.map(str::to_owned)))
+            .collect();
+    assert_eq!(got, want);
+    // The result is kept in its store, timestamped (the answer's time, 4).
+    let kept = stores.get("named-orders", b"o1").unwrap().unwrap();
+    assert_eq!(kept, [&4i64.to_be_bytes()[..], b"p2|2 pear"].concat());
 }
 
 /// A foreign-key join needs both tables' rows: a table that is not kept is refused, saying so.
