@@ -103,18 +103,32 @@ impl StreamsBuilder {
         consumed: Consumed<KS, VS>,
     ) -> KStream<KS::Value, VS::Value> {
         let at = self.graph.borrow_mut().start(topic);
+        let last = self.graph.borrow().description.last(at.sub);
+        self.source_stream(at, last, consumed, topic.to_owned())
+    }
+
+    /// A stream of what its sources at `at` give, records without a value included: as
+    /// Kafka's, a `to_table` takes them as deletes and a sink writes them as tombstones
+    /// (through the steps that keep keys); steps that need a value pass over them.
+    fn source_stream<KS: Serde, VS: Serde>(
+        &self,
+        at: Pos,
+        last: Node,
+        consumed: Consumed<KS, VS>,
+        what: String,
+    ) -> KStream<KS::Value, VS::Value> {
+        self.graph
+            .borrow_mut()
+            .edit_sources(at.sub, Stream::with_deletes);
+        let (key, value) = (Arc::new(consumed.key), Arc::new(consumed.value));
         KStream {
             graph: self.graph.clone(),
-            last: self.graph.borrow().description.last(at.sub),
+            last,
             at,
-            chain: decoding(
-                Arc::new(consumed.key),
-                Arc::new(consumed.value),
-                topic.to_owned(),
-            ),
+            chain: decoding(key.clone(), value.clone(), what.clone()),
             key_changed: false,
             updates: false,
-            deletes: None,
+            deletes: Some(decoding_updates(key, value, what)),
         }
     }
 
@@ -139,19 +153,7 @@ impl StreamsBuilder {
         }
         let last = g.description.last(at.sub);
         drop(g);
-        KStream {
-            graph: self.graph.clone(),
-            at,
-            chain: decoding(
-                Arc::new(consumed.key),
-                Arc::new(consumed.value),
-                topics.join(" or "),
-            ),
-            key_changed: false,
-            updates: false,
-            last,
-            deletes: None,
-        }
+        self.source_stream(at, last, consumed, topics.join(" or "))
     }
 
     /// A table of the records of `topic` (it must exist): each key's latest value, a record

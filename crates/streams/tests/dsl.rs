@@ -3017,3 +3017,48 @@ fn a_foreign_key_join_of_a_table_not_kept_is_refused() {
     let err = b.build().err().expect("refused").to_string();
     assert!(err.contains("both tables must be kept in stores"), "{err}");
 }
+
+/// A record without a value in a stream's topic is Kafka's null value: `to_table` deletes
+/// its key, a sink writes it as a tombstone through the steps that keep keys, and the steps
+/// that need a value (a count, a `map`) pass over it.
+#[test]
+fn a_streams_records_without_a_value_delete_in_to_table_and_pass_as_tombstones() {
+    let b = StreamsBuilder::new("nulls");
+    b.stream("in", Consumed::with(Str, Str))
+        .to_table(Str, Str, Materialized::named("latest"))
+        .to_stream()
+        .to("tables", Produced::with(Str, Str));
+    b.stream("in2", Consumed::with(Str, Str))
+        .filter(|_, v: &String| !v.is_empty())
+        .map_values(|v: &String| v.to_uppercase())
+        .to("passed", Produced::with(Str, Str));
+    b.stream("in3", Consumed::with(Str, Str))
+        .map(|k: &String, v: &String| (k.clone(), v.clone()))
+        .to("mapped", Produced::with(Str, Str));
+    b.stream("in4", Consumed::with(Str, Str))
+        .group_by_key(Grouped::with(Str, Str))
+        .count(Materialized::named("counts"))
+        .to_stream()
+        .to("counted", Produced::with(Str, Long));
+    let t = b.build().unwrap();
+    let mut stores = Mem::default();
+    let mut records = Vec::new();
+    for topic in ["in", "in2", "in3", "in4"] {
+        records.extend([(topic, "k", Some("v"), 1), (topic, "k", None, 2)]);
+    }
+    let got = run_app(&t, &mut stores, &records);
+    let counted = |n: i64| Some(String::from_utf8_lossy(&n.to_be_bytes()).into_owned());
+    let want: Vec<(String, String, Option<String>)> = [
+        ("tables", Some("v".to_owned())),
+        ("tables", None),
+        ("passed", Some("V".to_owned())),
+        ("passed", None),
+        ("mapped", Some("v".to_owned())),
+        ("counted", counted(1)),
+    ]
+    .into_iter()
+    .map(|(t, v)| (t.to_owned(), "k".to_owned(), v))
+    .collect();
+    assert_eq!(got, want);
+    assert_eq!(stores.get("latest", b"k").unwrap(), None, "the key deleted");
+}
