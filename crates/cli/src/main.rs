@@ -18,6 +18,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: a stream thread allocates and frees a dozen small buffers per record, and glibc's
+/// `free` took a quarter of count per key's instructions (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "baton",

@@ -11,8 +11,6 @@
 
 use std::collections::HashSet;
 
-use bytes::Bytes;
-
 use crate::topology::Emitted;
 #[cfg(test)]
 use crate::topology::StreamRecord;
@@ -22,24 +20,18 @@ use crate::topology::StreamRecord;
 /// keys), and every record of the other sinks. Returns the kept records' indices in the list
 /// as it came, ascending.
 pub fn keep_last_per_key(records: &mut Vec<Emitted>, table: impl Fn(u16) -> bool) -> Vec<usize> {
-    let mut seen: HashSet<(u16, Bytes)> = HashSet::with_capacity(records.len().min(1 << 16));
-    let mut kept = Vec::new();
-    for (i, e) in records.iter().enumerate().rev() {
-        if !table(e.sink) || seen.insert((e.sink, e.record.key.clone())) {
-            kept.push(i);
+    let mut keep = vec![false; records.len()];
+    {
+        // Borrowed keys and a fast hasher: this runs over every output of a batch.
+        let mut seen: HashSet<(u16, &[u8]), foldhash::fast::RandomState> =
+            HashSet::with_capacity_and_hasher(records.len().min(1 << 16), Default::default());
+        for (i, e) in records.iter().enumerate().rev() {
+            keep[i] = !table(e.sink) || seen.insert((e.sink, e.record.key.as_ref()));
         }
     }
-    kept.reverse();
-    let mut at = kept.iter().copied().peekable();
-    let mut i = 0;
-    records.retain(|_| {
-        let keep = at.peek() == Some(&i);
-        if keep {
-            at.next();
-        }
-        i += 1;
-        keep
-    });
+    let kept: Vec<usize> = (0..records.len()).filter(|&i| keep[i]).collect();
+    let mut flags = keep.into_iter();
+    records.retain(|_| flags.next().unwrap_or(false));
     kept
 }
 

@@ -86,7 +86,7 @@ fn contained(
     match ran {
         Ok(Ok(())) => {
             for (store, key, value) in scope.writes {
-                scope.stores.write(&store, &key, value);
+                scope.stores.write_owned(&store, key, value);
             }
             out.records.append(&mut produced.records);
             out.late += produced.late;
@@ -166,6 +166,10 @@ impl Stores for Scope<'_> {
 
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
         self.writes.push((store.to_owned(), key.to_vec(), value));
+    }
+
+    fn write_owned(&mut self, store: &str, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.writes.push((store.to_owned(), key, value));
     }
 }
 

@@ -1480,6 +1480,12 @@ pub trait Stores {
     /// bytes, writes not yet stored included.
     fn buffer_totals(&mut self, store: &str) -> Result<(u64, u64), StoreError>;
 
+    /// As [`Stores::write`], with a key the caller no longer needs: a store that keeps it
+    /// takes it as it is.
+    fn write_owned(&mut self, store: &str, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.write(store, &key, value);
+    }
+
     fn put(&mut self, store: &str, key: &[u8], value: Vec<u8>) {
         self.write(store, key, Some(value));
     }
@@ -2299,15 +2305,16 @@ fn run_steps(
     stores: &mut dyn Stores,
     out: &mut Output,
 ) -> Result<(), StoreError> {
+    // Two lists taking turns: a record's way through its steps allocates them once.
+    let mut next = Vec::with_capacity(records.len());
     for step in steps {
-        let mut next = Vec::with_capacity(records.len());
-        for r in records {
+        for r in records.drain(..) {
             match &r.value {
                 Some(_) => run_step(run, step, r, stream_time, stores, out, &mut next)?,
                 None => run_delete(run, step, r, stream_time, stores, out, &mut next)?,
             }
         }
-        records = next;
+        std::mem::swap(&mut records, &mut next);
         if records.is_empty() {
             return Ok(());
         }

@@ -50,6 +50,10 @@ pub struct ThroughputArgs {
     /// Use this broker (HOST:PORT) instead of starting nisshi on a free loopback port.
     #[arg(long)]
     bootstrap: Option<String>,
+    /// Run only this row (`count-per-key`, `count-cached`, `wordcount`, `wordcount-cached`):
+    /// for a profiler, which then sees one application alone.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 struct Row {
@@ -65,6 +69,18 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
         return Err(Failure::bad_input(
             "--count-records and --wordcount-lines must be positive",
         ));
+    }
+    const ROWS: [&str; 4] = [
+        "count-per-key",
+        "count-cached",
+        "wordcount",
+        "wordcount-cached",
+    ];
+    if let Some(only) = args.only.as_deref().filter(|o| !ROWS.contains(o)) {
+        return Err(Failure::bad_input(format!(
+            "--only {only:?}: not a row; the rows are {}",
+            ROWS.join(", ")
+        )));
     }
     let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench-throughput")?;
     let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap, true)?;
@@ -89,6 +105,9 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
         let mut rows = Vec::new();
         for a in &apps {
             for (name, cache) in a.names.into_iter().zip([0, args.cache_max_bytes]) {
+                if args.only.as_deref().is_some_and(|o| o != name) {
+                    continue;
+                }
                 let row = one(
                     &client, &bootstrap, &dir, name, cache, a.records, a.record, a.build, timeout,
                 )

@@ -1263,7 +1263,7 @@ fn input_ranges(sources: &[TopicPartition], inputs: &[Input]) -> String {
 }
 
 /// A batch's writes in key order, so that its changelog records come out the same in every run.
-fn sorted<V>(writes: HashMap<Vec<u8>, V>) -> Vec<(Vec<u8>, V)> {
+fn sorted<V, S>(writes: HashMap<Vec<u8>, V, S>) -> Vec<(Vec<u8>, V)> {
     let mut writes: Vec<_> = writes.into_iter().collect();
     writes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     writes

@@ -28,12 +28,16 @@ struct FailedRecord {
     undecodable: bool,
 }
 
+/// The hasher of a batch's maps: every record reads and writes them, and SipHash cost a
+/// tenth of a count per key's instructions per record; foldhash is seeded per map too.
+type Hasher = foldhash::fast::RandomState;
+
 /// A store's writes taken in one batch (`None` deletes), each with the timestamp of the record
 /// that wrote it last.
-pub(super) type StoreWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64)>;
+pub(super) type StoreWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64), Hasher>;
 
 /// A table's updates taken in one batch (`None` deletes) and the source offset after the last.
-pub(super) type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>>, i64);
+pub(super) type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>, Hasher>, i64);
 
 /// A processing batch's store writes, read back by later records of the same batch. Hashed,
 /// not ordered: every record reads and writes here, and a batch's writes are sorted once at
@@ -46,6 +50,14 @@ pub(super) struct Pending<'a> {
     /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
     /// which a changelog record takes when its value has none of its own.
     pub timestamp: i64,
+}
+
+impl Pending<'_> {
+    /// The batch's writes to `store`, if the task has it.
+    fn writes_of(&mut self, store: &str) -> Option<&mut StoreWrites> {
+        let idx = self.stores.iter().position(|s| s.name == store)?;
+        Some(self.writes.entry(idx).or_default())
+    }
 }
 
 impl Stores for Pending<'_> {
@@ -128,11 +140,22 @@ impl Stores for Pending<'_> {
     }
 
     fn write(&mut self, store: &str, key: &[u8], value: Option<Vec<u8>>) {
-        if let Some(idx) = self.stores.iter().position(|s| s.name == store) {
-            self.writes
-                .entry(idx)
-                .or_default()
-                .insert(key.to_vec(), (value, self.timestamp));
+        let timestamp = self.timestamp;
+        if let Some(writes) = self.writes_of(store) {
+            // A key written before in the batch (most, when keys repeat) keeps its slot.
+            match writes.get_mut(key) {
+                Some(slot) => *slot = (value, timestamp),
+                None => {
+                    writes.insert(key.to_vec(), (value, timestamp));
+                }
+            }
+        }
+    }
+
+    fn write_owned(&mut self, store: &str, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let timestamp = self.timestamp;
+        if let Some(writes) = self.writes_of(store) {
+            writes.insert(key, (value, timestamp));
         }
     }
 }
