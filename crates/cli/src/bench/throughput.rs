@@ -4,7 +4,7 @@
 //! For each application (count per key, and word count with its repartition hop), without the
 //! record cache and with it (`-cached`, statestore.cache.max.bytes above 0), a fresh
 //! input topic is filled first. The ceiling is one client fetching every partition from the
-//! start to the end, as a consumer with nothing to do would. The application then runs in
+//! start to the end, as a consumer with nothing to do would (the faster of two such reads). The application then runs in
 //! this process on one instance with one stream thread; its rate is the input its commits
 //! covered between the first commit and the one that reached the end, over that time (so
 //! the group join before the first batch is not counted).
@@ -181,7 +181,11 @@ async fn one(
     let app_id = format!("bench-{app}");
     let input = format!("{app_id}-input");
     fill(client, &input, records, &record).await?;
-    let ceiling_per_s = records as f64 / read_all(client, &input).await?.as_secs_f64();
+    // The faster of two reads: the first after the fill may pay for the allocator's first
+    // pages (seen with mimalloc), which would flatter the ratio.
+    let first = read_all(client, &input).await?;
+    let second = read_all(client, &input).await?;
+    let ceiling_per_s = records as f64 / first.min(second).as_secs_f64();
     let topology = build(&app_id, &input).map_err(failed)?;
     let cfg = RuntimeConfig {
         bootstrap: vec![bootstrap.to_owned()],
