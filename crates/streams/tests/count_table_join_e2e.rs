@@ -95,15 +95,7 @@ impl Sent {
 
 /// The output read as a table: each user's last record, deletes removing it.
 fn joined(setup: &Setup) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for r in setup.read(OUTPUT).into_values().flatten() {
-        let user = Str.deserialize(&r.key.unwrap()).unwrap();
-        match r.value {
-            Some(v) => out.insert(user, Str.deserialize(&v).unwrap()),
-            None => out.remove(&user),
-        };
-    }
-    out
+    setup.latest_text(OUTPUT)
 }
 
 #[test]

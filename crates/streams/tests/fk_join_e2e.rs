@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use baton_kafka::client::NewTopic;
 use baton_kafka::records::KeyValue;
 use baton_runtime::partitioner::partition_for;
-use baton_streams::serdes::{Serde, Str};
+use baton_streams::serdes::Str;
 use baton_streams::{Consumed, Materialized, Produced, StreamsBuilder};
 use bytes::Bytes;
 use common::Setup;
@@ -119,15 +119,7 @@ impl Sent {
 
 /// The output read as a table: each order's last record, deletes removing it.
 fn joined(setup: &Setup) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for r in setup.read(OUTPUT).into_values().flatten() {
-        let order = Str.deserialize(&r.key.unwrap()).unwrap();
-        match r.value {
-            Some(v) => out.insert(order, Str.deserialize(&v).unwrap()),
-            None => out.remove(&order),
-        };
-    }
-    out
+    setup.latest_text(OUTPUT)
 }
 
 #[test]

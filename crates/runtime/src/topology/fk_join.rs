@@ -216,14 +216,14 @@ fn read_hash(head: u8, rest: &[u8]) -> Option<(Option<[i64; 2]>, &[u8])> {
     Some((Some([long(&hash[..8]), long(&hash[8..])]), rest))
 }
 
+/// What is wrong with a wrapper's bytes, said once for both kinds.
+fn bad_bytes(what: &str, bytes: &[u8], why: &str) -> String {
+    format!("a foreign-key join {what} of {} bytes: {why}", bytes.len())
+}
+
 /// A subscription read from its bytes (versions 0 and 1), or what is wrong with them.
 pub fn read_subscription(bytes: &[u8]) -> Result<Subscription<'_>, String> {
-    let bad = |why: &str| {
-        format!(
-            "a foreign-key join subscription of {} bytes: {why}",
-            bytes.len()
-        )
-    };
+    let bad = |why: &str| bad_bytes("subscription", bytes, why);
     let (&head, rest) = bytes.split_first().ok_or_else(|| bad("empty"))?;
     let (&instruction, rest) = rest.split_first().ok_or_else(|| bad("no instruction"))?;
     let instruction = Instruction::from_byte(instruction)
@@ -271,12 +271,7 @@ pub type Response<'a> = (Option<[i64; 2]>, Option<&'a [u8]>);
 
 /// An answer's hash and right value; as Kafka reads it, an empty value is none.
 pub fn read_response(bytes: &[u8]) -> Result<Response<'_>, String> {
-    let bad = |why: &str| {
-        format!(
-            "a foreign-key join response of {} bytes: {why}",
-            bytes.len()
-        )
-    };
+    let bad = |why: &str| bad_bytes("response", bytes, why);
     let (&head, rest) = bytes.split_first().ok_or_else(|| bad("empty"))?;
     let (hash, rest) = read_hash(head, rest).ok_or_else(|| bad("a hash cut short"))?;
     let version = head & !NO_HASH;

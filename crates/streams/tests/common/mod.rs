@@ -343,6 +343,21 @@ impl Setup {
         })
     }
 
+    /// `topic` read as a table of text keys and values: each key's last record, a record
+    /// without a value removing it.
+    pub fn latest_text(&self, topic: &str) -> BTreeMap<String, String> {
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+        let mut out = BTreeMap::new();
+        for r in self.read(topic).into_values().flatten() {
+            let key = text(&r.key.unwrap_or_default());
+            match r.value {
+                Some(v) => out.insert(key, text(&v)),
+                None => out.remove(&key),
+            };
+        }
+        out
+    }
+
     /// Every record of a one-partition topic.
     pub fn read_all(&self, topic: &str) -> Vec<Record> {
         self.rt.block_on(async {
