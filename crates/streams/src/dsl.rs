@@ -197,6 +197,7 @@ impl StreamsBuilder {
             }),
             state: None,
             closes: None,
+            on_demand: None,
         }
     }
 

@@ -203,6 +203,7 @@ struct Kept {
 
 /// The table placed and kept in its store, if it can be.
 fn kept<K: Send + Sync + 'static, V: Send + Sync + 'static>(t: &mut KTable<K, V>) -> Option<Kept> {
+    t.keep_on_demand();
     match side_of(t)? {
         Side::Source => {
             let store = t.source.as_ref()?.store.clone();

@@ -67,6 +67,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         KS: Serde<Value = K2>,
         VS: Serde<Value = V2>,
     {
+        self.keep_on_demand();
         let (at, _, last) = self.placed(true);
         let mut g = self.graph.borrow_mut();
         // Kafka names the selection after the grouping, when it has a name.

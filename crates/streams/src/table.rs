@@ -60,6 +60,10 @@ pub struct KTable<K, V> {
     /// maps): how its keys give their window's end, and how long after it the window closes
     /// (what `suppress(until_window_closes)` waits for).
     pub(crate) closes: Option<(WindowEnd, i64)>,
+    /// The store the table is kept in once an operation needs its rows or old values (a
+    /// grouping, a join), named when the table was made, as Kafka names the store of a
+    /// `toTable()` it materializes then ([`KTable::keep_on_demand`]).
+    pub(crate) on_demand: Option<String>,
 }
 
 /// A table read from a topic ([`crate::StreamsBuilder::table`]).
@@ -98,7 +102,30 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             source: None,
             state: None,
             closes: None,
+            on_demand: None,
         }
+    }
+
+    /// Keeps the table in its on-demand store ([`KTable::on_demand`]) if it is kept in none
+    /// yet: its updates then carry their old values, and its rows can be looked up.
+    pub(crate) fn keep_on_demand(&mut self) {
+        let (None, Some(at), Some(value)) = (&self.state, &self.at, &self.value) else {
+            return;
+        };
+        let Some(store) = self.on_demand.take() else {
+            return;
+        };
+        let mut g = self.graph.borrow_mut();
+        g.store_format(&store, self.key.name(), value.name());
+        g.description.add_store(&self.last, &store);
+        let exit = g.exit(at);
+        let kept = store.clone();
+        g.edit(&exit, move |s| s.upsert(&kept));
+        drop(g);
+        let what = "a table kept on demand".to_owned();
+        self.changes = Some(decoding_changes(self.key.clone(), value.clone(), what));
+        self.at = Some(exit);
+        self.state = Some(store);
     }
 
     /// The same table, its windows closing as given ([`KTable::closes`]).
@@ -129,6 +156,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             source: None,
             state: None,
             closes: None,
+            on_demand: None,
         }
     }
 
@@ -150,6 +178,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             source: None,
             state: None,
             closes: None,
+            on_demand: None,
         }
     }
 
@@ -254,6 +283,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             source: None,
             state: None,
             closes,
+            on_demand: None,
         };
         match store {
             Some(store) => table.kept_in(&store),
@@ -415,7 +445,15 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
         let mut g = graph.borrow_mut();
         // Kafka's order: the operation's name, then the store's (burnt when not named).
         let node = g.description.next_name("KSTREAM-TOTABLE-");
-        let store = materialized.name_or_burn(&mut g.description);
+        // Unnamed, Kafka takes the store's number all the same, and makes the store under
+        // that name when an operation needs it.
+        let (store, on_demand) = match materialized.name {
+            Some(name) => (Some(name), None),
+            None => {
+                let name = g.description.next_name("KSTREAM-TOTABLE-STATE-STORE-");
+                (None, Some(name.as_str().to_owned()))
+            }
+        };
         if let Some(store) = &store {
             g.store_format(store, key.name(), value.name());
         }
@@ -439,7 +477,13 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KStream<K, V> {
             g.edit(&at, move |s| s.upsert(&store));
         }
         drop(g);
-        KTable::of_records(graph, at, (key, value), last, "a table").with_state(store)
+        let mut table = KTable::of_records(graph, at, (key, value), last, "a table");
+        if store.is_none() {
+            // Not kept: its updates carry no old values until it is.
+            table.changes = None;
+        }
+        table.on_demand = on_demand;
+        table.with_state(store)
     }
 }
 

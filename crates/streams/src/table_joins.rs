@@ -171,6 +171,9 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VR: Send + Sync + 'static,
     {
         let graph = self.graph.clone();
+        let mut other = other;
+        self.keep_on_demand();
+        other.keep_on_demand();
         let placed = match (side_of(&self), side_of(&other)) {
             (Some(Side::Source), Some(Side::Source)) => Some(join_sources(&mut self, &other, kind)),
             (Some(left), Some(right)) => join_kept(&self, &other, (left, right), kind),

@@ -2994,13 +2994,19 @@ fn a_foreign_key_join_of_a_kept_table_follows_it() {
     assert_eq!(kept, [&4i64.to_be_bytes()[..], b"p2|2 pear"].concat());
 }
 
-/// A foreign-key join needs both tables' rows: a table that is not kept is refused, saying so.
+/// A foreign-key join needs both tables' rows: a table that cannot be kept (its values have no
+/// serde) is refused, saying so.
 #[test]
 fn a_foreign_key_join_of_a_table_not_kept_is_refused() {
     let b = StreamsBuilder::new("fk");
-    let orders =
-        b.stream("orders", Consumed::with(Str, Str))
-            .to_table(Str, Str, Materialized::generated());
+    // A table's values mapped without a serde: nothing to keep them with.
+    let orders = b
+        .table(
+            "orders",
+            Consumed::with(Str, Str),
+            Materialized::named("orders"),
+        )
+        .map_values(|o: &String| o.to_uppercase());
     let products = b.table(
         "products",
         Consumed::with(Str, Str),
@@ -3061,4 +3067,43 @@ fn a_streams_records_without_a_value_delete_in_to_table_and_pass_as_tombstones()
     .collect();
     assert_eq!(got, want);
     assert_eq!(stores.get("latest", b"k").unwrap(), None, "the key deleted");
+}
+
+/// A stream made a table without a store name, then regrouped: a row that changes is taken
+/// out of its old group, as Kafka's `toTable()` is kept in a store of the name it takes
+/// (`KSTREAM-TOTABLE-STATE-STORE-<n>`) when a grouping or a join needs its old values.
+#[test]
+fn an_unnamed_to_table_is_kept_when_a_grouping_needs_its_old_values() {
+    let b = StreamsBuilder::new("cities");
+    b.stream("user-cities", Consumed::with(Str, Str))
+        .to_table(Str, Str, Materialized::generated())
+        .group_by(
+            |_, city: &String| (city.clone(), 1i64),
+            Grouped::with(Str, Long),
+        )
+        .count(Materialized::named("users-per-city"))
+        .to_stream()
+        .to("users-per-city", Produced::with(Str, Long));
+    let t = b.build().unwrap();
+    assert!(
+        t.store_names()
+            .contains(&"KSTREAM-TOTABLE-STATE-STORE-0000000002"),
+        "{:?}",
+        t.store_names()
+    );
+    let mut stores = Mem::default();
+    run_app(
+        &t,
+        &mut stores,
+        &[
+            ("user-cities", "ann", Some("oslo"), 1),
+            ("user-cities", "bob", Some("oslo"), 2),
+            ("user-cities", "ann", Some("rome"), 3),
+        ],
+    );
+    let mut count = |city: &str| {
+        let v = stores.get("users-per-city", city.as_bytes()).unwrap();
+        v.map(|v| i64::from_be_bytes(v[v.len() - 8..].try_into().unwrap()))
+    };
+    assert_eq!((count("oslo"), count("rome")), (Some(1), Some(1)));
 }

@@ -1309,3 +1309,59 @@ fn a_foreign_key_join_is_named_and_numbered_as_kafkas() {
         ],
     );
 }
+
+/// `KStreamImplTest.shouldSupportForeignKeyTableTableJoinWithKTableFromKStream`, word for
+/// word: two streams made tables without store names (`toTable()`), joined on a foreign key.
+/// Kafka keeps each in the store whose number `toTable` took
+/// (`KSTREAM-TOTABLE-STATE-STORE-0000000002` and `-0000000005`) because the join reads them.
+#[test]
+fn a_foreign_key_join_of_streams_made_tables_is_kafkas() {
+    let b = StreamsBuilder::new("app");
+    let left =
+        b.stream("input1", Consumed::with(Str, Str))
+            .to_table(Str, Str, Materialized::generated());
+    let right =
+        b.stream("input2", Consumed::with(Str, Str))
+            .to_table(Str, Str, Materialized::generated());
+    left.join_on_foreign_key(
+        right,
+        |v: &String| v.split('|').nth(1).map(str::to_owned),
+        |a: &String, b: &String| format!("({a},{b})"),
+    )
+    .to_stream()
+    .to("output", Produced::with(Str, Str));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000000",
+                "KSTREAM-TOTABLE-0000000001",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000007",
+                "KTABLE-SINK-0000000008",
+                "KTABLE-SOURCE-0000000016",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-0000000017",
+                "KTABLE-FK-JOIN-OUTPUT-0000000018",
+                "KTABLE-TOSTREAM-0000000020",
+                "KSTREAM-SINK-0000000021",
+            ],
+            &[
+                "KSTREAM-SOURCE-0000000003",
+                "KSTREAM-TOTABLE-0000000004",
+                "KTABLE-SOURCE-0000000009",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000011",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000012",
+                "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000013",
+                "KTABLE-SINK-0000000015",
+            ],
+        ],
+        &[
+            "KSTREAM-TOTABLE-STATE-STORE-0000000002",
+            "KSTREAM-TOTABLE-STATE-STORE-0000000005",
+            "KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-0000000010",
+        ],
+        &[
+            "app-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000006-topic",
+            "app-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000014-topic",
+        ],
+    );
+}
