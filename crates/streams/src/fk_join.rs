@@ -15,6 +15,24 @@ use crate::serdes::{read_or_fail, Serde};
 use crate::table::KTable;
 use crate::table_joins::{joined_rows, side_of, Side};
 
+/// The name of a foreign-key join (Kafka's `TableJoined.as(name)`): its nodes, store and
+/// topics are named after it (`<app id>-<name>-subscription-registration-topic`,
+/// `<name>-subscription-store`, `<app id>-<name>-subscription-response-topic`, ...) instead of
+/// numbered. Kafka's custom partitioners are not offered: Baton partitions by key bytes.
+#[derive(Debug, Clone, Default)]
+pub struct TableJoined {
+    name: Option<String>,
+}
+
+impl TableJoined {
+    /// As Kafka's `TableJoined.as(name)`.
+    pub fn named(name: &str) -> Self {
+        TableJoined {
+            name: Some(name.to_owned()),
+        }
+    }
+}
+
 impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     /// The table of `joiner(value, other value)` for each row of this table whose foreign
     /// key, `foreign_key(value)`, is a key of `other` (Kafka Streams' `KTable.join(other,
@@ -53,11 +71,8 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VR: Send + Sync + 'static,
     {
         let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o?));
-        let (joined, _) = self.join_foreign(
-            (other, foreign_key, false),
-            joiner,
-            Materialized::generated(),
-        );
+        let how = (TableJoined::default(), Materialized::generated());
+        let (joined, _) = self.join_foreign((other, foreign_key, false), joiner, how);
         joined
     }
 
@@ -76,22 +91,61 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VR: Send + Sync + 'static,
     {
         let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o));
-        let (joined, _) = self.join_foreign(
-            (other, foreign_key, true),
-            joiner,
-            Materialized::generated(),
-        );
+        let how = (TableJoined::default(), Materialized::generated());
+        let (joined, _) = self.join_foreign((other, foreign_key, true), joiner, how);
         joined
     }
 
-    /// As [`KTable::join_on_foreign_key`], the result written with `serde` and, when
-    /// `materialized` names a store, kept there (Kafka's `join(other, extractor, joiner,
-    /// Materialized)`): queryable by that name, its updates carrying the values they replace.
+    /// As [`KTable::join_on_foreign_key`], its nodes, store and topics named after `named`
+    /// (Kafka's `join(other, extractor, joiner, TableJoined.as(name))`).
+    pub fn join_on_foreign_key_named<KO, VO, VR>(
+        self,
+        other: KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, &VO) -> VR + Send + Sync + 'static,
+        named: TableJoined,
+    ) -> KTable<K, VR>
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o?));
+        let how = (named, Materialized::generated());
+        let (joined, _) = self.join_foreign((other, foreign_key, false), joiner, how);
+        joined
+    }
+
+    /// As [`KTable::left_join_on_foreign_key`], named as
+    /// [`KTable::join_on_foreign_key_named`] names it.
+    pub fn left_join_on_foreign_key_named<KO, VO, VR>(
+        self,
+        other: KTable<KO, VO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, Option<&VO>) -> VR + Send + Sync + 'static,
+        named: TableJoined,
+    ) -> KTable<K, VR>
+    where
+        KO: Send + Sync + 'static,
+        VO: Send + Sync + 'static,
+        VR: Send + Sync + 'static,
+    {
+        let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o));
+        let how = (named, Materialized::generated());
+        let (joined, _) = self.join_foreign((other, foreign_key, true), joiner, how);
+        joined
+    }
+
+    /// As [`KTable::join_on_foreign_key_named`] (`TableJoined::default()` names nothing), the
+    /// result written with `serde` and, when `materialized` names a store, kept there (Kafka's
+    /// `join(other, extractor, joiner, TableJoined, Materialized)`): queryable by that name,
+    /// its updates carrying the values they replace.
     pub fn join_on_foreign_key_as<KO, VO, VS>(
         self,
         other: KTable<KO, VO>,
         foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
         joiner: impl Fn(&V, &VO) -> VS::Value + Send + Sync + 'static,
+        named: TableJoined,
         serde: VS,
         materialized: Materialized,
     ) -> KTable<K, VS::Value>
@@ -101,17 +155,19 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VS: Serde,
     {
         let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o?));
-        let (joined, store) = self.join_foreign((other, foreign_key, false), joiner, materialized);
+        let how = (named, materialized);
+        let (joined, store) = self.join_foreign((other, foreign_key, false), joiner, how);
         keep(joined, serde, store)
     }
 
-    /// As [`KTable::left_join_on_foreign_key`], kept as [`KTable::join_on_foreign_key_as`]
-    /// keeps it.
+    /// As [`KTable::left_join_on_foreign_key`], named and kept as
+    /// [`KTable::join_on_foreign_key_as`] names and keeps it.
     pub fn left_join_on_foreign_key_as<KO, VO, VS>(
         self,
         other: KTable<KO, VO>,
         foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
         joiner: impl Fn(&V, Option<&VO>) -> VS::Value + Send + Sync + 'static,
+        named: TableJoined,
         serde: VS,
         materialized: Materialized,
     ) -> KTable<K, VS::Value>
@@ -121,7 +177,8 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VS: Serde,
     {
         let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o));
-        let (joined, store) = self.join_foreign((other, foreign_key, true), joiner, materialized);
+        let how = (named, materialized);
+        let (joined, store) = self.join_foreign((other, foreign_key, true), joiner, how);
         keep(joined, serde, store)
     }
 
@@ -135,7 +192,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             bool,
         ),
         joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
-        materialized: Materialized,
+        (named, materialized): (TableJoined, Materialized),
     ) -> (KTable<K, VR>, Option<String>)
     where
         KO: Send + Sync + 'static,
@@ -160,7 +217,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
             foreign_key(&v).map(|fk| fk_serde.serialize(&fk))
         });
         let mut g = graph.borrow_mut();
-        let names = Names::take(&mut g.description, materialized);
+        let names = Names::take(&mut g.description, named.name.as_deref(), materialized);
         let at = wire(&mut g, (&this, &that), &names, (extract, left));
         drop(g);
         let Some(at) = at else {
@@ -237,25 +294,40 @@ struct Names {
 }
 
 impl Names {
-    fn take(d: &mut Description, materialized: Materialized) -> Names {
+    /// Kafka's `NamedInternal.suffixWithOrElseGet`: `<name><suffix>` when the join is named
+    /// (no number taken), else the next numbered name of `prefix`.
+    fn take(d: &mut Description, name: Option<&str>, materialized: Materialized) -> Names {
         const REGISTRATION: &str = "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-";
         const PROCESSOR: &str = "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-";
-        let registration = format!("{}-topic", d.next_name(REGISTRATION).as_str());
-        let send = d.next_name(REGISTRATION);
-        let sink = d.next_name("KTABLE-SINK-");
-        let source = d.next_name("KTABLE-SOURCE-");
-        let subscriptions = d.next_name("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-");
-        let receive = d.next_name(PROCESSOR);
-        let join_foreign = d.next_name(PROCESSOR);
-        let foreign_join = d.next_name(PROCESSOR);
-        let response = d.next_name("KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-");
-        let response_sink = d.next_name("KTABLE-SINK-");
-        let response_source = d.next_name("KTABLE-SOURCE-");
-        let resolver = d.next_name("KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-");
-        let output = d.next_name("KTABLE-FK-JOIN-OUTPUT-");
+        let mut next = |suffix: &str, prefix: &str| match name {
+            Some(n) => Node::named(&format!("{n}{suffix}")),
+            None => d.next_name(prefix),
+        };
+        let registration = next("-subscription-registration", REGISTRATION);
+        let send = next("-subscription-registration-processor", REGISTRATION);
+        let sink = next("-subscription-registration-sink", "KTABLE-SINK-");
+        let source = next("-subscription-registration-source", "KTABLE-SOURCE-");
+        let subscriptions = next(
+            "-subscription-store",
+            "KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-",
+        );
+        let receive = next("-subscription-receive", PROCESSOR);
+        let join_foreign = next("-subscription-join-foreign", PROCESSOR);
+        let foreign_join = next("-foreign-join-subscription", PROCESSOR);
+        let response = next(
+            "-subscription-response",
+            "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-",
+        );
+        let response_sink = next("-subscription-response-sink", "KTABLE-SINK-");
+        let response_source = next("-subscription-response-source", "KTABLE-SOURCE-");
+        let resolver = next(
+            "-subscription-response-resolver",
+            "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-",
+        );
+        let output = next("-result", "KTABLE-FK-JOIN-OUTPUT-");
         let store = materialized.name_or_burn(d);
         Names {
-            registration,
+            registration: format!("{}-topic", registration.as_str()),
             send,
             sink,
             source,

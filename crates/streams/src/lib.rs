@@ -46,6 +46,7 @@ pub use dsl::{
     Consumed, Grouped, Joined, KGroupedStream, KStream, KTable, Materialized, Produced,
     Repartitioned, StreamsBuilder,
 };
+pub use fk_join::TableJoined;
 pub use global::GlobalKTable;
 pub use grouped_table::KGroupedTable;
 pub use joins::{JoinWindows, StreamJoined};

@@ -2945,8 +2945,8 @@ fn a_foreign_key_join_follows_both_tables_through_its_topics() {
     );
 }
 
-/// A foreign-key join of a stream made a table: the same joins as of a table read from a
-/// topic.
+/// A foreign-key join of a stream made a table, named and kept: the same joins as of a table
+/// read from a topic.
 #[test]
 fn a_foreign_key_join_of_a_kept_table_follows_it() {
     let b = StreamsBuilder::new("fk");
@@ -2965,6 +2965,7 @@ fn a_foreign_key_join_of_a_kept_table_follows_it() {
             products,
             |o: &String| o.split_once('|').map(|(p, _)| p.to_owned()),
             |o: &String, p: &String| format!("{o} {p}"),
+            baton_streams::TableJoined::named("op"),
             Str,
             Materialized::named("named-orders"),
         )
@@ -2989,6 +2990,12 @@ fn a_foreign_key_join_of_a_kept_table_follows_it() {
             .map(|(k, v)| ("out".to_owned(), (*k).to_owned(), v.map(str::to_owned)))
             .collect();
     assert_eq!(got, want);
+    // Named: the subscriptions are kept in `op-subscription-store`.
+    assert!(
+        t.store_names().contains(&"op-subscription-store"),
+        "{:?}",
+        t.store_names()
+    );
     // The result is kept in its store, timestamped (the answer's time, 4).
     let kept = stores.get("named-orders", b"o1").unwrap().unwrap();
     assert_eq!(kept, [&4i64.to_be_bytes()[..], b"p2|2 pear"].concat());

@@ -1365,3 +1365,56 @@ fn a_foreign_key_join_of_streams_made_tables_is_kafkas() {
         ],
     );
 }
+
+/// A foreign-key join named with `TableJoined` (Kafka's `TableJoined.as("orders-products")`):
+/// by `KTableImpl.doJoinOnForeignKey`'s `suffixWithOrElseGet`, every node, the store and both
+/// topics are the name with its suffix and take no number; the result's store, unnamed, still
+/// takes one (6: the tables took 0-5), then `toStream` (7) and the sink (8).
+#[test]
+fn a_named_foreign_key_join_is_named_as_kafkas() {
+    let b = StreamsBuilder::new("app");
+    let left = b.table("left", Consumed::with(Str, Str), Materialized::generated());
+    let right = b.table("right", Consumed::with(Str, Str), Materialized::generated());
+    left.join_on_foreign_key_named(
+        right,
+        |v: &String| Some(v.clone()),
+        |a: &String, b: &String| format!("{a}{b}"),
+        baton_streams::TableJoined::named("op"),
+    )
+    .to_stream()
+    .to("output", Produced::with(Str, Str));
+    check(
+        b,
+        &[
+            &[
+                "KSTREAM-SOURCE-0000000001",
+                "KTABLE-SOURCE-0000000002",
+                "op-subscription-registration-processor",
+                "op-subscription-registration-sink",
+                "op-subscription-response-source",
+                "op-subscription-response-resolver",
+                "op-result",
+                "KTABLE-TOSTREAM-0000000007",
+                "KSTREAM-SINK-0000000008",
+            ],
+            &[
+                "KSTREAM-SOURCE-0000000004",
+                "KTABLE-SOURCE-0000000005",
+                "op-subscription-registration-source",
+                "op-subscription-receive",
+                "op-subscription-join-foreign",
+                "op-foreign-join-subscription",
+                "op-subscription-response-sink",
+            ],
+        ],
+        &[
+            "left-STATE-STORE-0000000000",
+            "right-STATE-STORE-0000000003",
+            "op-subscription-store",
+        ],
+        &[
+            "app-op-subscription-registration-topic",
+            "app-op-subscription-response-topic",
+        ],
+    );
+}
