@@ -912,10 +912,11 @@ impl Driver {
             Some(&t) => t,
             None => self.stream_time_in_stores(task, t),
         };
-        let mut run = BatchRun::new(&t.stores, &ctx.globals, stream_time);
         let Some(fetched) = take_input(&mut self.buffers, &sources, inputs) else {
             return failed(false);
         };
+        let records: usize = fetched.iter().map(|(_, rs)| rs.len()).sum();
+        let mut run = BatchRun::new(&t.stores, &ctx.globals, stream_time, records);
         let stamps: Vec<Vec<i64>> = fetched
             .iter()
             .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())

@@ -175,10 +175,13 @@ pub(super) struct BatchRun<'a> {
 }
 
 impl<'a> BatchRun<'a> {
+    /// A run over `records` input records: sized for one output each, so that a batch's
+    /// outputs are not copied as they grow (a large batch's were, into fresh pages each time).
     pub fn new(
         stores: &'a [StoreIo],
         globals: &'a [GlobalStore],
         stream_time: i64,
+        records: usize,
     ) -> BatchRun<'a> {
         BatchRun {
             pending: Pending {
@@ -188,9 +191,12 @@ impl<'a> BatchRun<'a> {
                 tables: BTreeMap::new(),
                 timestamp: 0,
             },
-            out: Output::default(),
+            out: Output {
+                records: Vec::with_capacity(records),
+                late: 0,
+            },
             stream_time,
-            origins: Vec::new(),
+            origins: Vec::with_capacity(records),
             records: 0,
             dead_letters: Vec::new(),
         }
