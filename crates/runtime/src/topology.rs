@@ -1459,6 +1459,35 @@ pub struct StoreInfo {
     pub sessions: Option<Sessions>,
 }
 
+/// What a store holds, as queries tell it: by key and window, by key and session, or by key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Window,
+    Session,
+    KeyValue,
+}
+
+impl StoreKind {
+    /// The kind's name in `/v1/stores`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Window => "window",
+            StoreKind::Session => "session",
+            StoreKind::KeyValue => "key-value",
+        }
+    }
+}
+
+impl StoreInfo {
+    pub fn kind(&self) -> StoreKind {
+        match (self.windows, self.sessions) {
+            (_, Some(_)) => StoreKind::Session,
+            (Some(_), _) => StoreKind::Window,
+            _ => StoreKind::KeyValue,
+        }
+    }
+}
+
 /// Where a processed record goes.
 pub trait Stores {
     fn get(&mut self, store: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;

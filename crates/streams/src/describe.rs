@@ -207,15 +207,10 @@ impl Description {
     /// Lists `store` among processor `node`'s stores (a join's result kept in a store is the
     /// merge's).
     pub fn add_store(&mut self, node: &Node, store: &str) {
-        let entry = self
-            .subtopologies
-            .iter_mut()
-            .flatten()
-            .find(|e| &e.name == node);
         if let Some(Entry {
             kind: Kind::Processor { stores },
             ..
-        }) = entry
+        }) = self.entry(node)
         {
             stores.push(store.to_owned());
         }
@@ -223,14 +218,17 @@ impl Description {
 
     /// `node` takes records from `from` too (a sink that two processors write to).
     pub fn add_parent(&mut self, node: &Node, from: &Node) {
-        let entry = self
-            .subtopologies
-            .iter_mut()
-            .flatten()
-            .find(|e| &e.name == node);
-        if let Some(e) = entry {
+        if let Some(e) = self.entry(node) {
             e.from.push(from.clone());
         }
+    }
+
+    /// The entry of `node`, in whichever sub-topology it is.
+    fn entry(&mut self, node: &Node) -> Option<&mut Entry> {
+        self.subtopologies
+            .iter_mut()
+            .flatten()
+            .find(|e| &e.name == node)
     }
 
     /// A sink with a generated name.

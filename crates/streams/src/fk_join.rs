@@ -157,7 +157,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o?));
         let how = (named, materialized);
         let (joined, store) = self.join_foreign((other, foreign_key, false), joiner, how);
-        keep(joined, serde, store)
+        joined.kept_as(serde, store)
     }
 
     /// As [`KTable::left_join_on_foreign_key`], named and kept as
@@ -179,7 +179,7 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         let joiner = move |v: Option<&V>, o: Option<&VO>| Some(joiner(v?, o));
         let how = (named, materialized);
         let (joined, store) = self.join_foreign((other, foreign_key, true), joiner, how);
-        keep(joined, serde, store)
+        joined.kept_as(serde, store)
     }
 
     /// Kafka's `KTableImpl.doJoinOnForeignKey`: the joined table, and the store `materialized`
@@ -220,9 +220,6 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         let names = Names::take(&mut g.description, named.name.as_deref(), materialized);
         let at = wire(&mut g, (&this, &that), &names, (extract, left));
         drop(g);
-        let Some(at) = at else {
-            return (KTable::<K, V>::unplaced(graph, self.key), None);
-        };
         let updates = joined_rows(
             self.key.clone(),
             (self.value.clone(), other.value.clone()),
@@ -231,24 +228,6 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         let joined = KTable::joined(graph, at, (self.key, updates), names.output.clone());
         (joined, names.store)
     }
-}
-
-/// The joined table written with `serde`, kept in `store` when there is one.
-fn keep<K, V, VS>(mut joined: KTable<K, V>, serde: VS, store: Option<String>) -> KTable<K, V>
-where
-    K: Send + Sync + 'static,
-    V: Send + Sync + 'static,
-    VS: Serde<Value = V>,
-{
-    joined.value = Some(Arc::new(serde));
-    let Some(store) = store else {
-        return joined;
-    };
-    if joined.at.is_some() {
-        let mut g = joined.graph.borrow_mut();
-        g.description.add_store(&joined.last, &store);
-    }
-    joined.kept_in(&store)
 }
 
 /// A side of the join: where its updates come out, its last node and its store.
@@ -347,14 +326,15 @@ impl Names {
 
 /// The join's steps and nodes: this table's updates subscribe; the other's sub-topology
 /// reads the subscriptions and answers them, as do its updates; this table's sub-topology
-/// reads the answers. Where the joined rows come out; `None` when a sub-topology could not
-/// take the topic it must read (the error is recorded).
+/// reads the answers. Where the joined rows come out (a sub-topology that cannot read a topic
+/// beside its own is an error at build, [`Graph::read_beside`]).
 fn wire(
     g: &mut Graph,
     (this, that): (&Kept, &Kept),
     n: &Names,
     (foreign_key, left): (ForeignKeyFn, bool),
-) -> Option<Pos> {
+) -> Pos {
+    const WHAT: &str = "join_on_foreign_key";
     let (registration, response) = (
         g.internal_topic(&n.registration),
         g.internal_topic(&n.response),
@@ -371,6 +351,7 @@ fn wire(
     g.add_repartition(&registration);
 
     let start = g.start_named(&registration, n.source.clone());
+    let at = g.read_beside(&start, that.at.sub, WHAT);
     let d = &mut g.description;
     let receive = d.add_processor(
         start.sub,
@@ -384,7 +365,7 @@ fn wire(
         &[&receive],
         &[&that.store],
     );
-    let exit = g.exit(&start);
+    let exit = g.exit(&at);
     let (subscriptions, foreign, to) = (
         n.subscriptions.clone(),
         that.store.clone(),
@@ -397,7 +378,6 @@ fn wire(
         })
         .to(&to)
     });
-    merged(g, start.sub, that.at.sub, &registration)?;
 
     let d = &mut g.description;
     let foreign_join = d.add_processor(
@@ -422,6 +402,7 @@ fn wire(
     g.add_repartition(&response);
 
     let start = g.start_named(&response, n.response_source.clone());
+    let at = g.read_beside(&start, this.at.sub, WHAT);
     let d = &mut g.description;
     let resolver = d.add_processor(
         start.sub,
@@ -430,25 +411,10 @@ fn wire(
         &[&this.store],
     );
     d.add_processor(start.sub, n.output.clone(), &[&resolver], &[]);
-    let exit = g.exit(&start);
+    let exit = g.exit(&at);
     let primary = this.store.clone();
     g.edit(&exit, move |s| {
         s.foreign_key(ForeignKeyStep::Resolve { primary, left })
     });
-    merged(g, start.sub, this.at.sub, &response)?;
-    Some(exit)
-}
-
-/// Sub-topology `from`, which reads `topic`, merged into `into`; `None` (and an error) when
-/// it cannot be.
-fn merged(g: &mut Graph, from: usize, into: usize, topic: &str) -> Option<()> {
-    if g.merge_subs(from, into) {
-        return Some(());
-    }
-    g.errors.push(format!(
-        "join_on_foreign_key: the sub-topology of a joined table cannot read {topic} beside \
-         its own topics (its steps serve several topics); keep the table in a store of its own \
-         first (to_table or a named Materialized)"
-    ));
-    None
+    exit
 }

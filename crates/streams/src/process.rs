@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use baton_assignor::TaskId;
 use baton_runtime::layout::{window_store_key, window_store_start};
-use baton_runtime::record::undecodable;
 use baton_runtime::store::StoreError;
 use baton_runtime::topology::{Stores, StreamRecord};
 
 use crate::dsl::{decoding, KStream};
-use crate::serdes::Serde;
+use crate::serdes::{read_or_fail, Serde};
 
 /// A record as a processor sees it: key, value and timestamp (milliseconds since the epoch).
 #[derive(Debug, Clone, PartialEq)]
@@ -178,11 +177,8 @@ impl<'a, KO, VO> ProcessorContext<'a, KO, VO> {
                 return None;
             }
         };
-        let value = store
-            .value
-            .deserialize(&bytes)
-            .unwrap_or_else(|e| undecodable(format!("store {:?}: value: {e}", store.name)));
-        Some(value)
+        let what = format!("store {:?}: value", store.name);
+        Some(read_or_fail(&store.value, &bytes, &what))
     }
 
     /// Sets `key`'s value in `store` (written to its changelog with the record's outputs).
@@ -244,7 +240,8 @@ impl<'a, KO, VO> ProcessorContext<'a, KO, VO> {
         to: i64,
     ) -> Vec<(i64, VS::Value)> {
         self.check(&store.name);
-        // Windows start at 0 or later, as Kafka's segmented stores keep them.
+        // Windows start at 0 or later, as Kafka's segmented stores keep them (a negative
+        // start's bytes sort after every other's: the range must not reach them).
         let from = from.max(0);
         if to < from {
             return Vec::new();
@@ -262,15 +259,12 @@ impl<'a, KO, VO> ProcessorContext<'a, KO, VO> {
                 return Vec::new();
             }
         };
+        let what = format!("store {:?}: value", store.name);
         entries
             .into_iter()
             .filter_map(|(sk, v)| {
                 let start = window_store_start(&k, &sk)?;
-                let value = store
-                    .value
-                    .deserialize(&v)
-                    .unwrap_or_else(|e| undecodable(format!("store {:?}: value: {e}", store.name)));
-                Some((start, value))
+                Some((start, read_or_fail(&store.value, &v, &what)))
             })
             .collect()
     }

@@ -291,6 +291,26 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         }
     }
 
+    /// A join's result written with `serde`, and kept in `store` when there is one (listed
+    /// with the join's last node, as Kafka lists a join's materialized store).
+    pub(crate) fn kept_as<VS: Serde<Value = V>>(
+        mut self,
+        serde: VS,
+        store: Option<String>,
+    ) -> KTable<K, V> {
+        self.value = Some(Arc::new(serde));
+        let Some(store) = store else {
+            return self;
+        };
+        if self.at.is_some() {
+            self.graph
+                .borrow_mut()
+                .description
+                .add_store(&self.last, &store);
+        }
+        self.kept_in(&store)
+    }
+
     /// The same table, kept in `store` (timestamped, with its changelog): queryable, and its
     /// updates carry the values they replace. It needs the values' serde.
     pub(crate) fn kept_in(self, store: &str) -> KTable<K, V> {

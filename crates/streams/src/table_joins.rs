@@ -145,24 +145,12 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
     {
         // Kafka's order: the store's number (named or not), then the join's.
         let store = materialized.name_or_burn(&mut self.graph.borrow_mut().description);
-        let mut joined = self.join_table(other, kind, joiner);
-        joined.value = Some(Arc::new(serde));
-        let Some(store) = store else {
-            return joined;
-        };
-        if joined.at.is_some() {
-            joined
-                .graph
-                .borrow_mut()
-                .description
-                .add_store(&joined.last, &store);
-        }
-        joined.kept_in(&store)
+        self.join_table(other, kind, joiner).kept_as(serde, store)
     }
 
     fn join_table<VO, VR>(
         mut self,
-        other: KTable<K, VO>,
+        mut other: KTable<K, VO>,
         kind: TableJoinKind,
         joiner: impl Fn(Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
     ) -> KTable<K, VR>
@@ -171,7 +159,6 @@ impl<K: Send + Sync + 'static, V: Send + Sync + 'static> KTable<K, V> {
         VR: Send + Sync + 'static,
     {
         let graph = self.graph.clone();
-        let mut other = other;
         self.keep_on_demand();
         other.keep_on_demand();
         let placed = match (side_of(&self), side_of(&other)) {

@@ -102,32 +102,21 @@ fn joined(setup: &Setup) -> BTreeMap<String, String> {
 fn a_count_joins_a_table_exactly_through_a_scale_out_and_a_drain() {
     let (broker, dir, setup) =
         common::start("count-table-join", &[CLICKS, NAMES], OUTPUT, PARTITIONS);
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let run = |name: &str| {
-        let at = (broker.addr.as_str(), dir.as_path());
-        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
-    };
     let mut sent = Sent::default();
-    let a = run("a");
-    sent.phase(&setup, 0);
-    setup.await_equal(&sent.expected(), "named counts, one instance", joined);
-    let b = run("b");
-    sent.phase(&setup, 1);
-    setup.await_equal(
-        &sent.expected(),
-        "named counts, after the scale-out",
+    let want = common::scale_out_and_drain(
+        &setup,
+        (broker.addr.as_str(), dir.as_path()),
+        (APP, topology),
+        ("named counts", |s: &Setup, n| {
+            sent.phase(s, n as usize);
+            sent.expected()
+        }),
         joined,
     );
-    common::drain_and_await(&setup, (APP, "a"), a);
-    sent.phase(&setup, 2);
-    let want = sent.expected();
-    setup.await_equal(&want, "named counts, after the drain", joined);
     eprintln!(
         "count joined with a table: {} users exact through a scale-out and a drain",
         want.len()
     );
-    stop.send(true).unwrap();
-    common::await_shutdown(&setup, "b", b);
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -159,16 +148,12 @@ fn two_counts() -> baton_runtime::Topology {
 #[test]
 fn two_counts_join_exactly_through_a_scale_out_and_a_drain() {
     let (broker, dir, setup) = common::start("two-counts", &[CLICKS, BUYS], ACTIVITY, PARTITIONS);
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let run = |name: &str| {
-        let at = (broker.addr.as_str(), dir.as_path());
-        common::spawn_instance(&setup, at, ("activity", name), two_counts(), &shutdown)
-    };
     let (mut clicks, mut buys) = (
         BTreeMap::<String, i64>::new(),
         BTreeMap::<String, i64>::new(),
     );
-    let mut send = |phase: u64| {
+    let send = |setup: &Setup, phase: u32| {
+        let phase = u64::from(phase);
         for u in 0..10u64 {
             let user = format!("user{u}");
             let p = partition_for(user.as_bytes(), PARTITIONS as u32) as i32;
@@ -201,21 +186,17 @@ fn two_counts_join_exactly_through_a_scale_out_and_a_drain() {
         }
         out
     };
-    let a = run("a");
-    let want = send(0);
-    setup.await_equal(&want, "activity, one instance", read);
-    let b = run("b");
-    let want = send(1);
-    setup.await_equal(&want, "activity, after the scale-out", read);
-    common::drain_and_await(&setup, ("activity", "a"), a);
-    let want = send(2);
-    setup.await_equal(&want, "activity, after the drain", read);
+    let want = common::scale_out_and_drain(
+        &setup,
+        (broker.addr.as_str(), dir.as_path()),
+        ("activity", two_counts),
+        ("activity", send),
+        read,
+    );
     eprintln!(
         "two counts joined: {} users exact through a scale-out and a drain",
         want.len()
     );
-    stop.send(true).unwrap();
-    common::await_shutdown(&setup, "b", b);
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
 }

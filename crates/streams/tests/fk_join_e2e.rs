@@ -134,46 +134,24 @@ fn orders_join_their_products_exactly_through_a_scale_out_and_a_drain() {
         .rt
         .block_on(setup.client.create_topics(std::slice::from_ref(&products)))
         .unwrap();
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let run = |name: &str| {
-        let at = (broker.addr.as_str(), dir.as_path());
-        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
-    };
     let mut sent = Sent::default();
-    let a = run("a");
-    sent.phase(&setup, 0);
-    setup.await_equal(&sent.expected(), "named orders, one instance", joined);
-    let b = run("b");
-    sent.phase(&setup, 1);
-    setup.await_equal(
-        &sent.expected(),
-        "named orders, after the scale-out",
+    let want = common::scale_out_and_drain(
+        &setup,
+        (broker.addr.as_str(), dir.as_path()),
+        (APP, topology),
+        ("named orders", |s: &Setup, n| {
+            sent.phase(s, n);
+            sent.expected()
+        }),
         joined,
     );
-    common::drain_and_await(&setup, (APP, "a"), a);
-    sent.phase(&setup, 2);
-    let want = sent.expected();
-    setup.await_equal(&want, "named orders, after the drain", joined);
     // The join's topics: the registration topic has the products' partitions, the response
     // topic the orders'.
     let topics = [
         format!("{APP}-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000004-topic"),
         format!("{APP}-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000012-topic"),
     ];
-    let meta = setup
-        .rt
-        .block_on(setup.client.metadata(Some(&topics)))
-        .unwrap();
-    let counts: Vec<usize> = topics
-        .iter()
-        .map(|name| {
-            let t = meta
-                .topics
-                .iter()
-                .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == name));
-            t.map_or(0, |t| t.partitions.len())
-        })
-        .collect();
+    let counts = setup.partition_counts(&topics);
     assert_eq!(
         counts,
         [PRODUCT_PARTITIONS as usize, ORDER_PARTITIONS as usize]
@@ -182,8 +160,6 @@ fn orders_join_their_products_exactly_through_a_scale_out_and_a_drain() {
         "foreign-key join: {} orders exact through a scale-out and a drain",
         want.len()
     );
-    stop.send(true).unwrap();
-    common::await_shutdown(&setup, "b", b);
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -81,38 +81,21 @@ fn rekeyed_streams_join_exactly_through_a_scale_out_and_a_drain() {
         .rt
         .block_on(setup.client.create_topics(std::slice::from_ref(&payments)))
         .unwrap();
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let run = |name: &str| {
-        let at = (broker.addr.as_str(), dir.as_path());
-        common::spawn_instance(&setup, at, (APP, name), topology(), &shutdown)
-    };
-    let a = run("a");
-    let mut want = send(&setup, 0);
-    setup.await_equal(&want, "paid orders, one instance", |s| s.counted(OUTPUT));
-    let b = run("b");
-    want.extend(send(&setup, 1));
-    setup.await_equal(&want, "paid orders, after the scale-out", |s| {
-        s.counted(OUTPUT)
-    });
-    common::drain_and_await(&setup, (APP, "a"), a);
-    want.extend(send(&setup, 2));
-    setup.await_equal(&want, "paid orders, after the drain", |s| s.counted(OUTPUT));
-    let counts = setup.rt.block_on(async {
-        let mut out = Vec::new();
-        for t in [
-            "paid-orders-paid-left-repartition",
-            "paid-orders-paid-right-repartition",
-        ] {
-            let meta = setup.client.metadata(Some(&[t.to_owned()])).await.unwrap();
-            out.push(
-                meta.topics
-                    .iter()
-                    .map(|m| m.partitions.len())
-                    .sum::<usize>(),
-            );
-        }
-        out
-    });
+    let mut paid = BTreeMap::new();
+    let want = common::scale_out_and_drain(
+        &setup,
+        (broker.addr.as_str(), dir.as_path()),
+        (APP, topology),
+        ("paid orders", |s: &Setup, n| {
+            paid.extend(send(s, u64::from(n)));
+            paid.clone()
+        }),
+        |s| s.counted(OUTPUT),
+    );
+    let counts = setup.partition_counts(&[
+        "paid-orders-paid-left-repartition".to_owned(),
+        "paid-orders-paid-right-repartition".to_owned(),
+    ]);
     assert_eq!(
         counts,
         [3, 3],
@@ -122,8 +105,6 @@ fn rekeyed_streams_join_exactly_through_a_scale_out_and_a_drain() {
         "rekeyed join: {} orders paid exactly once through a scale-out and a drain",
         want.len()
     );
-    stop.send(true).unwrap();
-    common::await_shutdown(&setup, "b", b);
     drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
 }

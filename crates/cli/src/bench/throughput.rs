@@ -4,10 +4,10 @@
 //! For each application (count per key, and word count with its repartition hop), without the
 //! record cache and with it (`-cached`, statestore.cache.max.bytes above 0), a fresh
 //! input topic is filled first. The ceiling is one client fetching every partition from the
-//! start to the end, as a consumer with nothing to do would (the faster of two such reads). The application then runs in
-//! this process on one instance with one stream thread; its rate is the input its commits
-//! covered between the first commit and the one that reached the end, over that time (so
-//! the group join before the first batch is not counted).
+//! start to the end, as a consumer with nothing to do would (the faster of two such reads).
+//! The application then runs in this process on one instance with one stream thread; its
+//! rate is the input its commits covered between the first commit and the one that reached
+//! the end, over that time (so the group join before the first batch is not counted).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -70,16 +70,25 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
             "--count-records and --wordcount-lines must be positive",
         ));
     }
-    const ROWS: [&str; 4] = [
-        "count-per-key",
-        "count-cached",
-        "wordcount",
-        "wordcount-cached",
+    let apps: [Bench; 2] = [
+        Bench {
+            names: ["count-per-key", "count-cached"],
+            records: args.count_records,
+            record: count_record,
+            build: |app, input| count_per_key(app, input, &format!("{app}-out")),
+        },
+        Bench {
+            names: ["wordcount", "wordcount-cached"],
+            records: args.wordcount_lines,
+            record: |i| (None, Some(Bytes::from(line(i)))),
+            build: wordcount,
+        },
     ];
-    if let Some(only) = args.only.as_deref().filter(|o| !ROWS.contains(o)) {
+    let rows: Vec<&str> = apps.iter().flat_map(|a| a.names).collect();
+    if let Some(only) = args.only.as_deref().filter(|o| !rows.contains(o)) {
         return Err(Failure::bad_input(format!(
             "--only {only:?}: not a row; the rows are {}",
-            ROWS.join(", ")
+            rows.join(", ")
         )));
     }
     let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench-throughput")?;
@@ -88,20 +97,6 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
     let timeout = Duration::from_millis(args.step_timeout_ms);
     let result = runtime.block_on(async {
         let client = Client::new(&[bootstrap.as_str()], "baton-bench-throughput");
-        let apps: [Bench; 2] = [
-            Bench {
-                names: ["count-per-key", "count-cached"],
-                records: args.count_records,
-                record: count_record,
-                build: |app, input| count_per_key(app, input, &format!("{app}-out")),
-            },
-            Bench {
-                names: ["wordcount", "wordcount-cached"],
-                records: args.wordcount_lines,
-                record: |i| (None, Some(Bytes::from(line(i)))),
-                build: wordcount,
-            },
-        ];
         let mut rows = Vec::new();
         for a in &apps {
             for (name, cache) in a.names.into_iter().zip([0, args.cache_max_bytes]) {

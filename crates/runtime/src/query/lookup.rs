@@ -14,7 +14,7 @@ use crate::query::engine::Engine;
 use crate::query::format::{parse_hex, StoreFormat};
 use crate::query::metrics::Outcome;
 use crate::query::plan::{Ask, Bound};
-use crate::topology::StoreInfo;
+use crate::topology::{StoreInfo, StoreKind};
 
 /// A range scan's page size unless `limit` says otherwise, and the largest it may say.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -128,35 +128,22 @@ impl Engine {
                 ),
             ));
         };
-        let windowed = info.windows.is_some() || info.sessions.is_some();
-        match (info.sessions.is_some(), windows) {
-            (true, false) => {
-                return Err(QueryError::bad(format!(
-                    "store {store:?} is a session store: ask /v1/stores/{store}/keys/{{key}}/windows for its sessions"
-                )))
-            }
-            (true, true) => return self.tasked(store, info),
-            _ => {}
+        let wrong = match (info.kind(), windows) {
+            (StoreKind::Session, false) => Some(format!(
+                "store {store:?} is a session store: ask /v1/stores/{store}/keys/{{key}}/windows for its sessions"
+            )),
+            (StoreKind::Window, false) => Some(format!(
+                "store {store:?} is a window store: ask /v1/stores/{store}/keys/{{key}}/windows"
+            )),
+            (StoreKind::KeyValue, true) => Some(format!(
+                "store {store:?} is a key-value store: it has no windows"
+            )),
+            _ => None,
+        };
+        if let Some(why) = wrong {
+            return Err(QueryError::bad(why));
         }
-        match (windowed, windows) {
-            (true, false) => {
-                return Err(QueryError::bad(format!(
-                    "store {store:?} is a window store: ask /v1/stores/{store}/keys/{{key}}/windows"
-                )))
-            }
-            (false, true) => {
-                return Err(QueryError::bad(format!(
-                    "store {store:?} is a key-value store: it has no windows"
-                )))
-            }
-            _ => {}
-        }
-        self.tasked(store, info)
-    }
-
-    /// The store with its partition count, if it has tasks.
-    fn tasked(&self, store: &str, info: StoreInfo) -> QueryResult<(StoreInfo, u32)> {
-        let Some(sub) = self.ctx.wire.subtopologies.get(&info.subtopology) else {
+        let Some(sub) = ctx.wire.subtopologies.get(&info.subtopology) else {
             return Err(QueryError::new(
                 StatusCode::NOT_FOUND,
                 format!("store {store:?} has no tasks"),

@@ -252,11 +252,7 @@ async fn stores(State(s): State<Server>) -> Response {
                 .collect();
             Some(json!({
                 "name": name,
-                "kind": match (info.windows, info.sessions) {
-                    (Some(_), _) => "window",
-                    (_, Some(_)) => "session",
-                    _ => "key-value",
-                },
+                "kind": info.kind().name(),
                 "key_serde": info.format.key.name(),
                 "value_serde": info.format.value.name(),
                 "partitions": partitions,

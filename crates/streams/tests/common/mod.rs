@@ -69,6 +69,32 @@ pub fn spawn_instance(
     ))
 }
 
+/// The e2e tests' scenario: instance a of `app` runs `topology()`, then b joins it (a
+/// scale-out), then a is drained. Before each step `phase(setup, n)` (n = 0, 1, 2) sends
+/// input and says what `read` must give after it, which is awaited ("`what`, one instance",
+/// "…, after the scale-out", "…, after the drain"). Stops b; the last result wanted.
+pub fn scale_out_and_drain<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
+    setup: &Setup,
+    (broker, dir): (&str, &Path),
+    (app, topology): (&str, impl Fn() -> baton_runtime::Topology),
+    (what, mut phase): (&str, impl FnMut(&Setup, u32) -> BTreeMap<K, V>),
+    read: impl Fn(&Setup) -> BTreeMap<K, V>,
+) -> BTreeMap<K, V> {
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let run = |name: &str| spawn_instance(setup, (broker, dir), (app, name), topology(), &shutdown);
+    let a = run("a");
+    setup.await_equal(&phase(setup, 0), &format!("{what}, one instance"), &read);
+    let b = run("b");
+    let step = format!("{what}, after the scale-out");
+    setup.await_equal(&phase(setup, 1), &step, &read);
+    drain_and_await(setup, (app, "a"), a);
+    let want = phase(setup, 2);
+    setup.await_equal(&want, &format!("{what}, after the drain"), &read);
+    stop.send(true).unwrap();
+    await_shutdown(setup, "b", b);
+    want
+}
+
 /// A loopback port free now, for an instance's query server.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -356,6 +382,24 @@ impl Setup {
             };
         }
         out
+    }
+
+    /// How many partitions each of `topics` has (0 for one the broker does not have).
+    pub fn partition_counts(&self, topics: &[String]) -> Vec<usize> {
+        let meta = self
+            .rt
+            .block_on(self.client.metadata(Some(topics)))
+            .unwrap();
+        topics
+            .iter()
+            .map(|name| {
+                let t = meta
+                    .topics
+                    .iter()
+                    .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == name));
+                t.map_or(0, |t| t.partitions.len())
+            })
+            .collect()
     }
 
     /// Every record of a one-partition topic.
