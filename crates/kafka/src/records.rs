@@ -128,15 +128,57 @@ impl Client {
         timestamps: &[i64],
         value_headers: &[(&str, &[u8])],
     ) -> Result<i64> {
-        if timestamps.len() != records.len() {
-            return Err(Error::Protocol(format!(
-                "{} timestamps for {} records",
-                timestamps.len(),
-                records.len()
-            )));
-        }
-        let batch = encode_batch(records, |i| timestamps[i], value_headers)?;
+        let batch = encode_records(records, Some(timestamps), value_headers)?;
         self.send_batch(leader, topic, partition, batch).await
+    }
+
+    /// Appends encoded record batches ([`encode_records`]) to several partitions led by
+    /// `leader`, in one request with `acks=all`: the first offset each batch took, or the
+    /// partition's error, in the order of `writes`. `Err`: the request as a whole failed.
+    pub async fn produce_batches(
+        &self,
+        leader: &str,
+        writes: Vec<PartitionBatch>,
+    ) -> Result<Vec<Result<i64>>> {
+        let wanted: Vec<(String, i32)> = writes
+            .iter()
+            .map(|w| (w.topic.clone(), w.partition))
+            .collect();
+        let mut topics: Vec<TopicProduceData> = Vec::new();
+        for w in writes {
+            let part = PartitionProduceData::default()
+                .with_index(w.partition)
+                .with_records(Some(w.batch));
+            match topics.iter_mut().find(|t| t.name.0.as_str() == w.topic) {
+                Some(t) => t.partition_data.push(part),
+                None => topics.push(
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(w.topic)))
+                        .with_partition_data(vec![part]),
+                ),
+            }
+        }
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(topics);
+        let resp = self
+            .send_capped_to(leader, &req, PRODUCE_MAX_VERSION)
+            .await?;
+        let answer = |topic: &str, partition: i32| {
+            let p = resp
+                .responses
+                .iter()
+                .filter(|t| t.name.0.as_str() == topic)
+                .flat_map(|t| &t.partition_responses)
+                .find(|p| p.index == partition)
+                .ok_or_else(|| {
+                    Error::Protocol(format!("Produce answered nothing for {topic}-{partition}"))
+                })?;
+            check(ApiKey::Produce, p.error_code)?;
+            Ok(p.base_offset)
+        };
+        Ok(wanted.iter().map(|(t, p)| answer(t, *p)).collect())
     }
 
     async fn send_batch(
@@ -271,6 +313,36 @@ impl Client {
                 }
             })
             .collect())
+    }
+}
+
+/// One partition's part of [`Client::produce_batches`]: a record batch made by
+/// [`encode_records`].
+#[derive(Debug, Clone)]
+pub struct PartitionBatch {
+    pub topic: String,
+    pub partition: i32,
+    pub batch: Bytes,
+}
+
+/// One record batch of `records`, record `i` stamped `timestamps[i]` (all now, for `None`),
+/// those with a value carrying `value_headers`: a part of [`Client::produce_batches`].
+pub fn encode_records(
+    records: &[KeyValue],
+    timestamps: Option<&[i64]>,
+    value_headers: &[(&str, &[u8])],
+) -> Result<Bytes> {
+    match timestamps {
+        Some(ts) if ts.len() != records.len() => Err(Error::Protocol(format!(
+            "{} timestamps for {} records",
+            ts.len(),
+            records.len()
+        ))),
+        Some(ts) => encode_batch(records, |i| ts[i], value_headers),
+        None => {
+            let now = now_ms();
+            encode_batch(records, |_| now, value_headers)
+        }
     }
 }
 

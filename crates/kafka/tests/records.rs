@@ -202,3 +202,76 @@ async fn a_fetch_by_id_tells_a_topic_made_again_from_the_old_one() {
     let f = read[0].as_ref().unwrap();
     assert_eq!(f.records[0].value.as_deref(), Some(&b"new5"[..]));
 }
+
+/// One request writes to partitions of two topics; each partition gets its own answer: a
+/// batch too large for the broker fails alone, and the others are written where asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_produce_writes_several_partitions_each_answered_alone() {
+    use baton_kafka::records::{encode_records, PartitionBatch};
+    let broker = Broker::start();
+    let client = Client::new(&[&broker.addr], "test");
+    let topics = ["a", "b"].map(|name| NewTopic {
+        name: name.into(),
+        partitions: 2,
+        compacted: false,
+    });
+    client.create_topics(&topics).await.unwrap();
+    let leader = client.leader("a", 0).await.unwrap();
+    let records = |n: usize, size: usize| -> Vec<(Option<Bytes>, Option<Bytes>)> {
+        (0..n)
+            .map(|i| {
+                (
+                    Some(Bytes::from(format!("k{i}"))),
+                    Some(Bytes::from(vec![b'v'; size])),
+                )
+            })
+            .collect()
+    };
+    let batch = |topic: &str, partition, records: &[(Option<Bytes>, Option<Bytes>)]| {
+        let stamps: Vec<i64> = (0..records.len() as i64).map(|i| 1_000 + i).collect();
+        PartitionBatch {
+            topic: topic.into(),
+            partition,
+            batch: encode_records(records, Some(&stamps), &[]).unwrap(),
+        }
+    };
+    client
+        .produce(&leader, "b", 1, &records(7, 10))
+        .await
+        .unwrap();
+    let writes = vec![
+        batch("a", 0, &records(3, 10)),
+        batch("b", 1, &records(5, 10)),
+        batch("a", 1, &records(3_000, 1_000)),
+        batch("b", 0, &records(2, 10)),
+    ];
+    let answers = client.produce_batches(&leader, writes).await.unwrap();
+    assert_eq!(answers.len(), 4);
+    assert_eq!(answers[0].as_ref().unwrap(), &0);
+    assert_eq!(
+        answers[1].as_ref().unwrap(),
+        &7,
+        "after the 7 written before"
+    );
+    assert!(answers[2].as_ref().unwrap_err().is_message_too_large());
+    assert_eq!(answers[3].as_ref().unwrap(), &0);
+    let ends = client
+        .end_offsets(&[tp("a", 0), tp("a", 1), tp("b", 0), tp("b", 1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        [
+            ends[&tp("a", 0)],
+            ends[&tp("a", 1)],
+            ends[&tp("b", 0)],
+            ends[&tp("b", 1)]
+        ],
+        [3, 0, 2, 12]
+    );
+    let f = client
+        .fetch(&leader, "b", 1, 7, 1 << 20, 500)
+        .await
+        .unwrap();
+    let stamps: Vec<i64> = f.records.iter().map(|r| r.timestamp).collect();
+    assert_eq!(stamps, [1_000, 1_001, 1_002, 1_003, 1_004]);
+}

@@ -1183,10 +1183,6 @@ impl Driver {
     }
 }
 
-/// An output record on its way to a sink partition: the record, which output of the batch it
-/// is, its timestamp.
-type Outgoing = (KeyValue, (usize, i64));
-
 /// What a batch's records built, owned, for [`Driver::finish`] to write.
 struct Done {
     writes: BTreeMap<usize, StoreWrites>,

@@ -2,6 +2,7 @@
 //! changelogs, each through one produce path that splits what no batch can carry.
 
 use super::*;
+use baton_kafka::records::PartitionBatch;
 
 impl Driver {
     /// Sends the records the application failed on to their dead-letter topics; `false`:
@@ -30,8 +31,9 @@ impl Driver {
         true
     }
 
-    /// Writes a batch's output records, each sink partition in turn. `Some`: the event that
-    /// ends the batch (a write failed, or an oversized record stopped the task).
+    /// Writes a batch's output records, every sink partition's in one produce per leader.
+    /// `Some`: the event that ends the batch (a write failed, or an oversized record stopped
+    /// the task).
     pub(super) async fn write_outputs(
         &self,
         m: &ThreadMachine,
@@ -40,7 +42,6 @@ impl Driver {
         records: Vec<Emitted>,
         origin_of: &(dyn Fn(usize) -> Option<(TopicPartition, i64)> + Sync),
     ) -> Option<Event> {
-        let ctx = &self.ctx;
         let failed = || {
             Some(Event::BatchFailed {
                 task,
@@ -48,8 +49,68 @@ impl Driver {
                 output_acknowledged: false,
             })
         };
+        let by_partition = self.outputs_by_partition(task, records);
+        if by_partition.is_empty() {
+            return None;
+        }
+        if !m.may_write(self.now()) {
+            return failed();
+        }
+        let parts: Vec<Part> = by_partition
+            .iter()
+            .map(|(tp, out)| Part {
+                tp,
+                records: &out.records,
+                stamps: Some(&out.stamps),
+                headers: &[],
+            })
+            .collect();
+        let answers = self.produce_each(&parts).await;
+        drop(parts);
+        for ((tp, mut out), mut answer) in by_partition.into_iter().zip(answers) {
+            loop {
+                let index = match answer {
+                    Ok(_) => break,
+                    Err(Produced::Failed) => return failed(),
+                    Err(Produced::Oversized { index }) => index,
+                };
+                let at = OversizedOutput {
+                    task,
+                    batch: batch_id,
+                    tp: &tp,
+                    record: &out.records[index],
+                    input: origin_of(out.outputs[index]),
+                };
+                if let Some(stop) = self.oversized_output(m, at) {
+                    return Some(stop);
+                }
+                // What came before it is acknowledged; go on after it.
+                out.records.drain(..=index);
+                out.outputs.drain(..=index);
+                out.stamps.drain(..=index);
+                if out.records.is_empty() {
+                    break;
+                }
+                if !m.may_write(self.now()) {
+                    return failed();
+                }
+                answer = self
+                    .produce(&tp, &out.records, Some(&out.stamps), &[])
+                    .await;
+            }
+        }
+        None
+    }
+
+    /// A batch's output records by the partition each goes to, in order.
+    fn outputs_by_partition(
+        &self,
+        task: TaskId,
+        records: Vec<Emitted>,
+    ) -> Vec<(TopicPartition, OutputBatch)> {
+        let ctx = &self.ctx;
         let sinks = ctx.topology.sinks_of(task.subtopology);
-        let mut by_partition: BTreeMap<(u16, i32), Vec<Outgoing>> = BTreeMap::new();
+        let mut by_partition: BTreeMap<(u16, i32), OutputBatch> = BTreeMap::new();
         for (i, Emitted { sink, record: r }) in records.into_iter().enumerate() {
             // Numbered by the topology when it was built: every index is one of its sinks.
             let topic = &sinks[sink as usize];
@@ -60,61 +121,55 @@ impl Driver {
                 Some(p) if p < partitions => p,
                 _ => partition_for(&r.key, partitions),
             } as i32;
-            by_partition
-                .entry((sink, p))
-                .or_default()
-                .push(((Some(r.key), r.value), (i, r.timestamp)));
+            let out = by_partition.entry((sink, p)).or_default();
+            out.records.push((Some(r.key), r.value));
+            out.outputs.push(i);
+            out.stamps.push(r.timestamp);
         }
-        for ((sink, p), batch) in by_partition {
-            let tp = TopicPartition::new(&sinks[sink as usize], p);
-            let (mut batch, origin): (Vec<KeyValue>, Vec<(usize, i64)>) = batch.into_iter().unzip();
-            let (mut output, mut stamps): (Vec<usize>, Vec<i64>) = origin.into_iter().unzip();
-            while !batch.is_empty() {
-                if !m.may_write(self.now()) {
-                    return failed();
-                }
-                let index = match self.produce(&tp, &batch, Some(&stamps), &[]).await {
-                    Ok(_) => break,
-                    Err(Produced::Failed) => return failed(),
-                    Err(Produced::Oversized { index, .. }) => index,
-                };
-                let record_bytes = baton_kafka::records::record_bytes(&batch[index]);
-                let input = origin_of(output[index])
-                    .map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
-                match m.oversized(OversizedWrite::Output) {
-                    OversizedAnswer::StopTask => {
-                        let fate = failed_task_fate(ctx.cfg.task_retry);
-                        tracing::error!(
-                            task = %task,
-                            partition = %tp,
-                            input = %input,
-                            bytes = record_bytes,
-                            "task {task}: an output record for {tp} ({record_bytes} bytes), \
-                             from input {input}, is larger than any record batch the broker \
-                             takes; stopping this task only (on-oversized-record=fail): {fate}"
-                        );
-                        return Some(Event::RecordFailed {
-                            task,
-                            batch: batch_id,
-                        });
-                    }
-                    OversizedAnswer::Skip => {
-                        tracing::error!(task = %task, partition = %tp, input = %input, bytes = record_bytes, "skipping an output record larger than any record batch the broker takes (on-oversized-record=skip)");
-                        ctx.status.add_skipped(task);
-                        // What came before it is acknowledged; go on after it.
-                        batch.drain(..=index);
-                        output.drain(..=index);
-                        stamps.drain(..=index);
-                    }
-                }
+        by_partition
+            .into_iter()
+            .map(|((sink, p), out)| (TopicPartition::new(&sinks[sink as usize], p), out))
+            .collect()
+    }
+
+    /// What the policy says of an output record no batch can carry, logged: `Some`, the
+    /// event that stops the task; `None`, the record is skipped.
+    fn oversized_output(&self, m: &ThreadMachine, at: OversizedOutput) -> Option<Event> {
+        let OversizedOutput {
+            task,
+            batch,
+            tp,
+            record,
+            input,
+        } = at;
+        let record_bytes = baton_kafka::records::record_bytes(record);
+        let input = input.map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
+        match m.oversized(OversizedWrite::Output) {
+            OversizedAnswer::StopTask => {
+                let fate = failed_task_fate(self.ctx.cfg.task_retry);
+                tracing::error!(
+                    task = %task,
+                    partition = %tp,
+                    input = %input,
+                    bytes = record_bytes,
+                    "task {task}: an output record for {tp} ({record_bytes} bytes), \
+                     from input {input}, is larger than any record batch the broker \
+                     takes; stopping this task only (on-oversized-record=fail): {fate}"
+                );
+                Some(Event::RecordFailed { task, batch })
+            }
+            OversizedAnswer::Skip => {
+                tracing::error!(task = %task, partition = %tp, input = %input, bytes = record_bytes, "skipping an output record larger than any record batch the broker takes (on-oversized-record=skip)");
+                self.ctx.status.add_skipped(task);
+                None
             }
         }
-        None
     }
 
     /// Writes a batch's store writes to their changelogs in Kafka's layout (each store's
-    /// `logs[idx]`: its layout, and the headers its records with a value carry): per store, its writes and the changelog offset after them. `Err`: the
-    /// event that ends the batch. `input` names the batch's input, for an error.
+    /// `logs[idx]`: its layout, and the headers its records with a value carry), all in one
+    /// produce per leader: per store, its writes and the changelog offset after them. `Err`:
+    /// the event that ends the batch. `input` names the batch's input, for an error.
     pub(super) async fn write_changelogs(
         &self,
         m: &ThreadMachine,
@@ -130,10 +185,9 @@ impl Driver {
             output_acknowledged: false,
         };
         let changelogs = self.ctx.wire.changelog_partitions(task);
-        let mut applied = Vec::with_capacity(writes.len());
+        let mut stores = Vec::with_capacity(writes.len());
         for (idx, writes) in writes {
             let writes = sorted(writes);
-            let tp = &changelogs[idx];
             let (wire, stamps): (Vec<KeyValue>, Vec<i64>) = writes
                 .iter()
                 .map(|(k, (v, ts))| {
@@ -142,25 +196,42 @@ impl Driver {
                     ((Some(Bytes::from(k.clone())), value), ts)
                 })
                 .unzip();
-            if wire.is_empty() {
-                continue;
+            if !wire.is_empty() {
+                stores.push((idx, writes, wire, stamps));
             }
-            if !m.may_write(self.now()) {
-                return Err(failed());
-            }
-            match self.produce(tp, &wire, Some(&stamps), logs[idx].1).await {
+        }
+        if stores.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !m.may_write(self.now()) {
+            return Err(failed());
+        }
+        let parts: Vec<Part> = stores
+            .iter()
+            .map(|(idx, _, wire, stamps)| Part {
+                tp: &changelogs[*idx],
+                records: wire,
+                stamps: Some(stamps),
+                headers: logs[*idx].1,
+            })
+            .collect();
+        let answers = self.produce_each(&parts).await;
+        drop(parts);
+        let mut applied = Vec::with_capacity(stores.len());
+        for ((idx, writes, wire, _), answer) in stores.into_iter().zip(answers) {
+            match answer {
                 Ok(next) => {
                     let writes = writes.into_iter().map(|(k, (v, _))| (k, v)).collect();
                     applied.push((idx, writes, next));
                 }
                 Err(Produced::Failed) => return Err(failed()),
-                Err(Produced::Oversized { index, .. }) => {
+                Err(Produced::Oversized { index }) => {
                     // A store value no batch can carry cannot be made durable: never skipped,
                     // whatever the output policy. The task stops holding its input.
                     let (key, value) = &wire[index];
                     tracing::error!(
                         task = %task,
-                        changelog = %tp,
+                        changelog = %changelogs[idx],
                         key_bytes = key.as_ref().map_or(0, Bytes::len),
                         value_bytes = value.as_ref().map_or(0, Bytes::len),
                         input = %input(),
@@ -214,6 +285,97 @@ impl Driver {
             }
         }
         true
+    }
+
+    /// Produces each part to its partition as [`Driver::produce`] does one, in fewer round
+    /// trips: the parts whose records fit one batch go to their leader in requests of many
+    /// partitions (so a batch's writes take one round trip per leader, not one per
+    /// partition); the others, and any such batch refused as too large, go `produce`'s way,
+    /// which splits them. Answers come in the order of `parts`.
+    pub(super) async fn produce_each(
+        &self,
+        parts: &[Part<'_>],
+    ) -> Vec<std::result::Result<i64, Produced>> {
+        let mut answers: Vec<Option<std::result::Result<i64, Produced>>> =
+            parts.iter().map(|_| None).collect();
+        let limit = self.ctx.batch_limit();
+        let mut by_leader: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, p) in parts.iter().enumerate() {
+            if p.records.is_empty()
+                || baton_kafka::records::fitting(p.records, limit) < p.records.len()
+            {
+                continue;
+            }
+            // A partition without a known leader goes `produce`'s way, which says why.
+            if let Ok(leader) = self.ctx.leader(&p.tp.topic, p.tp.partition).await {
+                by_leader.entry(leader).or_default().push(i);
+            }
+        }
+        for (leader, members) in by_leader {
+            for request in requests_of(parts, &members) {
+                self.send_parts(&leader, parts, request, &mut answers).await;
+            }
+        }
+        let mut done = Vec::with_capacity(parts.len());
+        for (p, answer) in parts.iter().zip(answers) {
+            done.push(match answer {
+                Some(answer) => answer,
+                None => self.produce(p.tp, p.records, p.stamps, p.headers).await,
+            });
+        }
+        done
+    }
+
+    /// One request of [`Driver::produce_each`]: `members` of `parts`, all led by `leader`.
+    /// A part refused as too large is left unanswered.
+    async fn send_parts(
+        &self,
+        leader: &str,
+        parts: &[Part<'_>],
+        members: &[usize],
+        answers: &mut [Option<std::result::Result<i64, Produced>>],
+    ) {
+        let mut sent = Vec::with_capacity(members.len());
+        let mut batches = Vec::with_capacity(members.len());
+        for &i in members {
+            let p = &parts[i];
+            // One that cannot be encoded goes `produce`'s way, which reports it.
+            if let Ok(batch) = baton_kafka::records::encode_records(p.records, p.stamps, p.headers)
+            {
+                batches.push(PartitionBatch {
+                    topic: p.tp.topic.clone(),
+                    partition: p.tp.partition,
+                    batch,
+                });
+                sent.push(i);
+            }
+        }
+        match self.io.produce_batches(leader, batches).await {
+            Ok(results) => {
+                for (i, result) in sent.into_iter().zip(results) {
+                    let p = &parts[i];
+                    answers[i] = match result {
+                        Ok(base) => {
+                            self.ctx.recovered(|| format!("produce to {}", p.tp));
+                            Some(Ok(base + p.records.len() as i64))
+                        }
+                        Err(e) if e.is_message_too_large() => None,
+                        Err(e) => Some(Err(self.produce_failed(p.tp, &e))),
+                    };
+                }
+            }
+            Err(e) => {
+                for i in sent {
+                    answers[i] = Some(Err(self.produce_failed(parts[i].tp, &e)));
+                }
+            }
+        }
+    }
+
+    fn produce_failed(&self, tp: &TopicPartition, e: &baton_kafka::Error) -> Produced {
+        self.ctx.forget_leader(&tp.topic, tp.partition);
+        self.ctx.failing(&format!("produce to {tp}"), e);
+        Produced::Failed
     }
 
     /// Produces `records` to a partition in batches the broker takes; the offset after the
@@ -280,11 +442,7 @@ impl Driver {
                 Err(e) if e.is_message_too_large() => {
                     return Err(Produced::Oversized { index: start });
                 }
-                Err(e) => {
-                    self.ctx.forget_leader(&tp.topic, tp.partition);
-                    self.ctx.failing(&format!("produce to {tp}"), &e);
-                    return Err(Produced::Failed);
-                }
+                Err(e) => return Err(self.produce_failed(tp, &e)),
             }
         }
         Ok(next)
@@ -297,4 +455,94 @@ pub(super) enum Produced {
     Failed,
     /// `records[index]` is larger than any batch the broker takes; those before it are written.
     Oversized { index: usize },
+}
+
+/// One partition's records for [`Driver::produce_each`].
+pub(super) struct Part<'a> {
+    pub tp: &'a TopicPartition,
+    pub records: &'a [KeyValue],
+    pub stamps: Option<&'a [i64]>,
+    pub headers: &'a [(&'a str, &'a [u8])],
+}
+
+/// A sink partition's share of a batch's outputs: the records, the index of each among the
+/// batch's outputs (to name its input) and their timestamps.
+#[derive(Default)]
+pub(super) struct OutputBatch {
+    records: Vec<KeyValue>,
+    outputs: Vec<usize>,
+    stamps: Vec<i64>,
+}
+
+/// An output record no batch can carry, and where it came from.
+struct OversizedOutput<'a> {
+    task: TaskId,
+    batch: RequestId,
+    tp: &'a TopicPartition,
+    record: &'a KeyValue,
+    input: Option<(TopicPartition, i64)>,
+}
+
+/// Most bytes of records one request of [`Driver::produce_each`] carries: far below the
+/// broker's limit on a request (Kafka's socket.request.max.bytes, 100 MiB).
+const REQUEST_BYTES: usize = 16 << 20;
+
+/// `members` of `parts` cut into requests of at most [`REQUEST_BYTES`] (one part alone may
+/// be larger: a part fits one batch, which the broker's request limit is far above).
+fn requests_of<'a>(parts: &[Part<'_>], members: &'a [usize]) -> Vec<&'a [usize]> {
+    let mut requests = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (at, &i) in members.iter().enumerate() {
+        let size: usize = parts[i]
+            .records
+            .iter()
+            .map(baton_kafka::records::record_bytes)
+            .sum();
+        if at > start && bytes + size > REQUEST_BYTES {
+            requests.push(&members[start..at]);
+            (start, bytes) = (at, 0);
+        }
+        bytes += size;
+    }
+    if start < members.len() {
+        requests.push(&members[start..]);
+    }
+    requests
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part<'a>(tp: &'a TopicPartition, records: &'a [KeyValue]) -> Part<'a> {
+        Part {
+            tp,
+            records,
+            stamps: None,
+            headers: &[],
+        }
+    }
+
+    /// Requests stay under the byte bound; a part larger than the bound goes alone; every
+    /// member goes once, in order.
+    #[test]
+    fn parts_are_cut_into_requests_by_bytes() {
+        let tp = TopicPartition::new("t", 0);
+        let record = |bytes: usize| (None, Some(Bytes::from(vec![0u8; bytes - 32])));
+        let quarter = vec![record(REQUEST_BYTES / 4)];
+        let whole = vec![record(REQUEST_BYTES + 1)];
+        let parts = [
+            part(&tp, &quarter),
+            part(&tp, &quarter),
+            part(&tp, &quarter),
+            part(&tp, &whole),
+            part(&tp, &quarter),
+            part(&tp, &quarter),
+        ];
+        let members = [0, 1, 2, 3, 4, 5];
+        let requests = requests_of(&parts, &members);
+        assert_eq!(requests, [&[0, 1, 2][..], &[3], &[4, 5]]);
+        assert_eq!(requests_of(&parts, &[]), Vec::<&[usize]>::new());
+        assert_eq!(requests_of(&parts, &[3]), [&[3][..]]);
+    }
 }
