@@ -628,9 +628,19 @@ impl ThreadMachine {
     }
 
     pub fn may_write(&self, now: Duration) -> bool {
-        !self.stopped
-            && now.saturating_sub(self.alive_at) + self.cfg.write_timeout
-                <= self.cfg.session_timeout
+        self.write_deadline().is_some_and(|until| now <= until)
+    }
+
+    /// The last moment a write may start: one started later could still be unanswered when
+    /// the session, last known alive at `alive_at`, runs out (and a zombie's write is what
+    /// fencing is for). `None`: no write may start. Fixed when a batch's writes are handed
+    /// over to run beside the machine; being known alive since only moves it later.
+    pub fn write_deadline(&self) -> Option<Duration> {
+        let margin = self
+            .cfg
+            .session_timeout
+            .checked_sub(self.cfg.write_timeout)?;
+        (!self.stopped).then_some(self.alive_at + margin)
     }
 
     fn id(&mut self) -> RequestId {

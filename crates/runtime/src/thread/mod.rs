@@ -49,7 +49,7 @@ use crate::unreadable;
 use fetch::restore_chunk;
 use records::{BatchRun, RecordEnv, StoreWrites};
 use topics::ChangelogCheck;
-use writes::Produced;
+use writes::{Allowed, BatchWrites, Produced, Writer};
 
 pub use crate::machine::Exit;
 
@@ -213,6 +213,12 @@ impl StreamThread {
             name: self.name.clone(),
             io: self.io.clone(),
             epoch,
+            writer: Writer {
+                ctx: self.ctx.clone(),
+                io: self.io.clone(),
+                epoch,
+            },
+            in_flight: Vec::new(),
             tasks: BTreeMap::new(),
             stream_times: BTreeMap::new(),
             buffers: BTreeMap::new(),
@@ -240,6 +246,9 @@ struct Driver {
     name: String,
     io: Arc<Client>,
     epoch: Instant,
+    writer: Writer,
+    /// Batches whose writes run beside the thread, in the order they were handed over.
+    in_flight: Vec<InFlight>,
     tasks: BTreeMap<TaskId, TaskIo>,
     /// Each task's stream time (the largest record timestamp it has processed, or read from
     /// the committed offsets' metadata), committed beside its offsets.
@@ -278,11 +287,29 @@ impl Driver {
         let mut retries_told = self.ctx.retry_requests();
         loop {
             self.start_fetches(&mut commands);
-            while let Some(c) = commands.pop_front() {
-                if let Some(exit) = self.execute(m, c).await {
-                    return exit;
+            loop {
+                while let Some(c) = commands.pop_front() {
+                    // Batches run beside each other's writes; anything else waits for them
+                    // and is decided knowing how they ended.
+                    if !runs_beside_writes(&c) && !self.in_flight.is_empty() {
+                        self.settle_writes().await;
+                        while let Some(e) = self.local.pop_front() {
+                            commands.extend(m.handle(e, self.now()));
+                        }
+                    }
+                    if let Some(exit) = self.execute(m, c).await {
+                        return exit;
+                    }
+                    // Outcomes first, in order; then anything that arrived meanwhile.
+                    while let Some(e) = self.local.pop_front() {
+                        commands.extend(m.handle(e, self.now()));
+                    }
+                    self.start_fetches(&mut commands);
                 }
-                // Outcomes first, in order; then anything that arrived meanwhile.
+                if self.in_flight.is_empty() {
+                    break;
+                }
+                self.settle_writes().await;
                 while let Some(e) = self.local.pop_front() {
                     commands.extend(m.handle(e, self.now()));
                 }
@@ -392,8 +419,8 @@ impl Driver {
                 task,
                 batch,
                 inputs,
-            } => self.run_batch(m, task, batch, &inputs, false).await,
-            Command::Punctuate { task, batch } => self.run_batch(m, task, batch, &[], true).await,
+            } => self.run_batch(m, task, batch, &inputs, false),
+            Command::Punctuate { task, batch } => self.run_batch(m, task, batch, &[], true),
             Command::Persist { task } => self.persist(task),
             Command::ListEnds {
                 task,
@@ -456,8 +483,9 @@ impl Driver {
     }
 
     /// Runs a batch of input, or a wall-clock punctuation (`punctuate`: no input, at the
-    /// time now); a panic under way is its task's failure, not the thread's.
-    async fn run_batch(
+    /// time now), and hands its writes over; a panic under way is its task's failure, not
+    /// the thread's.
+    fn run_batch(
         &mut self,
         m: &ThreadMachine,
         task: TaskId,
@@ -470,17 +498,17 @@ impl Driver {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64)
         });
-        let ran = AssertUnwindSafe(self.process(m, task, batch, inputs, now_ms))
-            .catch_unwind()
-            .await;
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.process(m, task, batch, inputs, now_ms)
+        }));
         let retry = self.ctx.cfg.task_retry;
         let doing = if punctuate {
             "punctuating"
         } else {
             "processing"
         };
-        let e = ran.unwrap_or_else(|p| batch_panicked(task, batch, doing, retry, &*p));
-        self.local.push_back(e);
+        let e = ran.unwrap_or_else(|p| Some(batch_panicked(task, batch, doing, retry, &*p)));
+        self.local.extend(e);
     }
 
     fn persist(&mut self, task: TaskId) {
@@ -876,14 +904,14 @@ impl Driver {
     /// One batch of input: sinks first, then the changelog; the store takes the batch only
     /// once both are acknowledged, so a failed write leaves it as it was and the retried batch
     /// computes the same values again instead of counting twice.
-    async fn process(
+    fn process(
         &mut self,
         m: &ThreadMachine,
         task: TaskId,
         batch: RequestId,
         inputs: &[Input],
         punctuate_at: Option<i64>,
-    ) -> Event {
+    ) -> Option<Event> {
         // The fault suite's panic in the runtime's own code for one batch (a fail point: nothing
         // without the `failpoints` feature).
         fail::fail_point!("baton-batch");
@@ -895,7 +923,7 @@ impl Driver {
             output_acknowledged,
         };
         let Some(t) = self.tasks.get(&task) else {
-            return failed(false);
+            return Some(failed(false));
         };
         // A table source's records go into its store, not through the steps; the store may
         // hold them already (restored from the topic past the committed offset).
@@ -913,7 +941,7 @@ impl Driver {
             None => self.stream_time_in_stores(task, t),
         };
         let Some(fetched) = take_input(&mut self.buffers, &sources, inputs) else {
-            return failed(false);
+            return Some(failed(false));
         };
         let records: usize = fetched.iter().map(|(_, rs)| rs.len()).sum();
         let mut run = BatchRun::new(&t.stores, &ctx.globals, stream_time, records);
@@ -944,7 +972,7 @@ impl Driver {
             }
         });
         if let std::ops::ControlFlow::Break(event) = stopped {
-            return event;
+            return Some(event);
         }
         let done = Done {
             writes: run.pending.writes,
@@ -956,94 +984,108 @@ impl Driver {
             dead_letters: run.dead_letters,
             sources,
         };
-        self.finish(m, task, batch, inputs, done).await
+        self.hand_over(m, task, batch, inputs, done)
     }
 
-    /// Writes what a batch's records built, in the order that keeps state behind outputs:
-    /// dead letters, outputs, changelogs, then the stores; then reports the batch done.
-    async fn finish(
+    /// Hands a batch's writes over to run beside the thread ([`Writer::write_batch`]);
+    /// [`Driver::written`] applies them to the stores once acknowledged. `Some`: the batch
+    /// ended here.
+    fn hand_over(
         &mut self,
         m: &ThreadMachine,
         task: TaskId,
         batch: RequestId,
         inputs: &[Input],
         done: Done,
-    ) -> Event {
-        let ctx = self.ctx.clone();
-        let failed = |output_acknowledged| Event::BatchFailed {
-            task,
-            batch,
-            output_acknowledged,
-        };
-        // The batch's id, under a name the output batches below do not shadow.
-        let batch_id = batch;
-        let Done {
-            writes,
-            tables,
-            mut out,
-            stream_time,
-            mut origins,
-            records,
-            dead_letters,
-            sources,
-        } = done;
-        if ctx.cfg.cache_max_bytes > 0 {
-            let table = |sink| ctx.topology.sink_is_table(task.subtopology, sink);
-            let kept = crate::cache::keep_last_per_key(&mut out.records, table);
-            origins = crate::cache::origins_of_kept(&origins, &kept);
-        }
-        let origin_of = |i: usize| {
-            let at = origins.partition_point(|o| o.2 <= i);
-            origins
-                .get(at)
-                .and_then(|&(s, offset, _)| Some((sources.get(s)?.clone(), offset)))
-        };
-        // Before the batch's own output: a batch run again may repeat a dead letter (the
-        // dead-letter topic is at least once), but never loses one.
-        if !self.write_dead_letters(m, task, dead_letters).await {
-            return failed(false);
-        }
-        // Outputs first, then the changelog: a batch whose output failed (its topic gone, say)
-        // leaves no trace in the state, and a crash between the two repeats output with the
-        // same values rather than counting the batch twice in the store.
-        if let Some(stop) = self
-            .write_outputs(m, task, batch_id, out.records, &origin_of)
-            .await
-        {
-            return stop;
-        }
-        // A table's topic is its changelog: its writes are durable already.
-        let mut applied: Vec<(usize, Vec<Write>, i64)> = tables
-            .into_iter()
-            .map(|(idx, (writes, next))| (idx, sorted(writes), next))
-            .collect();
+    ) -> Option<Event> {
+        let ctx = &self.ctx;
         let Some(t) = self.tasks.get(&task) else {
-            return failed(false);
+            return Some(Event::BatchFailed {
+                task,
+                batch,
+                output_acknowledged: false,
+            });
         };
         let logs: Vec<(Layout, ChangelogHeaders)> = t
             .stores
             .iter()
             .map(|s| (s.catchup.layout(), ctx.topology.changelog_headers(&s.name)))
             .collect();
-        let input = || input_ranges(&sources, inputs);
-        match self
-            .write_changelogs(m, task, batch_id, &logs, writes, &input)
-            .await
-        {
-            Ok(written) => applied.extend(written),
-            Err(stop) => return stop,
-        }
-        let Some(next_by_changelog) = self.apply_batch(task, applied) else {
-            return failed(true);
+        let after = AfterWrites {
+            inputs: inputs.to_vec(),
+            sources: done.sources.clone(),
+            records: done.records,
+            late: done.out.late,
+            stream_time: done.stream_time,
         };
-        for input in inputs {
-            if let Some(tp) = sources.get(input.source) {
+        let writes = BatchWrites {
+            writes: done.writes,
+            tables: done.tables,
+            outputs: done.out.records,
+            origins: done.origins,
+            dead_letters: done.dead_letters,
+            sources: done.sources,
+            inputs: inputs.to_vec(),
+            logs,
+        };
+        let writer = self.writer.clone();
+        let written = tokio::spawn(writer.write_batch(Allowed::by(m), task, batch, writes));
+        self.in_flight.push(InFlight {
+            task,
+            batch,
+            written,
+            after,
+        });
+        None
+    }
+
+    /// Waits for every batch's writes, in the order handed over; each outcome goes to
+    /// `self.local`.
+    async fn settle_writes(&mut self) {
+        for flight in std::mem::take(&mut self.in_flight) {
+            let e = match flight.written.await {
+                Ok(Ok(applied)) => self.written(flight.task, flight.batch, applied, flight.after),
+                Ok(Err(stop)) => stop,
+                Err(join) => {
+                    let retry = self.ctx.cfg.task_retry;
+                    match join.try_into_panic() {
+                        Ok(p) => batch_panicked(flight.task, flight.batch, "writing", retry, &*p),
+                        // Never aborted: a runtime shutting down.
+                        Err(_) => Event::BatchFailed {
+                            task: flight.task,
+                            batch: flight.batch,
+                            output_acknowledged: false,
+                        },
+                    }
+                }
+            };
+            self.local.push_back(e);
+        }
+    }
+
+    /// A batch whose writes are acknowledged: the stores take them, then the batch is done.
+    fn written(
+        &mut self,
+        task: TaskId,
+        batch: RequestId,
+        applied: Vec<(usize, Vec<Write>, i64)>,
+        after: AfterWrites,
+    ) -> Event {
+        let Some(next_by_changelog) = self.apply_batch(task, applied) else {
+            return Event::BatchFailed {
+                task,
+                batch,
+                output_acknowledged: true,
+            };
+        };
+        for input in &after.inputs {
+            if let Some(tp) = after.sources.get(input.source) {
                 self.ctx.copies.processed(task, tp, input.to);
             }
         }
-        self.ctx.status.add_processed(task, records);
-        self.ctx.status.add_late(task, out.late);
-        self.stream_times.insert(task, stream_time);
+        self.ctx.status.add_processed(task, after.records);
+        self.ctx.status.add_late(task, after.late);
+        self.stream_times.insert(task, after.stream_time);
         self.store_failures.recovered(task);
         Event::BatchDone {
             task,
@@ -1183,7 +1225,33 @@ impl Driver {
     }
 }
 
-/// What a batch's records built, owned, for [`Driver::finish`] to write.
+/// A batch whose writes run beside the thread.
+struct InFlight {
+    task: TaskId,
+    batch: RequestId,
+    written: JoinHandle<writes::Written>,
+    after: AfterWrites,
+}
+
+/// What a batch leaves for when its writes are acknowledged.
+struct AfterWrites {
+    inputs: Vec<Input>,
+    sources: Vec<TopicPartition>,
+    records: u64,
+    late: u64,
+    stream_time: i64,
+}
+
+/// Commands run while batches' writes are in flight: other batches (the machine never gives
+/// a task a second batch before the first is done) and fetches.
+fn runs_beside_writes(c: &Command) -> bool {
+    matches!(
+        c,
+        Command::Process { .. } | Command::Punctuate { .. } | Command::Fetch { .. }
+    )
+}
+
+/// What a batch's records built, owned, for [`Driver::hand_over`].
 struct Done {
     writes: BTreeMap<usize, StoreWrites>,
     tables: BTreeMap<usize, records::TableUpdates>,

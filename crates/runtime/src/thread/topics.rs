@@ -228,10 +228,10 @@ impl Driver {
             if !m.may_write(self.now()) {
                 return None;
             }
-            match self
-                .produce(tp, &page.records, Some(&page.timestamps), headers)
-                .await
-            {
+            let sent = self
+                .writer
+                .produce(tp, &page.records, Some(&page.timestamps), headers);
+            match sent.await {
                 Ok(next) => end = Some(next),
                 Err(Produced::Failed) => return None,
                 Err(Produced::Oversized { index }) => {
@@ -252,64 +252,6 @@ impl Driver {
                     None
                 }
             },
-        }
-    }
-
-    /// One of this application's changelogs is gone (deleted under it): made again as
-    /// `prepare` makes it, always, since it is the application's own. The task that writes
-    /// to it next finds it younger than its store and writes the store into it (a re-seed).
-    pub(super) async fn make_changelog_again(&self, topic: &str) {
-        let topology = &self.ctx.topology;
-        let Some((sub, s)) = self.ctx.wire.subtopologies.iter().find(|(_, s)| {
-            s.changelog_topics.iter().any(|t| t == topic)
-                && !s.source_topics.iter().any(|t| t == topic)
-        }) else {
-            return;
-        };
-        let retention = topology
-            .stores_of(*sub)
-            .into_iter()
-            .find(|store| topology.changelog_topic(store) == topic)
-            .and_then(|store| topology.changelog_retention_ms(store));
-        let partitions = s.partitions as i32;
-        let made =
-            crate::instance::create_changelog(&self.ctx.client, topic, partitions, retention).await;
-        match made {
-            Ok(()) => tracing::warn!(
-                topic,
-                partitions = s.partitions,
-                "the changelog topic was gone; made it again: each task writes its store into it before going on"
-            ),
-            Err(e) => self
-                .ctx
-                .failing(&format!("making changelog topic {topic} again"), &e),
-        }
-    }
-
-    /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
-    /// exist, again with the partitions it had at start. Changelogs and inputs are never made
-    /// here; without the flag the task waits for an operator to make the topic.
-    pub(super) async fn make_output_again(&self, topic: &str) {
-        let Some(&partitions) = self.ctx.sink_partitions.get(topic) else {
-            return;
-        };
-        if !self.ctx.cfg.create_missing_outputs {
-            return;
-        }
-        let new = baton_kafka::client::NewTopic {
-            name: topic.to_owned(),
-            partitions: partitions as i32,
-            compacted: false,
-        };
-        match self.ctx.client.create_topics(&[new]).await {
-            Ok(()) => tracing::warn!(
-                topic,
-                partitions,
-                "the output topic was gone; made it again (--create-missing-outputs)"
-            ),
-            Err(e) => self
-                .ctx
-                .failing(&format!("making output topic {topic} again"), &e),
         }
     }
 
@@ -360,7 +302,7 @@ impl Driver {
         for (topic, id) in presence {
             match id {
                 None => {
-                    self.make_changelog_again(&topic).await;
+                    self.writer.make_changelog_again(&topic).await;
                     // Its new id is asked for at once, not in 5 s.
                     self.changelog_check.next = None;
                 }
@@ -445,6 +387,66 @@ impl Driver {
             );
             self.local
                 .push_back(Event::ChangelogRecreated { task, changelog });
+        }
+    }
+}
+
+impl Writer {
+    /// One of this application's changelogs is gone (deleted under it): made again as
+    /// `prepare` makes it, always, since it is the application's own. The task that writes
+    /// to it next finds it younger than its store and writes the store into it (a re-seed).
+    pub(super) async fn make_changelog_again(&self, topic: &str) {
+        let topology = &self.ctx.topology;
+        let Some((sub, s)) = self.ctx.wire.subtopologies.iter().find(|(_, s)| {
+            s.changelog_topics.iter().any(|t| t == topic)
+                && !s.source_topics.iter().any(|t| t == topic)
+        }) else {
+            return;
+        };
+        let retention = topology
+            .stores_of(*sub)
+            .into_iter()
+            .find(|store| topology.changelog_topic(store) == topic)
+            .and_then(|store| topology.changelog_retention_ms(store));
+        let partitions = s.partitions as i32;
+        let made =
+            crate::instance::create_changelog(&self.ctx.client, topic, partitions, retention).await;
+        match made {
+            Ok(()) => tracing::warn!(
+                topic,
+                partitions = s.partitions,
+                "the changelog topic was gone; made it again: each task writes its store into it before going on"
+            ),
+            Err(e) => self
+                .ctx
+                .failing(&format!("making changelog topic {topic} again"), &e),
+        }
+    }
+
+    /// `--create-missing-outputs`: makes output topic `topic`, which the broker says does not
+    /// exist, again with the partitions it had at start. Changelogs and inputs are never made
+    /// here; without the flag the task waits for an operator to make the topic.
+    pub(super) async fn make_output_again(&self, topic: &str) {
+        let Some(&partitions) = self.ctx.sink_partitions.get(topic) else {
+            return;
+        };
+        if !self.ctx.cfg.create_missing_outputs {
+            return;
+        }
+        let new = baton_kafka::client::NewTopic {
+            name: topic.to_owned(),
+            partitions: partitions as i32,
+            compacted: false,
+        };
+        match self.ctx.client.create_topics(&[new]).await {
+            Ok(()) => tracing::warn!(
+                topic,
+                partitions,
+                "the output topic was gone; made it again (--create-missing-outputs)"
+            ),
+            Err(e) => self
+                .ctx
+                .failing(&format!("making output topic {topic} again"), &e),
         }
     }
 }

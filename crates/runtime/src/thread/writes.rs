@@ -2,21 +2,140 @@
 //! changelogs, each through one produce path that splits what no batch can carry.
 
 use super::*;
+use crate::topology::ChangelogHeaders;
 use baton_kafka::records::PartitionBatch;
 
-impl Driver {
+/// The thread's writing side. A batch's writes own a copy and run beside the thread, which
+/// goes on with other tasks' records while they are in flight.
+#[derive(Clone)]
+pub(super) struct Writer {
+    pub ctx: Arc<Context>,
+    /// The thread's own connections for fetch and produce.
+    pub io: Arc<Client>,
+    /// The thread's clock, as the machine's.
+    pub epoch: Instant,
+}
+
+/// What the machine allows a batch's writes, fixed when they are handed over.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Allowed {
+    /// The last moment a write may start ([`ThreadMachine::write_deadline`]).
+    until: Option<Duration>,
+    oversized_output: OversizedAnswer,
+    oversized_dead_letter: OversizedAnswer,
+}
+
+impl Allowed {
+    pub fn by(m: &ThreadMachine) -> Allowed {
+        Allowed {
+            until: m.write_deadline(),
+            oversized_output: m.oversized(OversizedWrite::Output),
+            oversized_dead_letter: m.oversized(OversizedWrite::DeadLetter),
+        }
+    }
+}
+
+/// A batch's writes as handed over: what its records built, and where it came from.
+pub(super) struct BatchWrites {
+    pub writes: BTreeMap<usize, StoreWrites>,
+    pub tables: BTreeMap<usize, records::TableUpdates>,
+    pub outputs: Vec<Emitted>,
+    /// (source, offset, first output) of each input record with output.
+    pub origins: Vec<(usize, i64, usize)>,
+    pub dead_letters: Vec<(String, KeyValue)>,
+    /// The task's source partitions, as the batch's inputs index them.
+    pub sources: Vec<TopicPartition>,
+    pub inputs: Vec<Input>,
+    /// Each store's changelog layout and the headers its records with a value carry.
+    pub logs: Vec<(Layout, ChangelogHeaders)>,
+}
+
+/// How a batch's writes ended: per store, its writes and the changelog offset after them;
+/// or the event that ends the batch.
+pub(super) type Written = std::result::Result<Vec<(usize, Vec<Write>, i64)>, Event>;
+
+impl Writer {
+    fn may_write(&self, allowed: Allowed) -> bool {
+        allowed
+            .until
+            .is_some_and(|until| self.epoch.elapsed() <= until)
+    }
+
+    /// Writes what a batch's records built, in the order that keeps state behind outputs:
+    /// dead letters, outputs, then changelogs (the stores take them after, on the thread).
+    pub(super) async fn write_batch(
+        self,
+        allowed: Allowed,
+        task: TaskId,
+        batch: RequestId,
+        w: BatchWrites,
+    ) -> Written {
+        let failed = Event::BatchFailed {
+            task,
+            batch,
+            output_acknowledged: false,
+        };
+        let BatchWrites {
+            writes,
+            tables,
+            mut outputs,
+            mut origins,
+            dead_letters,
+            sources,
+            inputs,
+            logs,
+        } = w;
+        let ctx = &self.ctx;
+        if ctx.cfg.cache_max_bytes > 0 {
+            let table = |sink| ctx.topology.sink_is_table(task.subtopology, sink);
+            let kept = crate::cache::keep_last_per_key(&mut outputs, table);
+            origins = crate::cache::origins_of_kept(&origins, &kept);
+        }
+        let origin_of = |i: usize| {
+            let at = origins.partition_point(|o| o.2 <= i);
+            origins
+                .get(at)
+                .and_then(|&(s, offset, _)| Some((sources.get(s)?.clone(), offset)))
+        };
+        // Before the batch's own output: a batch run again may repeat a dead letter (the
+        // dead-letter topic is at least once), but never loses one.
+        if !self.write_dead_letters(allowed, task, dead_letters).await {
+            return Err(failed);
+        }
+        // Outputs first, then the changelog: a batch whose output failed (its topic gone, say)
+        // leaves no trace in the state, and a crash between the two repeats output with the
+        // same values rather than counting the batch twice in the store.
+        if let Some(stop) = self
+            .write_outputs(allowed, task, batch, outputs, &origin_of)
+            .await
+        {
+            return Err(stop);
+        }
+        // A table's topic is its changelog: its writes are durable already.
+        let mut applied: Vec<(usize, Vec<Write>, i64)> = tables
+            .into_iter()
+            .map(|(idx, (writes, next))| (idx, sorted(writes), next))
+            .collect();
+        let input = || input_ranges(&sources, &inputs);
+        let written = self
+            .write_changelogs(allowed, task, batch, &logs, writes, &input)
+            .await?;
+        applied.extend(written);
+        Ok(applied)
+    }
+
     /// Sends the records the application failed on to their dead-letter topics; `false`:
     /// not all were written (the batch is retried).
     pub(super) async fn write_dead_letters(
         &self,
-        m: &ThreadMachine,
+        allowed: Allowed,
         task: TaskId,
         dead_letters: Vec<(String, KeyValue)>,
     ) -> bool {
         if dead_letters.is_empty() {
             return true;
         }
-        if !m.may_write(self.now()) {
+        if !self.may_write(allowed) {
             return false;
         }
         let mut by_topic: BTreeMap<String, Vec<KeyValue>> = BTreeMap::new();
@@ -24,7 +143,7 @@ impl Driver {
             by_topic.entry(topic).or_default().push(record);
         }
         for (topic, records) in by_topic {
-            if !self.send_dead_letters(m, task, &topic, records).await {
+            if !self.send_dead_letters(allowed, task, &topic, records).await {
                 return false;
             }
         }
@@ -36,7 +155,7 @@ impl Driver {
     /// the task).
     pub(super) async fn write_outputs(
         &self,
-        m: &ThreadMachine,
+        allowed: Allowed,
         task: TaskId,
         batch_id: RequestId,
         records: Vec<Emitted>,
@@ -53,7 +172,7 @@ impl Driver {
         if by_partition.is_empty() {
             return None;
         }
-        if !m.may_write(self.now()) {
+        if !self.may_write(allowed) {
             return failed();
         }
         let parts: Vec<Part> = by_partition
@@ -81,7 +200,7 @@ impl Driver {
                     record: &out.records[index],
                     input: origin_of(out.outputs[index]),
                 };
-                if let Some(stop) = self.oversized_output(m, at) {
+                if let Some(stop) = self.oversized_output(allowed, at) {
                     return Some(stop);
                 }
                 // What came before it is acknowledged; go on after it.
@@ -91,7 +210,7 @@ impl Driver {
                 if out.records.is_empty() {
                     break;
                 }
-                if !m.may_write(self.now()) {
+                if !self.may_write(allowed) {
                     return failed();
                 }
                 answer = self
@@ -134,7 +253,7 @@ impl Driver {
 
     /// What the policy says of an output record no batch can carry, logged: `Some`, the
     /// event that stops the task; `None`, the record is skipped.
-    fn oversized_output(&self, m: &ThreadMachine, at: OversizedOutput) -> Option<Event> {
+    fn oversized_output(&self, allowed: Allowed, at: OversizedOutput) -> Option<Event> {
         let OversizedOutput {
             task,
             batch,
@@ -144,7 +263,7 @@ impl Driver {
         } = at;
         let record_bytes = baton_kafka::records::record_bytes(record);
         let input = input.map_or("unknown".into(), |(tp, o)| format!("{tp} offset {o}"));
-        match m.oversized(OversizedWrite::Output) {
+        match allowed.oversized_output {
             OversizedAnswer::StopTask => {
                 let fate = failed_task_fate(self.ctx.cfg.task_retry);
                 tracing::error!(
@@ -172,7 +291,7 @@ impl Driver {
     /// the event that ends the batch. `input` names the batch's input, for an error.
     pub(super) async fn write_changelogs(
         &self,
-        m: &ThreadMachine,
+        allowed: Allowed,
         task: TaskId,
         batch_id: RequestId,
         logs: &[(Layout, ChangelogHeaders)],
@@ -203,7 +322,7 @@ impl Driver {
         if stores.is_empty() {
             return Ok(Vec::new());
         }
-        if !m.may_write(self.now()) {
+        if !self.may_write(allowed) {
             return Err(failed());
         }
         let parts: Vec<Part> = stores
@@ -254,7 +373,7 @@ impl Driver {
     /// key as any output; false when the broker did not take them (the batch runs again).
     pub(super) async fn send_dead_letters(
         &self,
-        m: &ThreadMachine,
+        allowed: Allowed,
         task: TaskId,
         topic: &str,
         records: Vec<KeyValue>,
@@ -273,7 +392,7 @@ impl Driver {
                     Err(Produced::Failed) => return false,
                     Err(Produced::Oversized { index, .. }) => {
                         let bytes = baton_kafka::records::record_bytes(&batch[index]);
-                        match m.oversized(OversizedWrite::DeadLetter) {
+                        match allowed.oversized_dead_letter {
                             OversizedAnswer::Skip => {
                                 tracing::error!(task = %task, partition = %tp, bytes, "a record for the dead-letter topic is larger than any batch it takes; it is logged here and not written");
                                 batch.drain(..=index);
