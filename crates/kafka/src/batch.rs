@@ -385,5 +385,8 @@ impl<'a> Reader<'a> {
     }
 }
 
+mod encode;
+pub use encode::encode_v2;
+
 #[cfg(test)]
 mod tests;

@@ -2,15 +2,13 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record as WireRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 
+use crate::batch::encode_v2;
 use crate::client::Client;
 use crate::error::{check, Error, Result};
 
@@ -94,13 +92,8 @@ impl Client {
         records: &[KeyValue],
     ) -> Result<i64> {
         let now = now_ms();
-        self.send_batch(
-            leader,
-            topic,
-            partition,
-            encode_batch(records, |_| now, &[])?,
-        )
-        .await
+        self.send_batch(leader, topic, partition, encode_v2(records, |_| now, &[])?)
+            .await
     }
 
     /// As [`Client::produce`], each record stamped with its own timestamp (milliseconds since
@@ -338,68 +331,12 @@ pub fn encode_records(
             ts.len(),
             records.len()
         ))),
-        Some(ts) => encode_batch(records, |i| ts[i], value_headers),
+        Some(ts) => encode_v2(records, |i| ts[i], value_headers),
         None => {
             let now = now_ms();
-            encode_batch(records, |_| now, value_headers)
+            encode_v2(records, |_| now, value_headers)
         }
     }
-}
-
-/// One v2 record batch of `records`, uncompressed, record `i` stamped `ts(i)`; records with a
-/// value carry `value_headers`.
-fn encode_batch(
-    records: &[KeyValue],
-    ts: impl Fn(usize) -> i64,
-    value_headers: &[(&str, &[u8])],
-) -> Result<Bytes> {
-    let headers: kafka_protocol::indexmap::IndexMap<StrBytes, Option<Bytes>> = value_headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                StrBytes::from_string((*k).to_owned()),
-                Some(Bytes::copy_from_slice(v)),
-            )
-        })
-        .collect();
-    let wire: Vec<WireRecord> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (key, value))| WireRecord {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // kafka-protocol cuts a batch where offset - sequence changes, and a producer
-            // without idempotence must send base sequence -1: one batch, base -1.
-            sequence: i as i32 - 1,
-            timestamp: ts(i),
-            key: key.clone(),
-            value: value.clone(),
-            headers: match value {
-                Some(_) => headers.clone(),
-                None => Default::default(),
-            },
-        })
-        .collect();
-    let mut batch = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut batch,
-        &wire,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .map_err(|e| Error::Codec {
-        api: ApiKey::Produce,
-        message: format!("{e:#}"),
-    })?;
-    Ok(batch.freeze())
 }
 
 /// One partition of a [`Client::fetch_many`].
@@ -456,7 +393,7 @@ mod split_tests {
     #[test]
     fn value_headers_go_on_records_with_a_value_only() {
         let records = [kv(3), (Some(Bytes::from_static(b"gone")), None)];
-        let mut batch = encode_batch(&records, |i| i as i64, &[("v", &[3])]).unwrap();
+        let mut batch = encode_v2(&records, |i| i as i64, &[("v", &[3])]).unwrap();
         let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut batch).unwrap();
         let headers: Vec<Vec<(String, Option<Bytes>)>> = set
             .records
@@ -495,7 +432,7 @@ mod split_tests {
                 let size: usize = BATCH_HEADER_BYTES
                     + records[start..start + n].iter().map(record_bytes).sum::<usize>();
                 prop_assert!(n == 1 || size <= limit);
-                let encoded = encode_batch(&records[start..start + n], |_| 1_700_000_000_000, &[]).unwrap();
+                let encoded = encode_v2(&records[start..start + n], |_| 1_700_000_000_000, &[]).unwrap();
                 prop_assert!(encoded.len() <= size, "{} > {}", encoded.len(), size);
                 start += n;
             }
