@@ -301,6 +301,7 @@ impl World {
             auto_offset_reset: baton_core::config::OffsetReset::Earliest,
             failed_task_retry: None,
             on_oversized_record: Default::default(),
+            fetch_beside_batches: true,
             wall_clock: std::collections::BTreeMap::new(),
         }
     }

@@ -77,6 +77,10 @@ pub struct MachineConfig {
     pub failed_task_retry: Option<Duration>,
     /// What becomes of an output record no batch the broker takes can carry.
     pub on_oversized_record: crate::config::OversizedRecord,
+    /// Send the next fetch of input while batches run, each source asked from its batch's
+    /// end (the runtime: its next input is on its way while the records run). Off, a fetch
+    /// goes only when no batch runs (the simulator's model of a stream thread).
+    pub fetch_beside_batches: bool,
 }
 
 /// The longest wait before a failed task is tried again.
@@ -791,9 +795,12 @@ impl ThreadMachine {
                 t.id,
                 t.role
             );
-            // A punctuation (a batch without input) may run beside a fetch; input may not.
+            // A punctuation (a batch without input) may run beside a fetch; input may not,
+            // unless fetches ask from batches' ends.
             debug_assert!(
-                self.fetch.is_none() || t.batch.as_ref().is_none_or(|b| b.inputs.is_empty()),
+                self.cfg.fetch_beside_batches
+                    || self.fetch.is_none()
+                    || t.batch.as_ref().is_none_or(|b| b.inputs.is_empty()),
                 "{}: a batch of input runs beside a fetch in flight",
                 t.id
             );
@@ -957,12 +964,14 @@ impl ThreadMachine {
         }
     }
 
-    /// One fetch at a time, and none while a batch runs, so it covers every source.
+    /// One fetch at a time. With [`MachineConfig::fetch_beside_batches`] it may be sent while
+    /// batches run: a task with a batch of input asks from that batch's end
+    /// ([`ThreadMachine::wants`]), so the next input is on its way while this one is
+    /// processed, and every source is covered. Without, none goes while a batch runs.
     fn fetch_due(&mut self, now: Duration, out: &mut Vec<Command>) {
-        if self.fetch.is_none()
-            && self.fetch_retry_at.is_none_or(|t| now >= t)
-            && self.tasks.values().all(|t| t.batch.is_none())
-        {
+        let batches_allow =
+            || self.cfg.fetch_beside_batches || self.tasks.values().all(|t| t.batch.is_none());
+        if self.fetch.is_none() && self.fetch_retry_at.is_none_or(|t| now >= t) && batches_allow() {
             let wants = self.wants(now);
             if !wants.is_empty() {
                 let fetch = self.id();
@@ -1022,17 +1031,33 @@ impl ThreadMachine {
                 }
                 Phase::Running
                     if may_write
-                        && t.batch.is_none()
                         && t.reseed.is_none()
-                        && t.retry_at.is_none_or(|r| now >= r) =>
+                        && t.retry_at.is_none_or(|r| now >= r)
+                        && (t.batch.is_none() || self.cfg.fetch_beside_batches) =>
                 {
-                    wants.extend(t.sources.iter().filter(|s| !s.resetting).filter_map(|s| {
-                        Some(FetchWant {
-                            tp: s.tp.clone(),
-                            offset: s.position?,
-                            max_bytes: self.cfg.input_fetch_bytes,
-                        })
-                    }))
+                    // A source a batch in flight reads is asked from the batch's end: what
+                    // comes after it. Should the batch fail, the answer no longer starts at
+                    // the source's position and is not used ([`inputs_fetched`]).
+                    let after_batch = |i: usize| {
+                        let b = t.batch.as_ref()?;
+                        b.inputs
+                            .iter()
+                            .find(|(s, _)| *s == i)
+                            .map(|&(_, next)| next)
+                    };
+                    wants.extend(
+                        t.sources
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, s)| !s.resetting)
+                            .filter_map(|(i, s)| {
+                                Some(FetchWant {
+                                    tp: s.tp.clone(),
+                                    offset: after_batch(i).or(s.position)?,
+                                    max_bytes: self.cfg.input_fetch_bytes,
+                                })
+                            }),
+                    )
                 }
                 _ => {}
             }
@@ -1063,7 +1088,16 @@ impl ThreadMachine {
                 Phase::Restoring | Phase::Tailing if !t.reading_committed && t.reseed.is_none() => {
                     absorb_fetched(t, &by_tp, &mut behind, out)
                 }
-                Phase::Running if may_write && t.batch.is_none() && t.reseed.is_none() => {
+                // A task whose batch still runs leaves the answer (its next fetch asks
+                // again; the runtime's driver settles batches before it reads an answer),
+                // and so does one waiting to retry a failed batch (the answer was asked
+                // for before it failed).
+                Phase::Running
+                    if may_write
+                        && t.batch.is_none()
+                        && t.reseed.is_none()
+                        && t.retry_at.is_none_or(|r| now >= r) =>
+                {
                     if let Some(batch) = inputs_fetched(t, &by_tp, out) {
                         batches.push(batch);
                     }

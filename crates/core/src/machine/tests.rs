@@ -58,6 +58,7 @@ fn machine_with(rejoin_mode: baton_assignor::RejoinMode) -> ThreadMachine {
             auto_offset_reset: crate::config::OffsetReset::Earliest,
             failed_task_retry: None,
             on_oversized_record: Default::default(),
+            fetch_beside_batches: true,
             wall_clock: BTreeMap::new(),
         },
         topology(),
@@ -1112,6 +1113,8 @@ fn a_standby_behind_its_changelog_is_rebuilt() {
 fn a_changelog_made_again_under_a_running_task_is_reseeded() {
     let (mut m, cmds) = running_with_input(10, S);
     let (_, batch, _) = processes(&cmds)[0].clone();
+    let (f, wants) = fetch_of(&cmds).expect("the next input, asked as the batch starts");
+    assert_eq!(wants[0].offset, 10, "from the batch's end");
     let cmds = m.handle(
         Event::BatchDone {
             task: task(0),
@@ -1124,7 +1127,6 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
         reseed_of(&cmds).is_none(),
         "a changelog that grew: {cmds:?}"
     );
-    let (f, _) = fetch_of(&cmds).expect("the next input");
     let cmds = m.handle(
         Event::Fetched {
             fetch: f,
@@ -1138,6 +1140,8 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
         S,
     );
     let (_, batch, _) = processes(&cmds)[0].clone();
+    let (in_flight, wants) = fetch_of(&cmds).expect("the next input, asked as the batch starts");
+    assert_eq!(wants[0].offset, 15);
     // Its writes landed at 0..3 of a new changelog, where the store holds 10.
     let cmds = m.handle(
         Event::BatchDone {
@@ -1150,6 +1154,21 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
     let (request, changelogs) = reseed_of(&cmds).expect("written again: {cmds:?}");
     assert_eq!(changelogs, [0]);
     assert!(fetch_of(&cmds).is_none(), "no input until written");
+    // The answer to the fetch sent before is not used while the store is written.
+    let answered = m.handle(
+        Event::Fetched {
+            fetch: in_flight,
+            results: vec![FetchResult {
+                tp: tp("in", 0),
+                from: 15,
+                next: 20,
+                high_watermark: Some(20),
+            }],
+        },
+        S,
+    );
+    assert!(processes(&answered).is_empty(), "{answered:?}");
+    assert!(fetch_of(&answered).is_none(), "no input until written");
     assert!(processes(&m.handle(Event::Tick, S + ms(100))).is_empty());
     // Its positions are not committed while the changelog lacks their state.
     assert!(commit_of(&m.handle(Event::Tick, 5 * S)).is_none());
@@ -1164,6 +1183,80 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
     assert_eq!(m.tasks()[&task(0)].changelogs[0].stored, 9);
     let (_, wants) = fetch_of(&cmds).expect("input again");
     assert_eq!(wants[0].offset, 15, "where it stopped");
+}
+
+/// The next fetch goes as a batch starts, asking from the batch's end. Its answer is used
+/// only once the batch is done: not while it runs, not after it failed (the retry reads the
+/// batch's input again, from its start, after the pause).
+#[test]
+fn the_next_fetch_goes_beside_a_batch_and_serves_only_after_it() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let (f, wants) = fetch_of(&cmds).expect("asked as the batch starts");
+    assert_eq!(wants[0].offset, 10, "from the batch's end");
+    let answer = |fetch, from, next| Event::Fetched {
+        fetch,
+        results: vec![FetchResult {
+            tp: tp("in", 0),
+            from,
+            next,
+            high_watermark: Some(next),
+        }],
+    };
+    let early = m.handle(answer(f, 10, 15), S);
+    assert!(
+        processes(&early).is_empty(),
+        "the batch still runs: {early:?}"
+    );
+    let (f, wants) = fetch_of(&early).expect("asked again");
+    assert_eq!(wants[0].offset, 10);
+    m.handle(
+        Event::BatchFailed {
+            task: task(0),
+            batch,
+            output_acknowledged: false,
+        },
+        S,
+    );
+    let after_failure = m.handle(answer(f, 10, 15), S);
+    assert!(processes(&after_failure).is_empty(), "{after_failure:?}");
+    assert!(fetch_of(&after_failure).is_none(), "not before the pause");
+    let retry = m.handle(Event::Tick, S + ms(300));
+    let (f, wants) = fetch_of(&retry).expect("after the pause");
+    assert_eq!(wants[0].offset, 0, "the failed batch's input again");
+    let again = m.handle(answer(f, 0, 15), S + ms(300));
+    let (_, _, inputs) = processes(&again).first().cloned().expect("a batch");
+    assert_eq!((inputs[0].from, inputs[0].to), (0, 15));
+}
+
+/// Without `fetch_beside_batches` (the simulator's model of a thread) no fetch goes while a
+/// batch of input runs; the next goes once it is done.
+#[test]
+fn without_fetches_beside_batches_none_goes_while_a_batch_runs() {
+    let mut m = machine();
+    m.cfg.fetch_beside_batches = false;
+    let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
+    let fetch = bring_up(&mut m, cmds, Duration::ZERO);
+    let results = vec![FetchResult {
+        tp: tp("in", 0),
+        from: 0,
+        next: 10,
+        high_watermark: Some(10),
+    }];
+    let cmds = m.handle(Event::Fetched { fetch, results }, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    assert!(fetch_of(&cmds).is_none(), "{cmds:?}");
+    assert!(fetch_of(&m.handle(Event::Tick, S)).is_none());
+    let done = m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: vec![(0, 0, 10)],
+        },
+        S,
+    );
+    let (_, wants) = fetch_of(&done).expect("once the batch is done");
+    assert_eq!(wants[0].offset, 10);
 }
 
 /// The driver's periodic check finds the changelog of a running active made again while no
@@ -1736,7 +1829,9 @@ fn a_task_commits_once_it_has_caught_up_after_taking_over_or_a_backlog() {
     );
     let (commit, _, offsets) = commit_of(&done).expect("an early commit after taking over");
     assert_eq!(offsets, vec![(tp("in", 0), 10)]);
-    let mut pending = done.clone();
+    // The next fetch went out as the batch started.
+    let mut pending = cmds.clone();
+    pending.extend(done.clone());
     pending.extend(m.handle(Event::CommitDone { commit, ok: true }, S * 2));
     // The next fetch (already asked, or asked now) brings `from..next` of an end at `hw`.
     let mut fetch_and_process = |m: &mut ThreadMachine, from: i64, next: i64, hw: i64, at| {
@@ -1756,6 +1851,7 @@ fn a_task_commits_once_it_has_caught_up_after_taking_over_or_a_backlog() {
             at,
         );
         let (_, batch, _) = processes(&cmds).first().cloned().expect("a batch");
+        let asked = cmds.clone();
         let out = m.handle(
             Event::BatchDone {
                 task: task(0),
@@ -1764,7 +1860,8 @@ fn a_task_commits_once_it_has_caught_up_after_taking_over_or_a_backlog() {
             },
             at,
         );
-        pending = out.clone();
+        pending = asked;
+        pending.extend(out.clone());
         out
     };
     let behind = fetch_and_process(&mut m, 10, 40, 100, S * 3);
@@ -1819,8 +1916,8 @@ fn failed_fetches_back_off_and_a_good_one_resets_the_backoff() {
 }
 
 /// A sub-topology with a wall-clock punctuation: each running active gets a punctuation
-/// batch (no input) one interval after it started running, then every interval; no fetch
-/// goes while it runs, and it changes no position.
+/// batch (no input) one interval after it started running, then every interval; it changes
+/// no position.
 #[test]
 fn wall_clock_punctuations_run_as_batches_without_input() {
     let mut m = machine();
@@ -1883,7 +1980,8 @@ fn wall_clock_punctuations_run_as_batches_without_input() {
 fn a_high_watermark_below_the_position_is_a_gone_position() {
     let (mut m, cmds) = running_with_input(10, S);
     let (_, batch, _) = processes(&cmds)[0].clone();
-    let mut next = m.handle(
+    let (fetch, _) = fetch_of(&cmds).expect("the next fetch, asked as the batch starts");
+    m.handle(
         Event::BatchDone {
             task: task(0),
             batch,
@@ -1891,8 +1989,6 @@ fn a_high_watermark_below_the_position_is_a_gone_position() {
         },
         S,
     );
-    next.extend(m.handle(Event::Tick, S));
-    let (fetch, _) = fetch_of(&next).expect("the next fetch");
     let cmds = m.handle(
         Event::Fetched {
             fetch,
@@ -1918,7 +2014,8 @@ fn a_high_watermark_below_the_position_is_a_gone_position() {
 fn an_unreadable_input_batch_is_skipped_or_stops_the_task() {
     let (mut m, cmds) = running_with_input(10, S);
     let (_, batch, _) = processes(&cmds)[0].clone();
-    let cmds = m.handle(
+    let (f, _) = fetch_of(&cmds).expect("the next input, asked as the batch starts");
+    m.handle(
         Event::BatchDone {
             task: task(0),
             batch,
@@ -1926,7 +2023,6 @@ fn an_unreadable_input_batch_is_skipped_or_stops_the_task() {
         },
         S,
     );
-    let (f, _) = fetch_of(&cmds).expect("the next input");
     let stale = m.handle(
         Event::InputSkipped {
             task: task(0),

@@ -110,8 +110,11 @@ enum Miss {
 pub struct StreamThread {
     ctx: Arc<Context>,
     name: String,
-    /// This thread's own connections for fetch and produce.
+    /// This thread's own connections for fetches and the rest of its data requests.
     io: Arc<Client>,
+    /// Its connections for produce: a batch's writes never wait behind a fetch, which the
+    /// broker may hold until data comes, and the next fetch is sent while a batch runs.
+    produce_io: Arc<Client>,
     member: Option<GroupMember>,
 }
 
@@ -122,6 +125,8 @@ impl StreamThread {
         let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();
         let io = Client::new(&bootstrap, &name);
         io.set_request_timeout(cfg.request_timeout());
+        let produce_io = Client::new(&bootstrap, &format!("{name}-producer"));
+        produce_io.set_request_timeout(cfg.request_timeout());
         // Membership traffic on connections of its own: a heartbeat never waits behind a fetch.
         let membership_client = Client::new(&bootstrap, &format!("{name}-member"));
         membership_client.set_request_timeout(cfg.request_timeout());
@@ -155,6 +160,7 @@ impl StreamThread {
             ctx,
             name,
             io,
+            produce_io,
             member: Some(member),
         }
     }
@@ -181,6 +187,7 @@ impl StreamThread {
                 auto_offset_reset: cfg.auto_offset_reset,
                 failed_task_retry: cfg.task_retry,
                 on_oversized_record: cfg.on_oversized_record,
+                fetch_beside_batches: true,
                 wall_clock: self
                     .ctx
                     .wire
@@ -215,7 +222,7 @@ impl StreamThread {
             epoch,
             writer: Writer {
                 ctx: self.ctx.clone(),
-                io: self.io.clone(),
+                io: self.produce_io.clone(),
                 epoch,
             },
             in_flight: Vec::new(),

@@ -10,7 +10,7 @@ use baton_kafka::records::PartitionBatch;
 #[derive(Clone)]
 pub(super) struct Writer {
     pub ctx: Arc<Context>,
-    /// The thread's own connections for fetch and produce.
+    /// The thread's own connections for produce.
     pub io: Arc<Client>,
     /// The thread's clock, as the machine's.
     pub epoch: Instant,

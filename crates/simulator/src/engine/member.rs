@@ -115,6 +115,7 @@ impl Engine<'_> {
             auto_offset_reset: baton_core::config::OffsetReset::Earliest,
             failed_task_retry: None,
             on_oversized_record: Default::default(),
+            fetch_beside_batches: false,
             wall_clock: std::collections::BTreeMap::new(),
         }
     }
