@@ -1229,6 +1229,44 @@ fn the_next_fetch_goes_beside_a_batch_and_serves_only_after_it() {
     assert_eq!((inputs[0].from, inputs[0].to), (0, 15));
 }
 
+/// A task waiting to retry a failed batch uses no answer meanwhile, not even for a source the
+/// failed batch did not read (the answer was asked for before it failed): its input runs again
+/// after the pause, in order.
+#[test]
+fn a_task_waiting_to_retry_uses_no_answer_asked_for_before_its_batch_failed() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let (f, _) = fetch_of(&cmds).expect("asked as the batch starts");
+    m.tasks
+        .get_mut(&task(0))
+        .expect("held")
+        .sources
+        .push(SourceCursor {
+            tp: tp("side", 0),
+            position: Some(0),
+            committed: None,
+            resetting: false,
+            made_again: false,
+        });
+    m.handle(
+        Event::BatchFailed {
+            task: task(0),
+            batch,
+            output_acknowledged: false,
+        },
+        S,
+    );
+    let result = |topic, from, next| FetchResult {
+        tp: tp(topic, 0),
+        from,
+        next,
+        high_watermark: Some(next),
+    };
+    let results = vec![result("in", 10, 15), result("side", 0, 5)];
+    let answered = m.handle(Event::Fetched { fetch: f, results }, S);
+    assert!(processes(&answered).is_empty(), "{answered:?}");
+}
+
 /// Without `fetch_beside_batches` (the simulator's model of a thread) no fetch goes while a
 /// batch of input runs; the next goes once it is done.
 #[test]

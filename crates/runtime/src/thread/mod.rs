@@ -73,6 +73,8 @@ const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// member's next heartbeat (3 s under Kafka's defaults: seen as a 3.04 s gap in
 /// runtime_rebalance.rs).
 const DRAINED_LEAVE_PAUSE: Duration = Duration::from_millis(300);
+/// Produce connections per stream thread.
+const PRODUCERS: usize = 3;
 /// How much of a store one produce of a re-seed carries.
 const RESEED_PAGE_BYTES: usize = 1 << 20;
 
@@ -114,7 +116,8 @@ pub struct StreamThread {
     io: Arc<Client>,
     /// Its connections for produce: a batch's writes never wait behind a fetch, which the
     /// broker may hold until data comes, and the next fetch is sent while a batch runs.
-    produce_io: Arc<Client>,
+    /// Several, so that batches of different tasks are written side by side.
+    producers: Vec<Arc<Client>>,
     member: Option<GroupMember>,
 }
 
@@ -125,8 +128,13 @@ impl StreamThread {
         let bootstrap: Vec<&str> = cfg.bootstrap.iter().map(String::as_str).collect();
         let io = Client::new(&bootstrap, &name);
         io.set_request_timeout(cfg.request_timeout());
-        let produce_io = Client::new(&bootstrap, &format!("{name}-producer"));
-        produce_io.set_request_timeout(cfg.request_timeout());
+        let producers = (0..PRODUCERS)
+            .map(|i| {
+                let io = Client::new(&bootstrap, &format!("{name}-producer-{i}"));
+                io.set_request_timeout(cfg.request_timeout());
+                io
+            })
+            .collect();
         // Membership traffic on connections of its own: a heartbeat never waits behind a fetch.
         let membership_client = Client::new(&bootstrap, &format!("{name}-member"));
         membership_client.set_request_timeout(cfg.request_timeout());
@@ -160,7 +168,7 @@ impl StreamThread {
             ctx,
             name,
             io,
-            produce_io,
+            producers,
             member: Some(member),
         }
     }
@@ -222,10 +230,11 @@ impl StreamThread {
             epoch,
             writer: Writer {
                 ctx: self.ctx.clone(),
-                io: self.produce_io.clone(),
+                io: self.producers[0].clone(),
                 epoch,
             },
             in_flight: Vec::new(),
+            producers: self.producers.clone(),
             tasks: BTreeMap::new(),
             stream_times: BTreeMap::new(),
             buffers: BTreeMap::new(),
@@ -256,6 +265,9 @@ struct Driver {
     writer: Writer,
     /// Batches whose writes run beside the thread, in the order they were handed over.
     in_flight: Vec<InFlight>,
+    /// The thread's produce connections: each task's batches go through one of them (in
+    /// order: a task has one batch at a time), and different tasks' side by side.
+    producers: Vec<Arc<Client>>,
     tasks: BTreeMap<TaskId, TaskIo>,
     /// Each task's stream time (the largest record timestamp it has processed, or read from
     /// the committed offsets' metadata), committed beside its offsets.
@@ -1035,7 +1047,9 @@ impl Driver {
             inputs: inputs.to_vec(),
             logs,
         };
-        let writer = self.writer.clone();
+        let mut writer = self.writer.clone();
+        let lane = (task.subtopology as usize).wrapping_add(task.partition as usize);
+        writer.io = self.producers[lane % self.producers.len()].clone();
         let written = tokio::spawn(writer.write_batch(Allowed::by(m), task, batch, writes));
         self.in_flight.push(InFlight {
             task,
