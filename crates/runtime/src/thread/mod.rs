@@ -671,8 +671,9 @@ impl Driver {
                 offset,
             })
             .collect();
-        let ok = match self
-            .io
+        // On a produce connection: every write is settled before a commit, so it is free,
+        // while the fetch connection may be held by a fetch the broker keeps until data comes.
+        let ok = match self.producers[0]
             .commit(self.ctx.group(), generation, member_id, &offsets)
             .await
         {
