@@ -91,9 +91,8 @@ impl Client {
         partition: i32,
         records: &[KeyValue],
     ) -> Result<i64> {
-        let now = now_ms();
-        self.send_batch(leader, topic, partition, encode_v2(records, |_| now, &[])?)
-            .await
+        let batch = encode_records(records, None, &[])?;
+        self.send_batch(leader, topic, partition, batch).await
     }
 
     /// As [`Client::produce`], each record stamped with its own timestamp (milliseconds since
@@ -181,24 +180,15 @@ impl Client {
         partition: i32,
         batch: Bytes,
     ) -> Result<i64> {
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(batch))])]);
-        let resp = self
-            .send_capped_to(leader, &req, PRODUCE_MAX_VERSION)
-            .await?;
-        let p = resp
-            .responses
-            .first()
-            .and_then(|t| t.partition_responses.first())
-            .ok_or_else(|| Error::Protocol("Produce answered no partition".into()))?;
-        check(ApiKey::Produce, p.error_code)?;
-        Ok(p.base_offset)
+        let write = PartitionBatch {
+            topic: topic.to_owned(),
+            partition,
+            batch,
+        };
+        let mut answers = self.produce_batches(leader, vec![write]).await?;
+        answers
+            .pop()
+            .ok_or_else(|| Error::Protocol("Produce answered no partition".into()))?
     }
 
     /// Reads records from `offset` (at most about `max_bytes`), waiting up to `max_wait_ms` for data.

@@ -184,19 +184,21 @@ fn running_with_input(next: i64, at: Duration) -> (ThreadMachine, Vec<Command>) 
     let mut m = machine();
     let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
     let fetch = bring_up(&mut m, cmds, Duration::ZERO);
-    let cmds = m.handle(
-        Event::Fetched {
-            fetch,
-            results: vec![FetchResult {
-                tp: tp("in", 0),
-                from: 0,
-                next,
-                high_watermark: Some(next),
-            }],
-        },
-        at,
-    );
+    let cmds = m.handle(input_answer(fetch, 0, next), at);
     (m, cmds)
+}
+
+/// A fetch's answer for input partition in-0: offsets `from..next`, its end at `next`.
+fn input_answer(fetch: RequestId, from: i64, next: i64) -> Event {
+    Event::Fetched {
+        fetch,
+        results: vec![FetchResult {
+            tp: tp("in", 0),
+            from,
+            next,
+            high_watermark: Some(next),
+        }],
+    }
 }
 
 #[test]
@@ -1127,18 +1129,7 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
         reseed_of(&cmds).is_none(),
         "a changelog that grew: {cmds:?}"
     );
-    let cmds = m.handle(
-        Event::Fetched {
-            fetch: f,
-            results: vec![FetchResult {
-                tp: tp("in", 0),
-                from: 10,
-                next: 15,
-                high_watermark: Some(15),
-            }],
-        },
-        S,
-    );
+    let cmds = m.handle(input_answer(f, 10, 15), S);
     let (_, batch, _) = processes(&cmds)[0].clone();
     let (in_flight, wants) = fetch_of(&cmds).expect("the next input, asked as the batch starts");
     assert_eq!(wants[0].offset, 15);
@@ -1155,18 +1146,7 @@ fn a_changelog_made_again_under_a_running_task_is_reseeded() {
     assert_eq!(changelogs, [0]);
     assert!(fetch_of(&cmds).is_none(), "no input until written");
     // The answer to the fetch sent before is not used while the store is written.
-    let answered = m.handle(
-        Event::Fetched {
-            fetch: in_flight,
-            results: vec![FetchResult {
-                tp: tp("in", 0),
-                from: 15,
-                next: 20,
-                high_watermark: Some(20),
-            }],
-        },
-        S,
-    );
+    let answered = m.handle(input_answer(in_flight, 15, 20), S);
     assert!(processes(&answered).is_empty(), "{answered:?}");
     assert!(fetch_of(&answered).is_none(), "no input until written");
     assert!(processes(&m.handle(Event::Tick, S + ms(100))).is_empty());
@@ -1194,16 +1174,7 @@ fn the_next_fetch_goes_beside_a_batch_and_serves_only_after_it() {
     let (_, batch, _) = processes(&cmds)[0].clone();
     let (f, wants) = fetch_of(&cmds).expect("asked as the batch starts");
     assert_eq!(wants[0].offset, 10, "from the batch's end");
-    let answer = |fetch, from, next| Event::Fetched {
-        fetch,
-        results: vec![FetchResult {
-            tp: tp("in", 0),
-            from,
-            next,
-            high_watermark: Some(next),
-        }],
-    };
-    let early = m.handle(answer(f, 10, 15), S);
+    let early = m.handle(input_answer(f, 10, 15), S);
     assert!(
         processes(&early).is_empty(),
         "the batch still runs: {early:?}"
@@ -1218,13 +1189,13 @@ fn the_next_fetch_goes_beside_a_batch_and_serves_only_after_it() {
         },
         S,
     );
-    let after_failure = m.handle(answer(f, 10, 15), S);
+    let after_failure = m.handle(input_answer(f, 10, 15), S);
     assert!(processes(&after_failure).is_empty(), "{after_failure:?}");
     assert!(fetch_of(&after_failure).is_none(), "not before the pause");
     let retry = m.handle(Event::Tick, S + ms(300));
     let (f, wants) = fetch_of(&retry).expect("after the pause");
     assert_eq!(wants[0].offset, 0, "the failed batch's input again");
-    let again = m.handle(answer(f, 0, 15), S + ms(300));
+    let again = m.handle(input_answer(f, 0, 15), S + ms(300));
     let (_, _, inputs) = processes(&again).first().cloned().expect("a batch");
     assert_eq!((inputs[0].from, inputs[0].to), (0, 15));
 }
@@ -1275,13 +1246,7 @@ fn without_fetches_beside_batches_none_goes_while_a_batch_runs() {
     m.cfg.fetch_beside_batches = false;
     let cmds = m.handle(assigned(1, &[0], &[], &[], Duration::ZERO), Duration::ZERO);
     let fetch = bring_up(&mut m, cmds, Duration::ZERO);
-    let results = vec![FetchResult {
-        tp: tp("in", 0),
-        from: 0,
-        next: 10,
-        high_watermark: Some(10),
-    }];
-    let cmds = m.handle(Event::Fetched { fetch, results }, S);
+    let cmds = m.handle(input_answer(fetch, 0, 10), S);
     let (_, batch, _) = processes(&cmds)[0].clone();
     assert!(fetch_of(&cmds).is_none(), "{cmds:?}");
     assert!(fetch_of(&m.handle(Event::Tick, S)).is_none());

@@ -228,11 +228,6 @@ impl StreamThread {
             name: self.name.clone(),
             io: self.io.clone(),
             epoch,
-            writer: Writer {
-                ctx: self.ctx.clone(),
-                io: self.producers[0].clone(),
-                epoch,
-            },
             in_flight: Vec::new(),
             producers: self.producers.clone(),
             tasks: BTreeMap::new(),
@@ -262,7 +257,6 @@ struct Driver {
     name: String,
     io: Arc<Client>,
     epoch: Instant,
-    writer: Writer,
     /// Batches whose writes run beside the thread, in the order they were handed over.
     in_flight: Vec<InFlight>,
     /// The thread's produce connections: each task's batches go through one of them (in
@@ -296,6 +290,15 @@ struct Driver {
 impl Driver {
     fn now(&self) -> Duration {
         self.epoch.elapsed()
+    }
+
+    /// The thread's writing side on produce connection `lane` (of [`PRODUCERS`], cycled).
+    fn writer(&self, lane: usize) -> Writer {
+        Writer {
+            ctx: self.ctx.clone(),
+            io: self.producers[lane % self.producers.len()].clone(),
+            epoch: self.epoch,
+        }
     }
 
     async fn drive(&mut self, m: &mut ThreadMachine) -> Exit {
@@ -1048,9 +1051,8 @@ impl Driver {
             inputs: inputs.to_vec(),
             logs,
         };
-        let mut writer = self.writer.clone();
         let lane = (task.subtopology as usize).wrapping_add(task.partition as usize);
-        writer.io = self.producers[lane % self.producers.len()].clone();
+        let writer = self.writer(lane);
         let written = tokio::spawn(writer.write_batch(Allowed::by(m), task, batch, writes));
         self.in_flight.push(InFlight {
             task,

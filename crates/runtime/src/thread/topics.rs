@@ -209,6 +209,7 @@ impl Driver {
         let mut at = reseed::Cursor::Start;
         let mut end = None;
         let mut written = 0u64;
+        let writer = self.writer(0);
         while at != reseed::Cursor::Done {
             let read = blocking(|| reseed::page(store, layout, &at, RESEED_PAGE_BYTES, now_ms));
             let page = match read {
@@ -228,9 +229,7 @@ impl Driver {
             if !m.may_write(self.now()) {
                 return None;
             }
-            let sent = self
-                .writer
-                .produce(tp, &page.records, Some(&page.timestamps), headers);
+            let sent = writer.produce(tp, &page.records, Some(&page.timestamps), headers);
             match sent.await {
                 Ok(next) => end = Some(next),
                 Err(Produced::Failed) => return None,
@@ -302,7 +301,7 @@ impl Driver {
         for (topic, id) in presence {
             match id {
                 None => {
-                    self.writer.make_changelog_again(&topic).await;
+                    self.writer(0).make_changelog_again(&topic).await;
                     // Its new id is asked for at once, not in 5 s.
                     self.changelog_check.next = None;
                 }
