@@ -68,6 +68,7 @@ fn faults() {
     timed("runtime panic", a_panic_in_the_runtime_stops_one_task);
     timed("unreadable batch", a_batch_no_reader_can_parse);
     timed("task retry", a_failed_task_is_retried_when_asked);
+    timed("cache flush fails", a_record_cache_that_fails_to_flush);
     timed("output deleted", output_deleted_then_recreated);
     timed("output made again", output_deleted_and_made_again_by_baton);
     timed(
@@ -824,6 +825,33 @@ fn a_panic_in_the_runtime_stops_one_task() {
         others.len(),
         theirs.len()
     );
+}
+
+/// The record cache until the commit (`--cache-max-bytes`), whose flush fails twice (a fail
+/// point, as a broker refusing the writes): each time the task's cache is dropped and its
+/// input read again from where the cache started; every key is counted exactly, and the
+/// output holds fewer records than the input (the cache kept one update per key per commit).
+fn a_record_cache_that_fails_to_flush() {
+    let cluster = Cluster::new("cache-flush");
+    let produced = cluster.produce_backlog("k", 40, 50);
+    let env = [("FAILPOINTS", "baton-flush=2*return")];
+    let mut a = cluster.spawn_env("a", &env, &["--cache-max-bytes", "1048576"]);
+    let counts = cluster.await_counts(&produced, Duration::from_secs(60));
+    let log = a.log_text();
+    assert_eq!(counts, produced, "every key exact\n{log}");
+    assert_eq!(
+        a.count_log("the record cache could not be written"),
+        2,
+        "{log}"
+    );
+    let events: i64 = produced.values().sum();
+    let outputs: usize = cluster.read_output().values().map(Vec::len).sum();
+    assert!(
+        (outputs as i64) < events,
+        "{outputs} output records for {events} events"
+    );
+    a.stop();
+    eprintln!("cache flush fails: dropped twice, {} keys exact, {outputs} output records for {events} events", produced.len());
 }
 
 /// As above, with `--task-retry-ms 500`: the failed task is tried again half a second later,

@@ -1,129 +1,359 @@
-//! The record cache (`statestore.cache.max.bytes` above 0): where a subtopology's sink carries
-//! a table's updates ([`crate::topology::Topology::sink_is_table`]), the updates of one key
-//! within one batch of input collapse to the last, as Kafka Streams' cache collapses them
-//! between commits. Read as a table (the last value per key), the output says the same as
-//! without the cache; only updates that a later one of the same batch replaced are not
-//! written. Changelog writes collapse per batch either way.
+//! The record cache (`statestore.cache.max.bytes` above 0), as Kafka Streams' lasts: from one
+//! commit to the next. A task's batches write their stores' updates into it, not into the
+//! changelogs, and the updates its table sinks carry ([`crate::topology::Topology::sink_is_table`])
+//! wait in it too; a later update of a key replaces the earlier one. Records read through it.
+//! Before each commit, and when the thread's share of the bytes is full, the driver flushes it:
+//! each sink's newest update per key, in the order of those last updates (the order in which
+//! Kafka Streams' cache flushes its dirty keys), then each store's newest value per key to its
+//! changelog, then into the store. Read as a table (the last value per key) the output says
+//! what it would without the cache; only updates that a later one replaced are not written.
 //!
-//! Baton's cache lives for one batch (at most `INPUT_FETCH_BYTES` of input per partition), not
-//! until the next commit: it delays no output, and it removes only the updates that one batch
-//! repeats (few when a batch holds few updates per key: 10,000 keys in `bench throughput`).
+//! Suppression buffers are not cached (as in Kafka Streams): their updates are written with
+//! their batch. Neither are tables read from a topic, whose topic is their changelog.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::topology::Emitted;
-#[cfg(test)]
-use crate::topology::StreamRecord;
+use bytes::Bytes;
 
-/// Keeps the last record of each key of each sink that `table` says carries a table, in the
-/// order of those last records (the order in which Kafka Streams' cache flushes its dirty
-/// keys), and every record of the other sinks. Returns the kept records' indices in the list
-/// as it came, ascending.
-pub fn keep_last_per_key(records: &mut Vec<Emitted>, table: impl Fn(u16) -> bool) -> Vec<usize> {
-    let mut keep = vec![false; records.len()];
-    {
-        // Borrowed keys and a fast hasher: this runs over every output of a batch.
-        let mut seen: HashSet<(u16, &[u8]), foldhash::fast::RandomState> =
-            HashSet::with_capacity_and_hasher(records.len().min(1 << 16), Default::default());
-        for (i, e) in records.iter().enumerate().rev() {
-            keep[i] = !table(e.sink) || seen.insert((e.sink, e.record.key.as_ref()));
-        }
-    }
-    let kept: Vec<usize> = (0..records.len()).filter(|&i| keep[i]).collect();
-    let mut flags = keep.into_iter();
-    records.retain(|_| flags.next().unwrap_or(false));
-    kept
+use crate::topology::{Emitted, StreamRecord};
+
+/// The hasher of the maps every record reads and writes: SipHash cost a tenth of a count per
+/// key's instructions per record; foldhash is seeded per map too.
+pub type Hasher = foldhash::fast::RandomState;
+
+/// A store's writes by key (`None` deletes), each with the timestamp of the record that
+/// wrote it last.
+pub type KeyWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64), Hasher>;
+
+/// One store's cached writes, shared with the interactive queries that read through them.
+pub type SharedWrites = Arc<RwLock<KeyWrites>>;
+
+/// What a cached entry costs beyond its key and value (Kafka's cache counts an overhead per
+/// entry too): the map's slot, the timestamp, the allocations' headers.
+const ENTRY_OVERHEAD: u64 = 48;
+
+/// A table sink's update waiting in the cache, with the input record it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedOutput {
+    /// When it was last replaced: the flush writes in this order.
+    seq: u64,
+    sink: u16,
+    record: StreamRecord,
+    /// (source index, offset) of the input record that made it.
+    origin: (usize, i64),
 }
 
-/// Which input record each output came from, as `(input, offset, outputs up to and with it)`,
-/// after only the outputs at `kept` (ascending) remain.
-pub fn origins_of_kept<I: Copy>(
-    origins: &[(I, i64, usize)],
-    kept: &[usize],
-) -> Vec<(I, i64, usize)> {
-    kept.iter()
-        .enumerate()
-        .filter_map(|(j, &i)| {
-            let at = origins.partition_point(|o| o.2 <= i);
-            origins
-                .get(at)
-                .map(|&(input, offset, _)| (input, offset, j + 1))
-        })
-        .collect()
+/// One task's record cache.
+#[derive(Default)]
+pub struct TaskCache {
+    /// Per store index (cached stores only).
+    stores: BTreeMap<usize, SharedWrites>,
+    /// Per sink, by key: keys and values are copies of their own, never slices of the input
+    /// (a slice would keep its whole fetch buffer alive until the flush).
+    outputs: BTreeMap<u16, HashMap<Bytes, CachedOutput, Hasher>>,
+    next_seq: u64,
+    bytes: u64,
+    /// Per source index, the input since the last flush: (first offset, offset after).
+    input: BTreeMap<usize, (i64, i64)>,
+}
+
+/// What a flush writes: per store its writes, the sinks' updates in order with the input each
+/// came from, and the input they cover.
+pub struct Flush {
+    pub writes: BTreeMap<usize, KeyWrites>,
+    pub outputs: Vec<Emitted>,
+    /// (source index, offset, outputs up to and with it), as a batch's origins.
+    pub origins: Vec<(usize, i64, usize)>,
+    /// Per source index: (first offset, offset after).
+    pub input: Vec<(usize, i64, i64)>,
+}
+
+fn size(key: &[u8], value: Option<&[u8]>) -> u64 {
+    (key.len() + value.map_or(0, <[u8]>::len)) as u64 + ENTRY_OVERHEAD
+}
+
+/// `b`, or a copy when it shares its buffer (a slice of the fetch it came in).
+fn owned(b: Bytes) -> Bytes {
+    if b.is_unique() {
+        b
+    } else {
+        Bytes::copy_from_slice(&b)
+    }
+}
+
+fn read(w: &SharedWrites) -> RwLockReadGuard<'_, KeyWrites> {
+    // A panic while holding it left whole entries (no write is half done): still usable.
+    w.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write(w: &SharedWrites) -> RwLockWriteGuard<'_, KeyWrites> {
+    w.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl TaskCache {
+    /// A cache for the stores at `stores` (indices into the task's stores).
+    pub fn new(stores: impl IntoIterator<Item = usize>) -> TaskCache {
+        TaskCache {
+            stores: stores
+                .into_iter()
+                .map(|i| (i, SharedWrites::default()))
+                .collect(),
+            ..TaskCache::default()
+        }
+    }
+
+    pub fn caches_store(&self, idx: usize) -> bool {
+        self.stores.contains_key(&idx)
+    }
+
+    /// Store `idx`'s cached writes, for reading through (a batch, an interactive query).
+    pub fn shared(&self, idx: usize) -> Option<&SharedWrites> {
+        self.stores.get(&idx)
+    }
+
+    /// Read guards on every cached store, by store index, for a batch's reads.
+    pub fn readers(&self) -> BTreeMap<usize, RwLockReadGuard<'_, KeyWrites>> {
+        self.stores.iter().map(|(&i, w)| (i, read(w))).collect()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.input.is_empty() && self.outputs.is_empty()
+    }
+
+    /// Takes in a batch that is done: its writes to cached stores, its table sinks' updates
+    /// (each with the input record it came from) and the input it read, `(source, from, to)`.
+    pub fn merge(
+        &mut self,
+        writes: BTreeMap<usize, KeyWrites>,
+        outputs: Vec<(Emitted, (usize, i64))>,
+        input: impl IntoIterator<Item = (usize, i64, i64)>,
+    ) {
+        for (idx, batch) in writes {
+            let Some(shared) = self.stores.get(&idx) else {
+                continue;
+            };
+            let mut cached = write(shared);
+            for (k, v) in batch {
+                let added = size(&k, v.0.as_deref());
+                if let Some(old) = cached.get(&k) {
+                    self.bytes -= size(&k, old.0.as_deref());
+                }
+                self.bytes += added;
+                cached.insert(k, v);
+            }
+        }
+        for (Emitted { sink, record }, origin) in outputs {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.bytes += size(&record.key, record.value.as_deref());
+            let by_key = self.outputs.entry(sink).or_default();
+            let record = StreamRecord {
+                value: record.value.map(owned),
+                old: record.old.map(owned),
+                ..record
+            };
+            match by_key.get_mut(&record.key) {
+                Some(cached) => {
+                    let was = &cached.record;
+                    self.bytes -= size(&was.key, was.value.as_deref());
+                    let key = was.key.clone();
+                    *cached = CachedOutput {
+                        seq,
+                        sink,
+                        record: StreamRecord { key, ..record },
+                        origin,
+                    };
+                }
+                None => {
+                    let key = owned(record.key.clone());
+                    let record = StreamRecord {
+                        key: key.clone(),
+                        ..record
+                    };
+                    let entry = CachedOutput {
+                        seq,
+                        sink,
+                        record,
+                        origin,
+                    };
+                    by_key.insert(key, entry);
+                }
+            }
+        }
+        for (source, from, to) in input {
+            let range = self.input.entry(source).or_insert((from, to));
+            range.1 = range.1.max(to);
+        }
+    }
+
+    /// What a flush writes, leaving the cache as it is: reads go on through it until the
+    /// flush is in the stores ([`TaskCache::clear`]).
+    pub fn flush(&self) -> Flush {
+        let writes = self
+            .stores
+            .iter()
+            .map(|(&i, w)| (i, read(w).clone()))
+            .filter(|(_, w)| !w.is_empty())
+            .collect();
+        let mut outputs: Vec<&CachedOutput> =
+            self.outputs.values().flat_map(|o| o.values()).collect();
+        outputs.sort_unstable_by_key(|o| o.seq);
+        let origins = outputs
+            .iter()
+            .enumerate()
+            .map(|(j, o)| (o.origin.0, o.origin.1, j + 1))
+            .collect();
+        let outputs = outputs
+            .into_iter()
+            .map(|o| Emitted {
+                sink: o.sink,
+                record: o.record.clone(),
+            })
+            .collect();
+        let input = self
+            .input
+            .iter()
+            .map(|(&s, &(from, to))| (s, from, to))
+            .collect();
+        Flush {
+            writes,
+            outputs,
+            origins,
+            input,
+        }
+    }
+
+    /// Empties the cache: flushed into the stores, or dropped. Returns the input it covered,
+    /// `(source, first offset)`, which a dropped cache's task reads again.
+    pub fn clear(&mut self) -> Vec<(usize, i64)> {
+        for w in self.stores.values() {
+            write(w).clear();
+        }
+        self.outputs.clear();
+        self.bytes = 0;
+        std::mem::take(&mut self.input)
+            .into_iter()
+            .map(|(s, (from, _))| (s, from))
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn rec(key: &str, value: &str) -> Emitted {
-        Emitted {
-            sink: 0,
-            record: StreamRecord::new(key.as_bytes().to_vec(), value.as_bytes().to_vec(), 0),
-        }
+    fn out(sink: u16, key: &str, value: &str) -> (Emitted, (usize, i64)) {
+        let record = StreamRecord::new(key.as_bytes().to_vec(), value.as_bytes().to_vec(), 0);
+        (Emitted { sink, record }, (0, 0))
+    }
+
+    fn writes(pairs: &[(&str, &str)]) -> BTreeMap<usize, KeyWrites> {
+        let w: KeyWrites = pairs
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), (Some(v.as_bytes().to_vec()), 1)))
+            .collect();
+        BTreeMap::from([(0, w)])
     }
 
     #[test]
-    fn the_last_update_of_each_key_stays_in_the_order_of_last_updates() {
-        let mut records = vec![
-            rec("a", "1"),
-            rec("b", "1"),
-            rec("a", "2"),
-            rec("c", "1"),
-            rec("b", "2"),
-        ];
-        let kept = keep_last_per_key(&mut records, |_| true);
-        assert_eq!(kept, vec![2, 3, 4]);
-        let got: Vec<(&[u8], &[u8])> = records
+    fn the_last_update_of_each_key_is_flushed_in_the_order_of_last_updates() {
+        let mut cache = TaskCache::new([0]);
+        cache.merge(
+            writes(&[("a", "1"), ("b", "1")]),
+            vec![out(0, "a", "1"), out(0, "b", "1"), out(0, "a", "2")],
+            [(0, 0, 3)],
+        );
+        cache.merge(
+            writes(&[("c", "1"), ("b", "2")]),
+            vec![out(0, "c", "1"), out(0, "b", "2")],
+            [(0, 3, 5)],
+        );
+        let flush = cache.flush();
+        let got: Vec<(&[u8], &[u8])> = flush
+            .outputs
             .iter()
             .map(|e| (e.record.key.as_ref(), e.record.value.as_deref().unwrap()))
             .collect();
         assert_eq!(
             got,
-            vec![
-                (b"a".as_ref(), b"2".as_ref()),
-                (b"c".as_ref(), b"1".as_ref()),
-                (b"b".as_ref(), b"2".as_ref())
-            ]
+            [(&b"a"[..], &b"2"[..]), (b"c", b"1"), (b"b", b"2")],
+            "a's last update came before c's and b's"
         );
+        assert_eq!(flush.writes[&0].len(), 3);
+        assert_eq!(
+            flush.writes[&0][&b"b".to_vec()].0.as_deref(),
+            Some(&b"2"[..])
+        );
+        assert_eq!(flush.input, vec![(0, 0, 5)]);
+        assert!(!cache.is_empty(), "a flush leaves it until cleared");
+        assert_eq!(cache.clear(), vec![(0, 0)]);
+        assert!(cache.is_empty());
+        assert_eq!(cache.bytes(), 0);
+        assert!(read(cache.shared(0).unwrap()).is_empty());
     }
 
     #[test]
-    fn kept_outputs_keep_the_input_record_they_came_from() {
-        // Input 10 gave outputs 0 and 1, input 11 none, input 12 gave output 2.
-        let origins = vec![(0usize, 10, 2), (0, 11, 2), (1, 12, 3)];
-        assert_eq!(
-            origins_of_kept(&origins, &[1, 2]),
-            vec![(0, 10, 1), (1, 12, 2)]
+    fn another_sinks_update_of_the_same_key_is_its_own() {
+        let mut cache = TaskCache::new([]);
+        cache.merge(
+            BTreeMap::new(),
+            vec![out(0, "a", "1"), out(1, "a", "x")],
+            [(0, 0, 1)],
         );
-        assert!(origins_of_kept(&origins, &[]).is_empty());
+        let flush = cache.flush();
+        let sinks: Vec<u16> = flush.outputs.iter().map(|e| e.sink).collect();
+        assert_eq!(sinks, [0, 1]);
+    }
+
+    #[test]
+    fn writes_to_a_store_it_does_not_cache_are_not_kept() {
+        let mut cache = TaskCache::new([1]);
+        cache.merge(writes(&[("a", "1")]), Vec::new(), [(0, 0, 1)]);
+        assert!(cache.flush().writes.is_empty());
+        assert_eq!(cache.bytes(), 0);
     }
 
     proptest::proptest! {
+        /// Bytes count every entry once, whatever replaced what; one output per (sink, key)
+        /// remains and it is the last; the writes hold each key's last value.
         #[test]
-        fn one_record_per_key_remains_and_it_is_the_last(keys in proptest::collection::vec(0u8..6, 0..60)) {
-            // Sink 1 is not a table's: every record of it stays.
-            let mut records: Vec<Emitted> = keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| Emitted {
-                    sink: u16::from(k % 2),
-                    record: StreamRecord::new(vec![*k / 2], i.to_string().into_bytes(), 0),
-                })
-                .collect();
-            let before = records.clone();
-            let kept = keep_last_per_key(&mut records, |sink| sink == 0);
-            let distinct: HashSet<u8> = keys.iter().copied().filter(|k| k % 2 == 0).collect();
-            let stream = keys.iter().filter(|k| *k % 2 == 1).count();
-            proptest::prop_assert_eq!(records.len(), distinct.len() + stream);
-            for (r, &i) in records.iter().zip(&kept) {
-                proptest::prop_assert_eq!(r, &before[i]);
-                if r.sink == 0 {
-                    proptest::prop_assert!(before[i + 1..]
-                        .iter()
-                        .all(|later| later.sink != 0 || later.record.key != r.record.key));
+        fn holds_the_last_of_each_key_and_counts_its_bytes(
+            batches in proptest::collection::vec(
+                proptest::collection::vec((0u16..2, 0u8..8, 0u8..200), 0..20), 0..6)
+        ) {
+            let mut cache = TaskCache::new([0]);
+            let mut last: BTreeMap<(u16, u8), u8> = BTreeMap::new();
+            let mut stored: BTreeMap<u8, u8> = BTreeMap::new();
+            for (b, batch) in batches.iter().enumerate() {
+                let mut w = KeyWrites::default();
+                let mut outs = Vec::new();
+                for &(sink, k, len) in batch {
+                    let value = vec![7u8; len as usize];
+                    w.insert(vec![k], (Some(value.clone()), 0));
+                    let record = StreamRecord::new(vec![k], value, 0);
+                    outs.push((Emitted { sink, record }, (0, b as i64)));
+                    last.insert((sink, k), len);
+                    stored.insert(k, len);
                 }
+                cache.merge(BTreeMap::from([(0, w)]), outs, [(0, b as i64, b as i64 + 1)]);
             }
+            let expected: u64 = last.keys().map(|_| 1 + ENTRY_OVERHEAD).sum::<u64>()
+                + last.values().map(|&l| u64::from(l)).sum::<u64>()
+                + stored.values().map(|&l| 1 + u64::from(l) + ENTRY_OVERHEAD).sum::<u64>();
+            proptest::prop_assert_eq!(cache.bytes(), expected);
+            let flush = cache.flush();
+            proptest::prop_assert_eq!(flush.outputs.len(), last.len());
+            for e in &flush.outputs {
+                let len = e.record.value.as_ref().map_or(0, |v| v.len());
+                proptest::prop_assert_eq!(Some(&(len as u8)), last.get(&(e.sink, e.record.key[0])));
+            }
+            let w = flush.writes.get(&0).cloned().unwrap_or_default();
+            proptest::prop_assert_eq!(w.len(), stored.len());
         }
     }
 }

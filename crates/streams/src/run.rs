@@ -96,11 +96,12 @@ pub struct RunArgs {
     /// application.server: HOST:PORT advertised for interactive queries.
     #[arg(long, env = "BATON_APPLICATION_SERVER", default_value = "")]
     pub application_server: String,
-    /// statestore.cache.max.bytes: above 0, where a sink writes a table's updates (an
-    /// aggregation, then only key-keeping steps), the updates of one key within one batch of
-    /// input collapse to the last: fewer output records where a batch repeats keys, the same
-    /// last value per key. 0 (the default) writes every update, as Kafka Streams does with the
-    /// cache at 0. Baton's cache lasts one batch, not one commit (docs/API.md).
+    /// statestore.cache.max.bytes: above 0, Kafka Streams' record cache from one commit to
+    /// the next, its bytes shared by the stream threads: a store's updates and a table sink's
+    /// (an aggregation, then only key-keeping steps) collapse to the last per key, written
+    /// before each commit; records and interactive queries read through it. Fewer output
+    /// records, the same last value per key. 0 writes every update with its batch, as Kafka
+    /// Streams does with the cache at 0 (docs/API.md).
     #[arg(long, env = "BATON_CACHE_MAX_BYTES", default_value_t = 0)]
     pub cache_max_bytes: u64,
     /// What to do with an output record larger than any record batch the broker takes

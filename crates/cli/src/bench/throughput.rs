@@ -60,6 +60,8 @@ struct Row {
     app: &'static str,
     cache_max_bytes: u64,
     records: u64,
+    /// Records the application wrote to its output (fewer with the cache).
+    outputs: u64,
     ceiling_per_s: f64,
     app_per_s: f64,
 }
@@ -76,12 +78,33 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
             records: args.count_records,
             record: count_record,
             build: |app, input| count_per_key(app, input, &format!("{app}-out")),
+            expected: |records| {
+                let mut counts = BTreeMap::new();
+                for i in 0..records.min(10_000) {
+                    let n = records / 10_000 + u64::from(i < records % 10_000);
+                    counts.insert(format!("k{i}"), n as i64);
+                }
+                counts
+            },
+            decode: |v| std::str::from_utf8(v).ok()?.parse().ok(),
+            hop: None,
         },
         Bench {
             names: ["wordcount", "wordcount-cached"],
             records: args.wordcount_lines,
             record: |i| (None, Some(Bytes::from(line(i)))),
             build: wordcount,
+            expected: |lines| {
+                let mut counts = BTreeMap::new();
+                for i in 0..lines {
+                    for w in line(i).split_whitespace() {
+                        *counts.entry(w.to_owned()).or_insert(0) += 1;
+                    }
+                }
+                counts
+            },
+            decode: |v| Some(i64::from_be_bytes(v.try_into().ok()?)),
+            hop: Some("words-repartition"),
         },
     ];
     let rows: Vec<&str> = apps.iter().flat_map(|a| a.names).collect();
@@ -103,10 +126,7 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
                 if args.only.as_deref().is_some_and(|o| o != name) {
                     continue;
                 }
-                let row = one(
-                    &client, &bootstrap, &dir, name, cache, a.records, a.record, a.build, timeout,
-                )
-                .await?;
+                let row = one(&client, &bootstrap, &dir, (name, cache), a, timeout).await?;
                 rows.push(row);
             }
         }
@@ -120,12 +140,18 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
 }
 
 /// One application of the bench: its rows without the cache and with it, its input and its
-/// topology.
+/// topology, and the count per key its output must end with.
 struct Bench {
     names: [&'static str; 2],
     records: u64,
     record: fn(u64) -> KeyValue,
     build: fn(&str, &str) -> Result<Topology, baton_runtime::topology::TopologyError>,
+    expected: fn(u64) -> BTreeMap<String, i64>,
+    /// An output value as a count.
+    decode: fn(&[u8]) -> Option<i64>,
+    /// The repartition topic (its name after the application id) whose records count as
+    /// done once the group has committed them too.
+    hop: Option<&'static str>,
 }
 
 pub(crate) fn count_record(i: u64) -> KeyValue {
@@ -161,27 +187,24 @@ fn wordcount(app: &str, input: &str) -> Result<Topology, baton_runtime::topology
     builder.build()
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn one(
     client: &Client,
     bootstrap: &str,
     dir: &Path,
-    app: &'static str,
-    cache_max_bytes: u64,
-    records: u64,
-    record: impl Fn(u64) -> KeyValue,
-    build: impl Fn(&str, &str) -> Result<Topology, baton_runtime::topology::TopologyError>,
+    (app, cache_max_bytes): (&'static str, u64),
+    bench: &Bench,
     timeout: Duration,
 ) -> Result<Row, Failure> {
+    let records = bench.records;
     let app_id = format!("bench-{app}");
     let input = format!("{app_id}-input");
-    fill(client, &input, records, &record).await?;
+    fill(client, &input, records, &bench.record).await?;
     // The faster of two reads: the first after the fill may pay for the allocator's first
     // pages (seen with mimalloc), which would flatter the ratio.
     let first = read_all(client, &input).await?;
     let second = read_all(client, &input).await?;
     let ceiling_per_s = records as f64 / first.min(second).as_secs_f64();
-    let topology = build(&app_id, &input).map_err(failed)?;
+    let topology = (bench.build)(&app_id, &input).map_err(failed)?;
     let cfg = RuntimeConfig {
         bootstrap: vec![bootstrap.to_owned()],
         state_dir: dir.join(app),
@@ -192,10 +215,23 @@ async fn one(
     };
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let instance = tokio::spawn(baton_runtime::instance::run(cfg, topology, shutdown));
-    let app_per_s = committed_rate(client, &app_id, &input, records, timeout).await;
+    let deadline = Instant::now() + timeout;
+    let app_per_s = async {
+        let span = committed_span(client, &app_id, &input, records, timeout).await?;
+        let end = match bench.hop {
+            Some(hop) => hop_settled(client, &app_id, &format!("{app_id}-{hop}"), deadline).await?,
+            None => span.2,
+        };
+        rate(records, span, end).map_err(|e| failed(format!("{app_id}: {}", e.message)))
+    }
+    .await;
     let _ = stop.send(true);
     let _ = instance.await;
     let app_per_s = app_per_s?;
+    // Every input offset is committed, so every count is in the output (a cache is flushed
+    // before its commit): the last value of each key must be exact.
+    let (last, outputs) = read_output(client, &format!("{app_id}-out")).await?;
+    check_counts(app, &(bench.expected)(records), &last, bench.decode)?;
     eprintln!(
         "{app}: {records} records; ceiling {ceiling_per_s:.0}/s, application {app_per_s:.0}/s"
     );
@@ -203,6 +239,7 @@ async fn one(
         app,
         cache_max_bytes,
         records,
+        outputs,
         ceiling_per_s,
         app_per_s,
     })
@@ -286,6 +323,123 @@ async fn read_all(client: &Client, topic: &str) -> Result<Duration, Failure> {
     Ok(started.elapsed())
 }
 
+/// When the group's commits in `topic` (a repartition topic, written by the group itself)
+/// reached its end, once the input is all in.
+async fn hop_settled(
+    client: &Client,
+    group: &str,
+    topic: &str,
+    deadline: Instant,
+) -> Result<Instant, Failure> {
+    let tps: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    let ends = client
+        .end_offsets(&tps)
+        .await
+        .map_err(|e| failed(format!("{topic}: {e}")))?;
+    loop {
+        let committed = client
+            .committed_offsets(group, &tps)
+            .await
+            .unwrap_or_default();
+        let behind: Vec<String> = ends
+            .iter()
+            .filter_map(|(tp, &end)| {
+                let at = committed.get(tp).copied().unwrap_or(0).max(0);
+                (at < end).then(|| format!("{tp} at {at} of {end}"))
+            })
+            .collect();
+        let now = Instant::now();
+        if behind.is_empty() {
+            return Ok(now);
+        }
+        if now > deadline {
+            return Err(failed(format!(
+                "{group}: not committed to the end of {topic} in time: {}",
+                behind.join(", ")
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The last value of each key in `topic` (its every partition, start to end), and how many
+/// records it holds.
+async fn read_output(
+    client: &Client,
+    topic: &str,
+) -> Result<(BTreeMap<String, Vec<u8>>, u64), Failure> {
+    let leader = client
+        .leader(topic, 0)
+        .await
+        .map_err(|e| failed(format!("{topic}: {e}")))?;
+    let mut last = BTreeMap::new();
+    let mut records = 0;
+    for partition in 0..PARTITIONS {
+        let mut at = 0;
+        loop {
+            let want = FetchWant {
+                topic: topic.to_owned(),
+                topic_id: None,
+                partition,
+                offset: at,
+                max_bytes: 1 << 20,
+            };
+            let answers = client.fetch_many(&leader, &[want], 100).await;
+            let f = answers
+                .ok()
+                .and_then(|a| a.into_iter().next())
+                .and_then(|a| a.ok())
+                .ok_or_else(|| failed(format!("reading {topic}-{partition} at {at}")))?;
+            for r in &f.records {
+                records += 1;
+                let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default());
+                last.insert(
+                    key.into_owned(),
+                    r.value.as_deref().unwrap_or_default().to_vec(),
+                );
+                at = r.offset + 1;
+            }
+            if let Some(n) = f.next_offset {
+                at = at.max(n);
+            }
+            if f.high_watermark < 0 || at >= f.high_watermark {
+                break;
+            }
+        }
+    }
+    Ok((last, records))
+}
+
+/// Every key's last output is its expected count, and no other key is there.
+fn check_counts(
+    app: &str,
+    expected: &BTreeMap<String, i64>,
+    last: &BTreeMap<String, Vec<u8>>,
+    decode: fn(&[u8]) -> Option<i64>,
+) -> Result<(), Failure> {
+    let got: BTreeMap<&String, Option<i64>> = last.iter().map(|(k, v)| (k, decode(v))).collect();
+    let wrong: Vec<String> = expected
+        .iter()
+        .filter(|(k, &n)| got.get(k).copied().flatten() != Some(n))
+        .map(|(k, n)| format!("{k}: {:?}, expected {n}", got.get(k).copied().flatten()))
+        .chain(
+            got.keys()
+                .filter(|k| !expected.contains_key(**k))
+                .map(|k| format!("{k}: not an input key")),
+        )
+        .collect();
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(failed(format!(
+        "{app}: {} keys counted wrong in the output (first: {})",
+        wrong.len(),
+        wrong[0]
+    )))
+}
+
 /// Input records per second the group's commits covered, from its first commit to the one
 /// that reached `records`.
 pub(crate) async fn committed_rate(
@@ -295,6 +449,30 @@ pub(crate) async fn committed_rate(
     records: u64,
     timeout: Duration,
 ) -> Result<f64, Failure> {
+    let span = committed_span(client, group, input, records, timeout).await?;
+    rate(records, span, span.2).map_err(|e| failed(format!("{group}: {}", e.message)))
+}
+
+/// Records per second from the first commit (`n0` records in at `t0`) to `end`.
+fn rate(records: u64, (t0, n0, _): (Instant, u64, Instant), end: Instant) -> Result<f64, Failure> {
+    let secs = end.duration_since(t0).as_secs_f64();
+    if secs <= 0.0 {
+        return Err(failed(
+            "the whole input was committed at once; use more records",
+        ));
+    }
+    Ok((records - n0) as f64 / secs)
+}
+
+/// When the group first committed (and how many input records that covered), and when its
+/// commits reached `records`.
+async fn committed_span(
+    client: &Client,
+    group: &str,
+    input: &str,
+    records: u64,
+    timeout: Duration,
+) -> Result<(Instant, u64, Instant), Failure> {
     let tps: Vec<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(input, p))
         .collect();
@@ -312,13 +490,7 @@ pub(crate) async fn committed_rate(
         }
         if committed >= records {
             let (t0, n0) = first.unwrap_or((now, 0));
-            let secs = now.duration_since(t0).as_secs_f64();
-            if secs <= 0.0 {
-                return Err(failed(format!(
-                    "{group}: the whole input was committed at once; use more records"
-                )));
-            }
-            return Ok((records - n0) as f64 / secs);
+            return Ok((t0, n0, now));
         }
         if now > deadline {
             return Err(failed(format!(
@@ -332,14 +504,15 @@ pub(crate) async fn committed_rate(
 
 fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "application        cache (bytes)    records   ceiling (records/s)   application (records/s)   ratio\n",
+        "application        cache (bytes)    records    outputs   ceiling (records/s)   application (records/s)   ratio\n",
     );
     for r in rows {
         out += &format!(
-            "{:<18} {:>13} {:>10}   {:>19.0}   {:>23.0}   {:>4.0}%\n",
+            "{:<18} {:>13} {:>10} {:>10}   {:>19.0}   {:>23.0}   {:>4.0}%\n",
             r.app,
             r.cache_max_bytes,
             r.records,
+            r.outputs,
             r.ceiling_per_s,
             r.app_per_s,
             100.0 * r.app_per_s / r.ceiling_per_s

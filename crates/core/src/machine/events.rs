@@ -353,6 +353,12 @@ impl ThreadMachine {
                 batch,
                 output_acknowledged,
             } => return self.on_batch_failed(task, batch, output_acknowledged, now, out),
+            Event::CacheFlushed { task, changelogs } => {
+                if let Some(t) = self.tasks.get_mut(&task) {
+                    t.changelogs_written(changelogs);
+                }
+            }
+            Event::CacheDropped { task, from, why } => self.cache_dropped(task, &from, why, now),
             Event::RecordFailed { task, batch } => {
                 if let Some(t) = self.tasks.get_mut(&task) {
                     if t.batch.take_if(|b| b.id == batch).is_some() {

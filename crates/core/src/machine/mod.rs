@@ -183,6 +183,19 @@ pub struct FetchResult {
     pub high_watermark: Option<i64>,
 }
 
+/// Why a task's record cache was dropped unwritten ([`Event::CacheDropped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheLoss {
+    /// The task closed (released, fenced, reopened) with no commit to flush it first.
+    Closed,
+    /// Writing it failed (the broker did not take it): counted as a failure of the task,
+    /// whose next batch waits for the retry backoff.
+    FlushFailed,
+    /// A record in it can never be written (larger than any batch the broker takes), and
+    /// the policy says fail: the task stops, as for a record it cannot process.
+    FlushStopsTask,
+}
+
 /// How a store failed, as far as what to do next depends on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreFault {
@@ -332,6 +345,21 @@ pub enum Event {
         batch: RequestId,
         /// The changelog and sink hold the batch already: only the store failed.
         output_acknowledged: bool,
+    },
+    /// The record cache's writes since its last flush (`statestore.cache.max.bytes`: the
+    /// batches done since, whose stores and table sinks wait in it) are in the changelogs,
+    /// the sinks and the stores: as for [`Event::BatchDone`], per changelog.
+    CacheFlushed {
+        task: TaskId,
+        changelogs: Vec<(usize, i64, i64)>,
+    },
+    /// The record cache of `task` was dropped unwritten: the batches done since its last
+    /// flush are in no changelog and no sink, so their input is read again from `from`
+    /// (source index, the first offset of the first such batch).
+    CacheDropped {
+        task: TaskId,
+        from: Vec<(usize, i64)>,
+        why: CacheLoss,
     },
     /// An input record of the batch failed in the application's code, under
     /// `on-processing-error=fail`: nothing of the batch was written. The task stops.
@@ -1432,22 +1460,45 @@ impl ThreadMachine {
             t.commit_when_caught_up = false;
             self.commit_early = true;
         }
-        let mut behind = Vec::new();
-        for (i, first, next) in changelogs {
-            if let Some(c) = t.changelogs.get_mut(i) {
-                if first < c.stored {
-                    // The batch's writes landed before the store's checkpoint (the one writer
-                    // of a changelog writes at its end): it was made again under the running
-                    // task, holding only what came since, however much the batch wrote.
-                    behind.push(i);
+        t.changelogs_written(changelogs);
+    }
+
+    /// The record cache of `task` was dropped unwritten: its input goes back to where the
+    /// cache's first batch started, in the task and in any revocation commit still to land.
+    fn cache_dropped(
+        &mut self,
+        task: TaskId,
+        from: &[(usize, i64)],
+        why: CacheLoss,
+        now: Duration,
+    ) {
+        let sources = self.topology.source_partitions(task);
+        if let Some(left) = self.unreleased.get_mut(&task) {
+            for &(i, at) in from {
+                if let Some(tp) = sources.get(i) {
+                    for (p, o) in left.iter_mut() {
+                        if p == tp {
+                            *o = (*o).min(at);
+                        }
+                    }
                 }
-                c.stored = c.stored.max(next);
-                c.fetch_position = c.fetch_position.max(next);
-                c.end = Some(c.end.unwrap_or(0).max(next));
             }
         }
-        if !behind.is_empty() && t.reseed.is_none() {
-            t.reseed = Some(Reseed::Due { changelogs: behind });
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        for &(i, at) in from {
+            if let Some(p) = t.sources.get_mut(i).and_then(|s| s.position.as_mut()) {
+                *p = (*p).min(at);
+            }
+        }
+        match why {
+            CacheLoss::Closed => {}
+            CacheLoss::FlushFailed => {
+                t.failures += 1;
+                t.retry_at = Some(now + self.cfg.retry_backoff.delay(t.failures));
+            }
+            CacheLoss::FlushStopsTask => self.stop_task(task, now),
         }
     }
 

@@ -244,6 +244,28 @@ impl TaskState {
             .collect()
     }
 
+    /// A batch's or a cache flush's writes landed in the changelogs: (changelog index, the
+    /// first offset they took, the offset after them).
+    pub(super) fn changelogs_written(&mut self, changelogs: Vec<(usize, i64, i64)>) {
+        let mut behind = Vec::new();
+        for (i, first, next) in changelogs {
+            if let Some(c) = self.changelogs.get_mut(i) {
+                if first < c.stored {
+                    // The batch's writes landed before the store's checkpoint (the one writer
+                    // of a changelog writes at its end): it was made again under the running
+                    // task, holding only what came since, however much the batch wrote.
+                    behind.push(i);
+                }
+                c.stored = c.stored.max(next);
+                c.fetch_position = c.fetch_position.max(next);
+                c.end = Some(c.end.unwrap_or(0).max(next));
+            }
+        }
+        if !behind.is_empty() && self.reseed.is_none() {
+            self.reseed = Some(Reseed::Due { changelogs: behind });
+        }
+    }
+
     pub fn is_running_active(&self) -> bool {
         self.role == Role::Active && self.phase == Phase::Running
     }

@@ -2297,3 +2297,100 @@ fn an_oversized_output_follows_the_policy_and_a_dead_letter_is_only_logged() {
     m.cfg.on_oversized_record = crate::config::OversizedRecord::Skip;
     assert_eq!(m.oversized(OversizedWrite::Output), OversizedAnswer::Skip);
 }
+
+/// Input up to 10 processed into the record cache, which then failed to flush: the input is
+/// read again from where the cache's first batch started, after the retry pause, and nothing
+/// past it is committed.
+#[test]
+fn a_dropped_cache_reads_its_input_again_from_its_first_batch() {
+    let (mut m, cmds) = running_with_input(10, S);
+    let (_, batch, _) = processes(&cmds)[0].clone();
+    let (f, _) = fetch_of(&cmds).expect("asked as the batch starts");
+    m.handle(
+        Event::BatchDone {
+            task: task(0),
+            batch,
+            changelogs: Vec::new(),
+        },
+        S,
+    );
+    let cmds = m.handle(
+        Event::CacheDropped {
+            task: task(0),
+            from: vec![(0, 0)],
+            why: CacheLoss::FlushFailed,
+        },
+        S,
+    );
+    assert!(fetch_of(&cmds).is_none(), "not before the pause: {cmds:?}");
+    let t = &m.tasks()[&task(0)];
+    assert_eq!(t.sources[0].position, Some(0));
+    assert_eq!(t.failures, 1);
+    let late = m.handle(input_answer(f, 10, 15), S);
+    assert!(
+        processes(&late).is_empty(),
+        "past the dropped input: {late:?}"
+    );
+    let retry = m.handle(Event::Tick, S + ms(300));
+    let (_, wants) = fetch_of(&retry).expect("after the pause");
+    assert_eq!(wants[0].offset, 0, "the cached input again");
+    let cmds = m.handle(Event::Tick, 60 * S);
+    assert_eq!(
+        commit_of(&cmds),
+        None,
+        "the dropped position is never committed"
+    );
+}
+
+/// A revoked active whose cache was dropped (its flush failed before the revocation commit)
+/// commits, when the commit is retried, only the input its changelog and sinks hold.
+#[test]
+fn a_revoked_active_whose_cache_was_dropped_commits_only_what_was_written() {
+    let mut m = processed_to_ten();
+    let cmds = m.handle(assigned(2, &[], &[], &[], 2 * S), 2 * S);
+    let (commit, _, _) = commit_of(&cmds).expect("the revocation commit");
+    m.handle(
+        Event::CacheDropped {
+            task: task(0),
+            from: vec![(0, 4)],
+            why: CacheLoss::FlushFailed,
+        },
+        2 * S,
+    );
+    m.handle(Event::CommitDone { commit, ok: false }, 2 * S);
+    let cmds = m.handle(assigned(3, &[], &[], &[], 3 * S), 3 * S);
+    let (_, _, offsets) = commit_of(&cmds).expect("retried");
+    assert_eq!(offsets, vec![(tp("in", 0), 4)]);
+}
+
+/// A cache flush that stops the task (a record no batch can carry): the task stops with its
+/// input back where the cache started.
+#[test]
+fn a_cache_that_can_never_be_written_stops_its_task() {
+    let mut m = processed_to_ten();
+    m.handle(
+        Event::CacheDropped {
+            task: task(0),
+            from: vec![(0, 0)],
+            why: CacheLoss::FlushStopsTask,
+        },
+        S,
+    );
+    let t = &m.tasks()[&task(0)];
+    assert_eq!((t.phase, t.sources[0].position), (Phase::Failed, Some(0)));
+}
+
+/// A flush's changelog writes move the store's checkpoint as a batch's do.
+#[test]
+fn a_cache_flush_moves_the_changelog_cursor() {
+    let mut m = processed_to_ten();
+    m.handle(
+        Event::CacheFlushed {
+            task: task(0),
+            changelogs: vec![(0, 10, 25)],
+        },
+        S,
+    );
+    let c = &m.tasks()[&task(0)].changelogs[0];
+    assert_eq!((c.stored, c.fetch_position, c.end), (25, 25, Some(25)));
+}

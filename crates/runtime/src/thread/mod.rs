@@ -8,6 +8,7 @@
 //! fetch runs on a task of its own while the store applies the previous one. Store work
 //! (bulk loads, fsync) runs with `block_in_place`, off the executor's other tasks.
 
+mod caching;
 mod fetch;
 mod records;
 mod topics;
@@ -34,8 +35,8 @@ use crate::error::Result;
 use crate::heal::{open_stores, OpenError, OpenedStore, StoreFailures};
 use crate::layout::{to_changelog, Layout};
 use crate::machine::{
-    Command, Event, FetchResult, FetchWant, Input, MachineConfig, OversizedAnswer, OversizedWrite,
-    RequestId, StoreFault, ThreadMachine,
+    CacheLoss, Command, Event, FetchResult, FetchWant, Input, MachineConfig, OversizedAnswer,
+    OversizedWrite, RequestId, StoreFault, ThreadMachine,
 };
 use crate::membership::{MembershipTask, Request};
 use crate::partitioner::partition_for;
@@ -231,6 +232,7 @@ impl StreamThread {
             in_flight: Vec::new(),
             producers: self.producers.clone(),
             tasks: BTreeMap::new(),
+            caches: BTreeMap::new(),
             stream_times: BTreeMap::new(),
             buffers: BTreeMap::new(),
             rebuild: BTreeMap::new(),
@@ -263,6 +265,8 @@ struct Driver {
     /// order: a task has one batch at a time), and different tasks' side by side.
     producers: Vec<Arc<Client>>,
     tasks: BTreeMap<TaskId, TaskIo>,
+    /// Each running task's record cache, from its first batch ([`crate::cache`]).
+    caches: BTreeMap<TaskId, crate::cache::TaskCache>,
     /// Each task's stream time (the largest record timestamp it has processed, or read from
     /// the committed offsets' metadata), committed beside its offsets.
     stream_times: BTreeMap<TaskId, i64>,
@@ -329,7 +333,14 @@ impl Driver {
                     self.start_fetches(&mut commands);
                 }
                 if self.in_flight.is_empty() {
-                    break;
+                    if !self.caches_full() {
+                        break;
+                    }
+                    self.flush_caches(m).await;
+                    while let Some(e) = self.local.pop_front() {
+                        commands.extend(m.handle(e, self.now()));
+                    }
+                    continue;
                 }
                 self.settle_writes().await;
                 while let Some(e) = self.local.pop_front() {
@@ -415,7 +426,11 @@ impl Driver {
                 return Some(exit);
             }
             Command::Open { task, role } => self.open_task(task, role).await,
-            Command::Close { task } => self.close(task),
+            Command::Close { task } => {
+                self.drop_cache(task, CacheLoss::Closed);
+                self.caches.remove(&task);
+                self.close(task)
+            }
             Command::Discard { task, why } => {
                 tracing::warn!(thread = %self.name, task = %task, why = %why, "the task's stores cannot be trusted; rebuilding them from the changelog");
                 self.rebuild.insert(task, why);
@@ -431,6 +446,9 @@ impl Driver {
                 changelog,
                 end,
             } => {
+                // A copy reads its changelog into the store: a cache left from its time as an
+                // active (never flushed: a revocation whose commit did not go) would hide it.
+                self.drop_cache(task, CacheLoss::Closed);
                 let e = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     self.absorb(task, changelog, end)
                 }))
@@ -467,7 +485,16 @@ impl Driver {
                 generation,
                 member_id,
                 offsets,
-            } => self.commit(commit, generation, &member_id, offsets).await,
+            } => {
+                // A commit says the input before its offsets is in the changelogs and sinks:
+                // the caches go there first, and a cache dropped fails the commit.
+                if self.flush_caches(m).await {
+                    self.commit(commit, generation, &member_id, offsets).await
+                } else {
+                    self.local
+                        .push_back(Event::CommitDone { commit, ok: false });
+                }
+            }
         }
         None
     }
@@ -945,6 +972,7 @@ impl Driver {
             batch,
             output_acknowledged,
         };
+        self.cache_for(task);
         let Some(t) = self.tasks.get(&task) else {
             return Some(failed(false));
         };
@@ -967,45 +995,63 @@ impl Driver {
             return Some(failed(false));
         };
         let records: usize = fetched.iter().map(|(_, rs)| rs.len()).sum();
-        let mut run = BatchRun::new(&t.stores, &ctx.globals, stream_time, records);
-        let stamps: Vec<Vec<i64>> = fetched
-            .iter()
-            .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
-            .collect();
-        let mut env = RecordEnv {
-            ctx: &ctx,
-            task,
-            batch,
-            sources: &sources,
-            table_of: &table_of,
-            started: self.now(),
-            skip_log: &mut self.skip_log,
-            store_failures: &mut self.store_failures,
-        };
-        // One hand-over of the worker for the whole batch, not one per record: a store read
-        // may block on the disk, and block_in_place wakes another worker each time it runs.
-        let stopped = blocking(|| {
-            for (list, at) in merge_by_timestamp(&stamps) {
-                let (source, r) = (fetched[list].0, &fetched[list].1[at]);
-                env.record(&mut run, source, r)?;
+        // In a scope of its own: the cache's read guards end before the cache takes anything.
+        let started = self.now();
+        let ran = (|| {
+            let stores = (t.stores.as_slice(), self.caches.get(&task));
+            let mut run = BatchRun::new(stores, &ctx.globals, stream_time, records);
+            let stamps: Vec<Vec<i64>> = fetched
+                .iter()
+                .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
+                .collect();
+            let mut env = RecordEnv {
+                ctx: &ctx,
+                task,
+                batch,
+                sources: &sources,
+                table_of: &table_of,
+                started,
+                skip_log: &mut self.skip_log,
+                store_failures: &mut self.store_failures,
+            };
+            // One hand-over of the worker for the whole batch, not one per record: a store read
+            // may block on the disk, and block_in_place wakes another worker each time it runs.
+            let stopped = blocking(|| {
+                for (list, at) in merge_by_timestamp(&stamps) {
+                    let (source, r) = (fetched[list].0, &fetched[list].1[at]);
+                    env.record(&mut run, source, r)?;
+                }
+                match punctuate_at {
+                    Some(now_ms) => env.punctuate(&mut run, now_ms),
+                    None => std::ops::ControlFlow::Continue(()),
+                }
+            });
+            if let std::ops::ControlFlow::Break(event) = stopped {
+                return std::ops::ControlFlow::Break(event);
             }
-            match punctuate_at {
-                Some(now_ms) => env.punctuate(&mut run, now_ms),
-                None => std::ops::ControlFlow::Continue(()),
-            }
-        });
-        if let std::ops::ControlFlow::Break(event) = stopped {
-            return Some(event);
-        }
-        let done = Done {
-            writes: run.pending.writes,
-            tables: run.pending.tables,
-            out: run.out,
-            stream_time: run.stream_time,
-            origins: run.origins,
-            records: run.records,
-            dead_letters: run.dead_letters,
-            sources,
+            let BatchRun {
+                pending,
+                out,
+                stream_time,
+                origins,
+                records,
+                dead_letters,
+            } = run;
+            drop(pending.cached);
+            std::ops::ControlFlow::Continue(Done {
+                writes: pending.writes,
+                tables: pending.tables,
+                out,
+                stream_time,
+                origins,
+                records,
+                dead_letters,
+                sources,
+            })
+        })();
+        let done = match ran {
+            std::ops::ControlFlow::Continue(done) => done,
+            std::ops::ControlFlow::Break(event) => return Some(event),
         };
         self.hand_over(m, task, batch, inputs, done)
     }
@@ -1019,22 +1065,19 @@ impl Driver {
         task: TaskId,
         batch: RequestId,
         inputs: &[Input],
-        done: Done,
+        mut done: Done,
     ) -> Option<Event> {
-        let ctx = &self.ctx;
-        let Some(t) = self.tasks.get(&task) else {
+        if !self.tasks.contains_key(&task) {
             return Some(Event::BatchFailed {
                 task,
                 batch,
                 output_acknowledged: false,
             });
-        };
-        let logs: Vec<(Layout, ChangelogHeaders)> = t
-            .stores
-            .iter()
-            .map(|s| (s.catchup.layout(), ctx.topology.changelog_headers(&s.name)))
-            .collect();
+        }
+        let logs = self.logs_of(task);
+        let cached = self.cached_part(task, &mut done);
         let after = AfterWrites {
+            cached,
             inputs: inputs.to_vec(),
             sources: done.sources.clone(),
             records: done.records,
@@ -1061,6 +1104,20 @@ impl Driver {
             after,
         });
         None
+    }
+
+    /// Each store's changelog layout and the headers its records with a value carry.
+    fn logs_of(&self, task: TaskId) -> Vec<(Layout, ChangelogHeaders)> {
+        let Some(t) = self.tasks.get(&task) else {
+            return Vec::new();
+        };
+        t.stores
+            .iter()
+            .map(|s| {
+                let headers = self.ctx.topology.changelog_headers(&s.name);
+                (s.catchup.layout(), headers)
+            })
+            .collect()
     }
 
     /// Waits for every batch's writes, in the order handed over; each outcome goes to
@@ -1093,7 +1150,7 @@ impl Driver {
         task: TaskId,
         batch: RequestId,
         applied: Vec<(usize, Vec<Write>, i64)>,
-        after: AfterWrites,
+        mut after: AfterWrites,
     ) -> Event {
         let Some(next_by_changelog) = self.apply_batch(task, applied) else {
             return Event::BatchFailed {
@@ -1102,6 +1159,9 @@ impl Driver {
                 output_acknowledged: true,
             };
         };
+        if let Some(part) = after.cached.take() {
+            self.merge_cached(task, part, &after.inputs);
+        }
         for input in &after.inputs {
             if let Some(tp) = after.sources.get(input.source) {
                 self.ctx.copies.processed(task, tp, input.to);
@@ -1259,6 +1319,8 @@ struct InFlight {
 
 /// What a batch leaves for when its writes are acknowledged.
 struct AfterWrites {
+    /// What waits in the task's record cache once the rest is written.
+    cached: Option<caching::CachedPart>,
     inputs: Vec<Input>,
     sources: Vec<TopicPartition>,
     records: u64,

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
+use std::sync::RwLockReadGuard;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
@@ -28,13 +29,11 @@ struct FailedRecord {
     undecodable: bool,
 }
 
-/// The hasher of a batch's maps: every record reads and writes them, and SipHash cost a
-/// tenth of a count per key's instructions per record; foldhash is seeded per map too.
-type Hasher = foldhash::fast::RandomState;
+use crate::cache::{Hasher, KeyWrites, TaskCache};
 
 /// A store's writes taken in one batch (`None` deletes), each with the timestamp of the record
 /// that wrote it last.
-pub(super) type StoreWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64), Hasher>;
+pub(super) type StoreWrites = KeyWrites;
 
 /// A table's updates taken in one batch (`None` deletes) and the source offset after the last.
 pub(super) type TableUpdates = (HashMap<Vec<u8>, Option<Vec<u8>>, Hasher>, i64);
@@ -47,6 +46,9 @@ pub(super) struct Pending<'a> {
     pub globals: &'a [GlobalStore],
     pub writes: BTreeMap<usize, StoreWrites>,
     pub tables: BTreeMap<usize, TableUpdates>,
+    /// The record cache's writes since its last flush, by store index ([`crate::cache`]):
+    /// read under the batch's writes, over the store.
+    pub cached: BTreeMap<usize, RwLockReadGuard<'a, KeyWrites>>,
     /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
     /// which a changelog record takes when its value has none of its own.
     pub timestamp: i64,
@@ -75,6 +77,9 @@ impl Stores for Pending<'_> {
         if let Some((v, _)) = self.writes.get(&idx).and_then(|w| w.get(key)) {
             return Ok(v.clone());
         }
+        if let Some((v, _)) = self.cached.get(&idx).and_then(|w| w.get(key)) {
+            return Ok(v.clone());
+        }
         self.stores[idx].store.get(key)
     }
 
@@ -98,9 +103,12 @@ impl Stores for Pending<'_> {
         let tables = tables.map(|(k, v)| (k.as_slice(), v.as_deref()));
         let writes = self.writes.get(&idx).into_iter().flat_map(|w| w.iter());
         let writes = writes.map(|(k, (v, _))| (k.as_slice(), v.as_deref()));
+        // The cache first: the batch's own writes are newer.
+        let cached = self.cached.get(&idx).into_iter().flat_map(|w| w.iter());
+        let cached = cached.map(|(k, (v, _))| (k.as_slice(), v.as_deref()));
         Ok(crate::topology::overlay_range(
             base,
-            writes.chain(tables),
+            cached.chain(writes).chain(tables),
             from,
             to,
         ))
@@ -178,7 +186,7 @@ impl<'a> BatchRun<'a> {
     /// A run over `records` input records: sized for one output each, so that a batch's
     /// outputs are not copied as they grow (a large batch's were, into fresh pages each time).
     pub fn new(
-        stores: &'a [StoreIo],
+        (stores, cached): (&'a [StoreIo], Option<&'a TaskCache>),
         globals: &'a [GlobalStore],
         stream_time: i64,
         records: usize,
@@ -189,6 +197,7 @@ impl<'a> BatchRun<'a> {
                 globals,
                 writes: BTreeMap::new(),
                 tables: BTreeMap::new(),
+                cached: cached.map(TaskCache::readers).unwrap_or_default(),
                 timestamp: 0,
             },
             out: Output {

@@ -78,19 +78,13 @@ impl Writer {
         let BatchWrites {
             writes,
             tables,
-            mut outputs,
-            mut origins,
+            outputs,
+            origins,
             dead_letters,
             sources,
             inputs,
             logs,
         } = w;
-        let ctx = &self.ctx;
-        if ctx.cfg.cache_max_bytes > 0 {
-            let table = |sink| ctx.topology.sink_is_table(task.subtopology, sink);
-            let kept = crate::cache::keep_last_per_key(&mut outputs, table);
-            origins = crate::cache::origins_of_kept(&origins, &kept);
-        }
         let origin_of = |i: usize| {
             let at = origins.partition_point(|o| o.2 <= i);
             origins

@@ -1,0 +1,216 @@
+//! The record cache on the stream thread ([`crate::cache`]): what of a batch waits in it,
+//! taking a done batch in, flushing every task's before a commit or when the thread's share
+//! is full, and dropping one unwritten (the machine then reads its input again).
+
+use super::*;
+use crate::cache::{KeyWrites, TaskCache};
+use crate::machine::CacheLoss;
+
+/// What of a batch waits in its task's cache: the writes to cached stores and the table
+/// sinks' updates, each with the input record it came from.
+pub(super) struct CachedPart {
+    writes: BTreeMap<usize, KeyWrites>,
+    outputs: Vec<(Emitted, (usize, i64))>,
+}
+
+impl CachedPart {
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.outputs.is_empty()
+    }
+}
+
+impl Driver {
+    /// The thread's share of `statestore.cache.max.bytes` (Kafka Streams divides it among
+    /// the threads too); 0: no cache.
+    pub(super) fn cache_budget(&self) -> u64 {
+        self.ctx.cfg.cache_max_bytes / u64::from(self.ctx.cfg.threads.max(1))
+    }
+
+    /// `task`'s cache, made at its first batch: every store but the suppression buffers.
+    pub(super) fn cache_for(&mut self, task: TaskId) {
+        if self.cache_budget() == 0 || self.caches.contains_key(&task) {
+            return;
+        }
+        let Some(t) = self.tasks.get(&task) else {
+            return;
+        };
+        let topology = &self.ctx.topology;
+        let cached: Vec<usize> = t
+            .stores
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !topology.is_suppression_buffer(&s.name))
+            .map(|(i, _)| i)
+            .collect();
+        let cache = TaskCache::new(cached.iter().copied());
+        // Interactive queries read through it, as Kafka Streams' read through its cache.
+        for i in cached {
+            if let Some(shared) = cache.shared(i) {
+                self.ctx
+                    .copies
+                    .register_cache(task, &t.stores[i].name, shared.clone());
+            }
+        }
+        self.caches.insert(task, cache);
+    }
+
+    /// Takes out of a batch what waits in `task`'s cache; `None` without a cache.
+    pub(super) fn cached_part(&self, task: TaskId, done: &mut Done) -> Option<CachedPart> {
+        let cache = self.caches.get(&task)?;
+        let writes: BTreeMap<usize, KeyWrites> = {
+            let cached: Vec<usize> = done
+                .writes
+                .keys()
+                .copied()
+                .filter(|&i| cache.caches_store(i))
+                .collect();
+            cached
+                .into_iter()
+                .filter_map(|i| Some((i, done.writes.remove(&i)?)))
+                .collect()
+        };
+        let topology = &self.ctx.topology;
+        let is_table = |sink| topology.sink_is_table(task.subtopology, sink);
+        let records = std::mem::take(&mut done.out.records);
+        let mut outputs = Vec::new();
+        let mut kept = Vec::with_capacity(records.len());
+        let mut origins = Vec::with_capacity(done.origins.len());
+        for (i, e) in records.into_iter().enumerate() {
+            let at = done.origins.partition_point(|o| o.2 <= i);
+            let origin = done.origins.get(at).map_or((0, -1), |o| (o.0, o.1));
+            if is_table(e.sink) {
+                outputs.push((e, origin));
+            } else {
+                kept.push(e);
+                origins.push((origin.0, origin.1, kept.len()));
+            }
+        }
+        done.out.records = kept;
+        done.origins = origins;
+        Some(CachedPart { writes, outputs })
+    }
+
+    /// A done batch's cached part goes into its task's cache.
+    pub(super) fn merge_cached(&mut self, task: TaskId, part: CachedPart, inputs: &[Input]) {
+        if part.is_empty() {
+            return;
+        }
+        if let Some(cache) = self.caches.get_mut(&task) {
+            let input = inputs.iter().map(|i| (i.source, i.from, i.to));
+            cache.merge(part.writes, part.outputs, input);
+        }
+    }
+
+    /// The thread's caches hold more than its share.
+    pub(super) fn caches_full(&self) -> bool {
+        let budget = self.cache_budget();
+        budget > 0 && self.caches.values().map(TaskCache::bytes).sum::<u64>() > budget
+    }
+
+    /// Drops `task`'s cache unwritten, telling the machine where its input starts again.
+    pub(super) fn drop_cache(&mut self, task: TaskId, why: CacheLoss) {
+        let Some(cache) = self.caches.get_mut(&task) else {
+            return;
+        };
+        if cache.is_empty() {
+            return;
+        }
+        let from = cache.clear();
+        if why != CacheLoss::Closed {
+            tracing::warn!(thread = %self.name, task = %task, ?why, "the record cache could not be written; its input is read again");
+        }
+        self.local
+            .push_back(Event::CacheDropped { task, from, why });
+    }
+
+    /// Writes every task's cache as a batch's writes go (outputs, then changelogs) and then
+    /// into its stores; each task's outcome goes to `self.local`. `false`: some cache could
+    /// not be written and was dropped.
+    pub(super) async fn flush_caches(&mut self, m: &ThreadMachine) -> bool {
+        let mut flights = Vec::new();
+        let mut all = true;
+        let tasks: Vec<TaskId> = self
+            .caches
+            .iter()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(&t, _)| t)
+            .collect();
+        for task in tasks {
+            if flush_fails() {
+                self.drop_cache(task, CacheLoss::FlushFailed);
+                all = false;
+                continue;
+            }
+            let Some(cache) = self.caches.get(&task) else {
+                continue;
+            };
+            let flush = cache.flush();
+            let sources = self.ctx.wire.source_partitions(task);
+            let inputs = flush
+                .input
+                .iter()
+                .map(|&(source, from, to)| Input { source, from, to })
+                .collect();
+            let writes = BatchWrites {
+                writes: flush.writes,
+                tables: BTreeMap::new(),
+                outputs: flush.outputs,
+                origins: flush.origins,
+                dead_letters: Vec::new(),
+                sources,
+                inputs,
+                logs: self.logs_of(task),
+            };
+            let lane = (task.subtopology as usize).wrapping_add(task.partition as usize);
+            let writer = self.writer(lane);
+            let allowed = Allowed::by(m);
+            let written = tokio::spawn(writer.write_batch(allowed, task, RequestId(0), writes));
+            flights.push((task, written));
+        }
+        for (task, written) in flights {
+            all &= self.flushed(task, written.await);
+        }
+        all
+    }
+
+    /// One task's flush ended: into its stores, or dropped. `false`: dropped.
+    fn flushed(
+        &mut self,
+        task: TaskId,
+        written: std::result::Result<writes::Written, tokio::task::JoinError>,
+    ) -> bool {
+        match written {
+            Ok(Ok(applied)) => {
+                // Into the stores before out of the cache: a query between reads it in one.
+                let event = match self.apply_batch(task, applied) {
+                    Some(changelogs) => Event::CacheFlushed { task, changelogs },
+                    // The changelog holds it: the store catches up from there once reopened.
+                    None => Event::StoreFailed {
+                        task,
+                        fault: StoreFault::Failed,
+                    },
+                };
+                if let Some(cache) = self.caches.get_mut(&task) {
+                    cache.clear();
+                }
+                self.local.push_back(event);
+                true
+            }
+            Ok(Err(Event::RecordFailed { .. })) => {
+                self.drop_cache(task, CacheLoss::FlushStopsTask);
+                false
+            }
+            Ok(Err(_)) | Err(_) => {
+                self.drop_cache(task, CacheLoss::FlushFailed);
+                false
+            }
+        }
+    }
+}
+
+/// The fault suite's failed flush: a fail point (nothing without the `failpoints` feature)
+/// that makes one task's flush fail as a broker refusing it would.
+fn flush_fails() -> bool {
+    fail::fail_point!("baton-flush", |_| true);
+    false
+}
