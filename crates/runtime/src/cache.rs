@@ -12,7 +12,6 @@
 //! their batch. Neither are tables read from a topic, whose topic is their changelog.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 
@@ -25,9 +24,6 @@ pub type Hasher = foldhash::fast::RandomState;
 /// A store's writes by key (`None` deletes), each with the timestamp of the record that
 /// wrote it last.
 pub type KeyWrites = HashMap<Vec<u8>, (Option<Vec<u8>>, i64), Hasher>;
-
-/// One store's cached writes, shared with the interactive queries that read through them.
-pub type SharedWrites = Arc<RwLock<KeyWrites>>;
 
 /// What a cached entry costs beyond its key and value (Kafka's cache counts an overhead per
 /// entry too): the map's slot, the timestamp, the allocations' headers.
@@ -48,7 +44,7 @@ pub struct CachedOutput {
 #[derive(Default)]
 pub struct TaskCache {
     /// Per store index (cached stores only).
-    stores: BTreeMap<usize, SharedWrites>,
+    stores: BTreeMap<usize, KeyWrites>,
     /// Per sink, by key: keys and values are copies of their own, never slices of the input
     /// (a slice would keep its whole fetch buffer alive until the flush).
     outputs: BTreeMap<u16, HashMap<Bytes, CachedOutput, Hasher>>,
@@ -82,22 +78,13 @@ fn owned(b: Bytes) -> Bytes {
     }
 }
 
-fn read(w: &SharedWrites) -> RwLockReadGuard<'_, KeyWrites> {
-    // A panic while holding it left whole entries (no write is half done): still usable.
-    w.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn write(w: &SharedWrites) -> RwLockWriteGuard<'_, KeyWrites> {
-    w.write().unwrap_or_else(|e| e.into_inner())
-}
-
 impl TaskCache {
     /// A cache for the stores at `stores` (indices into the task's stores).
     pub fn new(stores: impl IntoIterator<Item = usize>) -> TaskCache {
         TaskCache {
             stores: stores
                 .into_iter()
-                .map(|i| (i, SharedWrites::default()))
+                .map(|i| (i, KeyWrites::default()))
                 .collect(),
             ..TaskCache::default()
         }
@@ -107,14 +94,9 @@ impl TaskCache {
         self.stores.contains_key(&idx)
     }
 
-    /// Store `idx`'s cached writes, for reading through (a batch, an interactive query).
-    pub fn shared(&self, idx: usize) -> Option<&SharedWrites> {
-        self.stores.get(&idx)
-    }
-
-    /// Read guards on every cached store, by store index, for a batch's reads.
-    pub fn readers(&self) -> BTreeMap<usize, RwLockReadGuard<'_, KeyWrites>> {
-        self.stores.iter().map(|(&i, w)| (i, read(w))).collect()
+    /// Every cached store's writes, by store index, for a batch's reads.
+    pub fn readers(&self) -> BTreeMap<usize, &KeyWrites> {
+        self.stores.iter().map(|(&i, w)| (i, w)).collect()
     }
 
     pub fn bytes(&self) -> u64 {
@@ -134,10 +116,9 @@ impl TaskCache {
         input: impl IntoIterator<Item = (usize, i64, i64)>,
     ) {
         for (idx, batch) in writes {
-            let Some(shared) = self.stores.get(&idx) else {
+            let Some(cached) = self.stores.get_mut(&idx) else {
                 continue;
             };
-            let mut cached = write(shared);
             for (k, v) in batch {
                 let added = size(&k, v.0.as_deref());
                 if let Some(old) = cached.get(&k) {
@@ -191,13 +172,13 @@ impl TaskCache {
         }
     }
 
-    /// What a flush writes, leaving the cache as it is: reads go on through it until the
-    /// flush is in the stores ([`TaskCache::clear`]).
+    /// What a flush writes, leaving the cache as it is until the flush is in the stores
+    /// ([`TaskCache::clear`]).
     pub fn flush(&self) -> Flush {
         let writes = self
             .stores
             .iter()
-            .map(|(&i, w)| (i, read(w).clone()))
+            .map(|(&i, w)| (i, w.clone()))
             .filter(|(_, w)| !w.is_empty())
             .collect();
         let mut outputs: Vec<&CachedOutput> =
@@ -231,8 +212,8 @@ impl TaskCache {
     /// Empties the cache: flushed into the stores, or dropped. Returns the input it covered,
     /// `(source, first offset)`, which a dropped cache's task reads again.
     pub fn clear(&mut self) -> Vec<(usize, i64)> {
-        for w in self.stores.values() {
-            write(w).clear();
+        for w in self.stores.values_mut() {
+            w.clear();
         }
         self.outputs.clear();
         self.bytes = 0;
@@ -294,7 +275,7 @@ mod tests {
         assert_eq!(cache.clear(), vec![(0, 0)]);
         assert!(cache.is_empty());
         assert_eq!(cache.bytes(), 0);
-        assert!(read(cache.shared(0).unwrap()).is_empty());
+        assert!(cache.readers()[&0].is_empty());
     }
 
     #[test]

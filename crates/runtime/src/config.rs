@@ -43,8 +43,8 @@ pub struct RuntimeConfig {
     pub static_membership: bool,
     /// `application.server`: `host:port` for interactive queries, or empty.
     pub user_endpoint: String,
-    /// `statestore.cache.max.bytes`: above 0, the updates of one key that one batch of input
-    /// gives a table's sink collapse to the last ([`crate::cache`]); 0 writes every update.
+    /// `statestore.cache.max.bytes`: above 0, the record cache from one commit to the next
+    /// ([`crate::cache`]); 0 writes every update with its batch.
     pub cache_max_bytes: u64,
     /// What to do with an output record larger than any batch the broker takes.
     pub on_oversized_record: OversizedRecord,
@@ -76,6 +76,9 @@ pub struct RuntimeConfig {
 /// The oldest version `max_protocol_version` takes: from 7 subscriptions carry offset sums,
 /// which warm-ups and the caught-up check need.
 pub const MIN_PROTOCOL_VERSION: i32 = 7;
+
+/// `statestore.cache.max.bytes` unless set: Kafka Streams' default, 10 MiB.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 10 * 1024 * 1024;
 
 pub use baton_core::config::{OffsetReset, OversizedRecord};
 
@@ -178,7 +181,7 @@ impl Default for RuntimeConfig {
             state_cleanup_delay: Duration::from_secs(600),
             metrics_addr: None,
             static_membership: false,
-            cache_max_bytes: 0,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             on_oversized_record: OversizedRecord::Fail,
             auto_offset_reset: OffsetReset::Earliest,
             task_retry: None,

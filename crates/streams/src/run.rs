@@ -99,10 +99,10 @@ pub struct RunArgs {
     /// statestore.cache.max.bytes: above 0, Kafka Streams' record cache from one commit to
     /// the next, its bytes shared by the stream threads: a store's updates and a table sink's
     /// (an aggregation, then only key-keeping steps) collapse to the last per key, written
-    /// before each commit; records and interactive queries read through it. Fewer output
+    /// before each commit; records read through it, queries read the stores. Fewer output
     /// records, the same last value per key. 0 writes every update with its batch, as Kafka
-    /// Streams does with the cache at 0 (docs/API.md).
-    #[arg(long, env = "BATON_CACHE_MAX_BYTES", default_value_t = 0)]
+    /// Streams does with the cache at 0 (docs/API.md). 10 MiB by default, as Kafka's.
+    #[arg(long, env = "BATON_CACHE_MAX_BYTES", default_value_t = baton_runtime::config::DEFAULT_CACHE_MAX_BYTES)]
     pub cache_max_bytes: u64,
     /// What to do with an output record larger than any record batch the broker takes
     /// (message.max.bytes): `fail` stops that task only (the instance and its other tasks go

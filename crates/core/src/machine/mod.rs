@@ -675,6 +675,17 @@ impl ThreadMachine {
         (!self.stopped).then_some(self.alive_at + margin)
     }
 
+    /// The last moment a commit's flush of the record cache may start: as
+    /// [`Self::write_deadline`], and also once the thread stops, whose last commit (sent as it
+    /// stops) must write what the commit covers first.
+    pub fn flush_deadline(&self) -> Option<Duration> {
+        let margin = self
+            .cfg
+            .session_timeout
+            .checked_sub(self.cfg.write_timeout)?;
+        Some(self.alive_at + margin)
+    }
+
     fn id(&mut self) -> RequestId {
         self.next_id += 1;
         RequestId(self.next_id)

@@ -9,7 +9,6 @@ use baton_assignor::TaskId;
 use baton_protocol::TopicPartition;
 use tokio::sync::Notify;
 
-use crate::cache::SharedWrites;
 use crate::store::{StoreError, TaskStore};
 
 #[derive(Default)]
@@ -17,13 +16,14 @@ pub struct LocalCopies {
     inner: Mutex<Inner>,
     /// Woken whenever an active's processed input moves (`at_least=` waits on it).
     advanced: Notify,
+    /// Read-your-writes reads waiting for input that may sit in a record cache: each stream
+    /// thread flushes its caches when this moved since it last looked ([`crate::cache`]).
+    flush_requests: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
 struct Inner {
     stores: BTreeMap<(String, TaskId), TaskStore>,
-    /// The record cache's writes not yet in the store, read through ([`crate::cache`]).
-    caches: BTreeMap<(String, TaskId), SharedWrites>,
     /// Per task, per source partition: every input below this offset is in the task's stores.
     processed: BTreeMap<TaskId, BTreeMap<TopicPartition, i64>>,
 }
@@ -73,15 +73,6 @@ impl LocalCopies {
         inner.processed.entry(task).or_default();
     }
 
-    /// Reads of `store` of `task` go through this record cache from now on, until released.
-    pub fn register_cache(&self, task: TaskId, store: &str, cache: SharedWrites) {
-        self.lock().caches.insert((store.to_owned(), task), cache);
-    }
-
-    fn cache(&self, store: &str, task: TaskId) -> Option<SharedWrites> {
-        self.lock().caches.get(&(store.to_owned(), task)).cloned()
-    }
-
     /// Follows how far `task` has processed its input, whether or not it has stores: an
     /// `at_least=` on an input upstream of a store waits for the task reading that input.
     pub fn track(&self, task: TaskId) {
@@ -116,7 +107,6 @@ impl LocalCopies {
     pub fn release(&self, task: TaskId) {
         let mut inner = self.lock();
         inner.stores.retain(|(_, t), _| *t != task);
-        inner.caches.retain(|(_, t), _| *t != task);
         inner.processed.remove(&task);
     }
 
@@ -132,18 +122,10 @@ impl LocalCopies {
 
     /// `key` in `store` of `task`: `Ok(None)` when this instance does not hold it, or while a
     /// bulk load keeps the store between two consistent states.
-    /// A key the record cache holds reads as the cache has it (newer than the store), with
-    /// the store's position.
     pub fn read(&self, store: &str, task: TaskId, key: &[u8]) -> Result<Option<Read>, StoreError> {
-        let cache = self.cache(store, task);
         self.read_with(store, task, |h| {
-            let read = h.read_consistent(key)?;
-            let cached = cache.as_ref().and_then(|c| {
-                let c = c.read().unwrap_or_else(|e| e.into_inner());
-                c.get(key).map(|(v, _)| v.clone())
-            });
-            Ok(read.map(|r| Read {
-                value: cached.unwrap_or(r.value),
+            Ok(h.read_consistent(key)?.map(|r| Read {
+                value: r.value,
                 position: position(r.next_offset),
             }))
         })
@@ -157,26 +139,17 @@ impl LocalCopies {
         task: TaskId,
         bounds: &RangeBounds,
     ) -> Result<Option<RangeRead>, StoreError> {
-        let cache = self.cache(store, task);
         self.read_with(store, task, |h| {
-            let cached = cache
-                .as_ref()
-                .map(|c| cached_in(c, bounds))
-                .unwrap_or_default();
-            // Each cached key hides or deletes at most one of the store's entries.
             let read = h.range_consistent(
                 bounds.from.as_deref(),
                 bounds.to.as_deref(),
                 bounds.after.as_deref(),
-                bounds.limit.saturating_add(cached.len()),
+                bounds.limit,
             )?;
-            Ok(read.map(|r| {
-                let (entries, more) = overlay_page(r.entries, r.more, cached, bounds.limit);
-                RangeRead {
-                    entries,
-                    more,
-                    position: position(r.next_offset),
-                }
+            Ok(read.map(|r| RangeRead {
+                entries: r.entries,
+                more: r.more,
+                position: position(r.next_offset),
             }))
         })
     }
@@ -204,55 +177,24 @@ impl LocalCopies {
         self.lock().processed.get(&task)?.get(source).copied()
     }
 
+    /// Asks the stream threads to flush their record caches now, for a read waiting for input
+    /// that may be in one.
+    pub fn request_flush(&self) {
+        self.flush_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many flushes were asked for so far ([`LocalCopies::request_flush`]).
+    pub fn flush_requests(&self) -> u64 {
+        self.flush_requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Resolves once any active's processed input moves; create it before checking, so a
     /// move in between is not missed.
     pub fn advanced(&self) -> tokio::sync::futures::Notified<'_> {
         self.advanced.notified()
     }
-}
-
-/// Key-value entries in key order.
-type Entries = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// The cached writes inside `bounds`, in key order.
-fn cached_in(cache: &SharedWrites, b: &RangeBounds) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    let c = cache.read().unwrap_or_else(|e| e.into_inner());
-    let inside = |k: &[u8]| {
-        b.from.as_deref().is_none_or(|f| k >= f)
-            && b.to.as_deref().is_none_or(|t| k <= t)
-            && b.after.as_deref().is_none_or(|a| k > a)
-    };
-    let mut found: Vec<(Vec<u8>, Option<Vec<u8>>)> = c
-        .iter()
-        .filter(|(k, _)| inside(k))
-        .map(|(k, (v, _))| (k.clone(), v.clone()))
-        .collect();
-    found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    found
-}
-
-/// A page of the store's entries (`more`: it stopped early) with the cached writes laid over
-/// it, cut at `limit`. Past the store page's last key, when it stopped early, the store's
-/// entries are unknown: cached keys there wait for the next page.
-fn overlay_page(
-    store: Entries,
-    more: bool,
-    cached: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    limit: usize,
-) -> (Entries, bool) {
-    let last = more.then(|| store.last().map(|(k, _)| k.clone())).flatten();
-    let mut all: BTreeMap<Vec<u8>, Vec<u8>> = store.into_iter().collect();
-    for (k, v) in cached {
-        if more && last.as_ref().is_none_or(|l| &k > l) {
-            break;
-        }
-        match v {
-            Some(v) => all.insert(k, v),
-            None => all.remove(&k),
-        };
-    }
-    let more = more || all.len() > limit;
-    (all.into_iter().take(limit).collect(), more)
 }
 
 #[cfg(test)]
@@ -287,84 +229,6 @@ mod tests {
             None,
             "not held: not recorded"
         );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    fn page(keys: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        keys.iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-            .collect()
-    }
-
-    fn cached(keys: &[(&str, Option<&str>)]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-        keys.iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
-            .collect()
-    }
-
-    #[test]
-    fn a_range_page_shows_the_cache_over_the_store() {
-        // The whole range: a deleted key goes, a new one comes, one changes.
-        let (entries, more) = overlay_page(
-            page(&[("a", "1"), ("b", "1"), ("c", "1")]),
-            false,
-            cached(&[("b", None), ("c", Some("2")), ("d", Some("1"))]),
-            10,
-        );
-        assert_eq!(entries, page(&[("a", "1"), ("c", "2"), ("d", "1")]));
-        assert!(!more);
-        // The store's page stopped at "c": a cached "d" waits for the next page.
-        let (entries, more) = overlay_page(
-            page(&[("a", "1"), ("c", "1")]),
-            true,
-            cached(&[("b", Some("1")), ("d", Some("1"))]),
-            2,
-        );
-        assert_eq!(entries, page(&[("a", "1"), ("b", "1")]));
-        assert!(more);
-    }
-
-    #[test]
-    fn a_read_goes_through_the_registered_cache() {
-        let dir = std::env::temp_dir().join(format!("baton-copies-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let task = TaskId::new(0, 1);
-        let store = TaskStore::open(&dir, task, "counts").unwrap();
-        store
-            .apply(
-                &[
-                    (b"k".to_vec(), Some(b"old".to_vec())),
-                    (b"m".to_vec(), Some(b"1".to_vec())),
-                ],
-                Some(5),
-            )
-            .unwrap();
-        let copies = LocalCopies::default();
-        copies.register(task, "counts", store);
-        let cache = SharedWrites::default();
-        cache
-            .write()
-            .unwrap()
-            .insert(b"k".to_vec(), (Some(b"new".to_vec()), 0));
-        cache.write().unwrap().insert(b"m".to_vec(), (None, 0));
-        copies.register_cache(task, "counts", cache);
-        let read = copies.read("counts", task, b"k").unwrap().unwrap();
-        assert_eq!(
-            (read.value.as_deref(), read.position),
-            (Some(&b"new"[..]), 4)
-        );
-        assert_eq!(
-            copies.read("counts", task, b"m").unwrap().unwrap().value,
-            None
-        );
-        let all = RangeBounds {
-            from: None,
-            to: None,
-            after: None,
-            limit: 10,
-        };
-        let range = copies.read_range("counts", task, &all).unwrap().unwrap();
-        assert_eq!(range.entries, page(&[("k", "new")]));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

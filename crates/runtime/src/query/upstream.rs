@@ -195,6 +195,8 @@ impl Engine {
             {
                 return None;
             }
+            // The input may be processed already and wait in a record cache for the commit.
+            self.ctx.copies.request_flush();
             let left = deadline.checked_duration_since(Instant::now())?;
             if left.is_zero() {
                 return Some(false);

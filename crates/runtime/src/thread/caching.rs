@@ -35,22 +35,13 @@ impl Driver {
             return;
         };
         let topology = &self.ctx.topology;
-        let cached: Vec<usize> = t
+        let cached = t
             .stores
             .iter()
             .enumerate()
             .filter(|(_, s)| !topology.is_suppression_buffer(&s.name))
-            .map(|(i, _)| i)
-            .collect();
-        let cache = TaskCache::new(cached.iter().copied());
-        // Interactive queries read through it, as Kafka Streams' read through its cache.
-        for i in cached {
-            if let Some(shared) = cache.shared(i) {
-                self.ctx
-                    .copies
-                    .register_cache(task, &t.stores[i].name, shared.clone());
-            }
-        }
+            .map(|(i, _)| i);
+        let cache = TaskCache::new(cached);
         self.caches.insert(task, cache);
     }
 
@@ -90,21 +81,40 @@ impl Driver {
         Some(CachedPart { writes, outputs })
     }
 
-    /// A done batch's cached part goes into its task's cache.
-    pub(super) fn merge_cached(&mut self, task: TaskId, part: CachedPart, inputs: &[Input]) {
-        if part.is_empty() {
-            return;
+    /// A done batch's cached part goes into its task's cache. `true`: its input is in the
+    /// stores only once the cache is flushed (it, or a batch before it, left updates there).
+    pub(super) fn merge_cached(
+        &mut self,
+        task: TaskId,
+        part: CachedPart,
+        inputs: &[Input],
+    ) -> bool {
+        let Some(cache) = self.caches.get_mut(&task) else {
+            return false;
+        };
+        if part.is_empty() && cache.is_empty() {
+            return false;
         }
-        if let Some(cache) = self.caches.get_mut(&task) {
-            let input = inputs.iter().map(|i| (i.source, i.from, i.to));
-            cache.merge(part.writes, part.outputs, input);
-        }
+        let input = inputs.iter().map(|i| (i.source, i.from, i.to));
+        cache.merge(part.writes, part.outputs, input);
+        true
     }
 
     /// The thread's caches hold more than its share.
     pub(super) fn caches_full(&self) -> bool {
         let budget = self.cache_budget();
         budget > 0 && self.caches.values().map(TaskCache::bytes).sum::<u64>() > budget
+    }
+
+    /// A commit interval has passed since the last flush and a cache holds updates: they are
+    /// written even when no commit can be sent (a rebalance round under way), so the output
+    /// keeps its pace through a round as it does without the cache.
+    /// So is a read-your-writes query waiting ([`crate::query::copies::LocalCopies::request_flush`]):
+    /// the store it reads takes the cache only at a flush.
+    pub(super) fn flush_due(&self) -> bool {
+        let asked = self.ctx.copies.flush_requests() != self.flushes_seen;
+        (asked || self.flushed_at.elapsed() >= self.ctx.cfg.commit_interval)
+            && self.caches.values().any(|c| !c.is_empty())
     }
 
     /// Drops `task`'s cache unwritten, telling the machine where its input starts again.
@@ -127,6 +137,8 @@ impl Driver {
     /// into its stores; each task's outcome goes to `self.local`. `false`: some cache could
     /// not be written and was dropped.
     pub(super) async fn flush_caches(&mut self, m: &ThreadMachine) -> bool {
+        self.flushed_at = Instant::now();
+        self.flushes_seen = self.ctx.copies.flush_requests();
         let mut flights = Vec::new();
         let mut all = true;
         let tasks: Vec<TaskId> = self
@@ -163,12 +175,12 @@ impl Driver {
             };
             let lane = (task.subtopology as usize).wrapping_add(task.partition as usize);
             let writer = self.writer(lane);
-            let allowed = Allowed::by(m);
+            let allowed = Allowed::for_flush(m);
             let written = tokio::spawn(writer.write_batch(allowed, task, RequestId(0), writes));
-            flights.push((task, written));
+            flights.push((task, flush.input, written));
         }
-        for (task, written) in flights {
-            all &= self.flushed(task, written.await);
+        for (task, input, written) in flights {
+            all &= self.flushed(task, &input, written.await);
         }
         all
     }
@@ -177,6 +189,7 @@ impl Driver {
     fn flushed(
         &mut self,
         task: TaskId,
+        input: &[(usize, i64, i64)],
         written: std::result::Result<writes::Written, tokio::task::JoinError>,
     ) -> bool {
         match written {
@@ -192,6 +205,13 @@ impl Driver {
                 };
                 if let Some(cache) = self.caches.get_mut(&task) {
                     cache.clear();
+                }
+                // Interactive queries read the stores: what they may promise moves now.
+                let sources = self.ctx.wire.source_partitions(task);
+                for &(source, _, to) in input {
+                    if let Some(tp) = sources.get(source) {
+                        self.ctx.copies.processed(task, tp, to);
+                    }
                 }
                 self.local.push_back(event);
                 true

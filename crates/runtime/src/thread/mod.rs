@@ -233,6 +233,8 @@ impl StreamThread {
             producers: self.producers.clone(),
             tasks: BTreeMap::new(),
             caches: BTreeMap::new(),
+            flushed_at: Instant::now(),
+            flushes_seen: 0,
             stream_times: BTreeMap::new(),
             buffers: BTreeMap::new(),
             rebuild: BTreeMap::new(),
@@ -267,6 +269,10 @@ struct Driver {
     tasks: BTreeMap<TaskId, TaskIo>,
     /// Each running task's record cache, from its first batch ([`crate::cache`]).
     caches: BTreeMap<TaskId, crate::cache::TaskCache>,
+    /// When the caches were last flushed, and the queries' flush requests seen then
+    /// ([`Driver::flush_due`]).
+    flushed_at: Instant,
+    flushes_seen: u64,
     /// Each task's stream time (the largest record timestamp it has processed, or read from
     /// the committed offsets' metadata), committed beside its offsets.
     stream_times: BTreeMap<TaskId, i64>,
@@ -333,7 +339,7 @@ impl Driver {
                     self.start_fetches(&mut commands);
                 }
                 if self.in_flight.is_empty() {
-                    if !self.caches_full() {
+                    if !self.caches_full() && !self.flush_due() {
                         break;
                     }
                     self.flush_caches(m).await;
@@ -1159,10 +1165,13 @@ impl Driver {
                 output_acknowledged: true,
             };
         };
-        if let Some(part) = after.cached.take() {
-            self.merge_cached(task, part, &after.inputs);
-        }
-        for input in &after.inputs {
+        let in_cache = match after.cached.take() {
+            Some(part) => self.merge_cached(task, part, &after.inputs),
+            None => false,
+        };
+        // Queries read the stores: input whose updates wait in the cache is in them once
+        // it is flushed ([`Driver::flush_caches`]).
+        for input in after.inputs.iter().filter(|_| !in_cache) {
             if let Some(tp) = after.sources.get(input.source) {
                 self.ctx.copies.processed(task, tp, input.to);
             }

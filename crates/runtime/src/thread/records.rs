@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
-use std::sync::RwLockReadGuard;
 use std::time::Duration;
 
 use baton_assignor::TaskId;
@@ -48,7 +47,7 @@ pub(super) struct Pending<'a> {
     pub tables: BTreeMap<usize, TableUpdates>,
     /// The record cache's writes since its last flush, by store index ([`crate::cache`]):
     /// read under the batch's writes, over the store.
-    pub cached: BTreeMap<usize, RwLockReadGuard<'a, KeyWrites>>,
+    pub cached: BTreeMap<usize, &'a KeyWrites>,
     /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
     /// which a changelog record takes when its value has none of its own.
     pub timestamp: i64,

@@ -33,6 +33,14 @@ impl Allowed {
             oversized_dead_letter: m.oversized(OversizedWrite::DeadLetter),
         }
     }
+
+    /// For a commit's flush of the record cache ([`ThreadMachine::flush_deadline`]).
+    pub fn for_flush(m: &ThreadMachine) -> Allowed {
+        Allowed {
+            until: m.flush_deadline(),
+            ..Allowed::by(m)
+        }
+    }
 }
 
 /// A batch's writes as handed over: what its records built, and where it came from.
