@@ -106,14 +106,16 @@ impl Driver {
         budget > 0 && self.caches.values().map(TaskCache::bytes).sum::<u64>() > budget
     }
 
-    /// A commit interval has passed since the last flush and a cache holds updates: they are
+    /// A commit interval and a half has passed since the last flush and a cache holds updates: they are
     /// written even when no commit can be sent (a rebalance round under way), so the output
     /// keeps its pace through a round as it does without the cache.
     /// So is a read-your-writes query waiting ([`crate::query::copies::LocalCopies::request_flush`]):
     /// the store it reads takes the cache only at a flush.
     pub(super) fn flush_due(&self) -> bool {
         let asked = self.ctx.copies.flush_requests() != self.flushes_seen;
-        (asked || self.flushed_at.elapsed() >= self.ctx.cfg.commit_interval)
+        // Half an interval late: while commits come, each flushes first, and this never fires.
+        let interval = self.ctx.cfg.commit_interval;
+        (asked || self.flushed_at.elapsed() >= interval + interval / 2)
             && self.caches.values().any(|c| !c.is_empty())
     }
 
