@@ -7,7 +7,9 @@
 //! start to the end, as a consumer with nothing to do would (the faster of two such reads).
 //! The application then runs in this process on one instance with one stream thread; its
 //! rate is the input its commits covered between the first commit and the one that reached
-//! the end, over that time (so the group join before the first batch is not counted).
+//! the end (for word count, the one that also reached the end of its repartition topic), over
+//! that time (so the group join before the first batch is not counted). Then every key's last
+//! output must be the count its input implies, or the run fails.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -982,15 +982,7 @@ impl Driver {
         let Some(t) = self.tasks.get(&task) else {
             return Some(failed(false));
         };
-        // A table source's records go into its store, not through the steps; the store may
-        // hold them already (restored from the topic past the committed offset).
-        let table_of: Vec<Option<usize>> = sources
-            .iter()
-            .map(|tp| {
-                let name = ctx.topology.table_store(task.subtopology, &tp.topic)?;
-                t.stores.iter().position(|s| s.name == name)
-            })
-            .collect();
+        let table_of = table_stores(&ctx, task, &sources, &t.stores);
         // The task's stream time: the largest timestamp it has read, this batch's included;
         // kept only if the batch is done.
         let stream_time = match self.stream_times.get(&task) {
@@ -1357,6 +1349,23 @@ struct Done {
     dead_letters: Vec<(String, KeyValue)>,
     /// The task's source partitions, as the batch's inputs index them.
     sources: Vec<TopicPartition>,
+}
+
+/// Per source, the store its records go into when it is a table's: not through the steps
+/// (the store may hold them already, restored from the topic past the committed offset).
+fn table_stores(
+    ctx: &Context,
+    task: TaskId,
+    sources: &[TopicPartition],
+    stores: &[StoreIo],
+) -> Vec<Option<usize>> {
+    sources
+        .iter()
+        .map(|tp| {
+            let name = ctx.topology.table_store(task.subtopology, &tp.topic)?;
+            stores.iter().position(|s| s.name == name)
+        })
+        .collect()
 }
 
 /// The records of each of a batch's inputs, taken from what the last fetch brought; `None`
