@@ -94,9 +94,9 @@ impl TaskCache {
         self.stores.contains_key(&idx)
     }
 
-    /// Every cached store's writes, by store index, for a batch's reads.
-    pub fn readers(&self) -> BTreeMap<usize, &KeyWrites> {
-        self.stores.iter().map(|(&i, w)| (i, w)).collect()
+    /// Store `idx`'s cached writes, for a batch's reads; `None`: it is not cached.
+    pub fn writes(&self, idx: usize) -> Option<&KeyWrites> {
+        self.stores.get(&idx)
     }
 
     pub fn bytes(&self) -> u64 {
@@ -172,17 +172,19 @@ impl TaskCache {
         }
     }
 
-    /// What a flush writes, leaving the cache as it is until the flush is in the stores
-    /// ([`TaskCache::clear`]).
-    pub fn flush(&self) -> Flush {
+    /// Takes out what a flush writes. Nothing reads the cache while its flush is written (the
+    /// thread waits for it); its input stays until [`TaskCache::clear`], for a flush that fails.
+    pub fn flush(&mut self) -> Flush {
         let writes = self
             .stores
-            .iter()
-            .map(|(&i, w)| (i, w.clone()))
+            .iter_mut()
+            .map(|(&i, w)| (i, std::mem::take(w)))
             .filter(|(_, w)| !w.is_empty())
             .collect();
-        let mut outputs: Vec<&CachedOutput> =
-            self.outputs.values().flat_map(|o| o.values()).collect();
+        let mut outputs: Vec<CachedOutput> = std::mem::take(&mut self.outputs)
+            .into_values()
+            .flat_map(HashMap::into_values)
+            .collect();
         outputs.sort_unstable_by_key(|o| o.seq);
         let origins = outputs
             .iter()
@@ -193,7 +195,7 @@ impl TaskCache {
             .into_iter()
             .map(|o| Emitted {
                 sink: o.sink,
-                record: o.record.clone(),
+                record: o.record,
             })
             .collect();
         let input = self
@@ -271,11 +273,11 @@ mod tests {
             Some(&b"2"[..])
         );
         assert_eq!(flush.input, vec![(0, 0, 5)]);
-        assert!(!cache.is_empty(), "a flush leaves it until cleared");
+        assert!(!cache.is_empty(), "a flush leaves its input until cleared");
         assert_eq!(cache.clear(), vec![(0, 0)]);
         assert!(cache.is_empty());
         assert_eq!(cache.bytes(), 0);
-        assert!(cache.readers()[&0].is_empty());
+        assert!(cache.writes(0).unwrap().is_empty());
     }
 
     #[test]

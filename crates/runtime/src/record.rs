@@ -119,8 +119,8 @@ struct Scope<'s> {
 /// deletes).
 type ScopeWrite = (u16, Vec<u8>, Option<Vec<u8>>);
 
-/// A record's lists, kept empty between records by the thread that runs them: a store
-/// name, a write list and an output list per record cost a tenth of count per key's time.
+/// A record's lists, kept empty between records by the thread that runs them, so a record
+/// allocates no store name, write list or output list of its own.
 #[derive(Default)]
 struct Scratch {
     /// The store names the writes name (the topology's few, learnt as they come).

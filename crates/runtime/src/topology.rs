@@ -1838,16 +1838,16 @@ impl Topology {
         })
     }
 
-    /// The headers `store`'s changelog records with a value carry: a suppression buffer's
-    /// layout version, as Kafka Streams writes and checks it; none for the others.
     /// Whether `store` is a suppression buffer's ([`suppress`]), which the record cache
     /// leaves alone.
     pub fn is_suppression_buffer(&self, store: &str) -> bool {
         self.buffers.contains(store)
     }
 
+    /// The headers `store`'s changelog records with a value carry: a suppression buffer's
+    /// layout version, as Kafka Streams writes and checks it; none for the others.
     pub fn changelog_headers(&self, store: &str) -> ChangelogHeaders {
-        match self.buffers.contains(store) {
+        match self.is_suppression_buffer(store) {
             true => suppress::SUPPRESS_HEADERS,
             false => &[],
         }

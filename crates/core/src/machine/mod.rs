@@ -668,11 +668,7 @@ impl ThreadMachine {
     /// fencing is for). `None`: no write may start. Fixed when a batch's writes are handed
     /// over to run beside the machine; being known alive since only moves it later.
     pub fn write_deadline(&self) -> Option<Duration> {
-        let margin = self
-            .cfg
-            .session_timeout
-            .checked_sub(self.cfg.write_timeout)?;
-        (!self.stopped).then_some(self.alive_at + margin)
+        self.flush_deadline().filter(|_| !self.stopped)
     }
 
     /// The last moment a commit's flush of the record cache may start: as

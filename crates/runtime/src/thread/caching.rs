@@ -48,20 +48,18 @@ impl Driver {
     /// Takes out of a batch what waits in `task`'s cache; `None` without a cache.
     pub(super) fn cached_part(&self, task: TaskId, done: &mut Done) -> Option<CachedPart> {
         let cache = self.caches.get(&task)?;
-        let writes: BTreeMap<usize, KeyWrites> = {
-            let cached: Vec<usize> = done
-                .writes
-                .keys()
-                .copied()
-                .filter(|&i| cache.caches_store(i))
-                .collect();
-            cached
-                .into_iter()
-                .filter_map(|i| Some((i, done.writes.remove(&i)?)))
-                .collect()
-        };
+        let (writes, rest) = std::mem::take(&mut done.writes)
+            .into_iter()
+            .partition(|(i, _)| cache.caches_store(*i));
+        done.writes = rest;
         let topology = &self.ctx.topology;
         let is_table = |sink| topology.sink_is_table(task.subtopology, sink);
+        // Most batches' outputs go to no table (a stream's, a repartition topic's): kept as
+        // they are, with no pass over them.
+        if !done.out.records.iter().any(|e| is_table(e.sink)) {
+            let outputs = Vec::new();
+            return Some(CachedPart { writes, outputs });
+        }
         let records = std::mem::take(&mut done.out.records);
         let mut outputs = Vec::new();
         let mut kept = Vec::with_capacity(records.len());
@@ -155,7 +153,7 @@ impl Driver {
                 all = false;
                 continue;
             }
-            let Some(cache) = self.caches.get(&task) else {
+            let Some(cache) = self.caches.get_mut(&task) else {
                 continue;
             };
             let flush = cache.flush();

@@ -993,63 +993,46 @@ impl Driver {
             return Some(failed(false));
         };
         let records: usize = fetched.iter().map(|(_, rs)| rs.len()).sum();
-        // In a scope of its own: the cache's read guards end before the cache takes anything.
-        let started = self.now();
-        let ran = (|| {
-            let stores = (t.stores.as_slice(), self.caches.get(&task));
-            let mut run = BatchRun::new(stores, &ctx.globals, stream_time, records);
-            let stamps: Vec<Vec<i64>> = fetched
-                .iter()
-                .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
-                .collect();
-            let mut env = RecordEnv {
-                ctx: &ctx,
-                task,
-                batch,
-                sources: &sources,
-                table_of: &table_of,
-                started,
-                skip_log: &mut self.skip_log,
-                store_failures: &mut self.store_failures,
-            };
-            // One hand-over of the worker for the whole batch, not one per record: a store read
-            // may block on the disk, and block_in_place wakes another worker each time it runs.
-            let stopped = blocking(|| {
-                for (list, at) in merge_by_timestamp(&stamps) {
-                    let (source, r) = (fetched[list].0, &fetched[list].1[at]);
-                    env.record(&mut run, source, r)?;
-                }
-                match punctuate_at {
-                    Some(now_ms) => env.punctuate(&mut run, now_ms),
-                    None => std::ops::ControlFlow::Continue(()),
-                }
-            });
-            if let std::ops::ControlFlow::Break(event) = stopped {
-                return std::ops::ControlFlow::Break(event);
+        let stores = (t.stores.as_slice(), self.caches.get(&task));
+        let mut run = BatchRun::new(stores, &ctx.globals, stream_time, records);
+        let stamps: Vec<Vec<i64>> = fetched
+            .iter()
+            .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
+            .collect();
+        let mut env = RecordEnv {
+            ctx: &ctx,
+            task,
+            batch,
+            sources: &sources,
+            table_of: &table_of,
+            started: self.now(),
+            skip_log: &mut self.skip_log,
+            store_failures: &mut self.store_failures,
+        };
+        // One hand-over of the worker for the whole batch, not one per record: a store read
+        // may block on the disk, and block_in_place wakes another worker each time it runs.
+        let stopped = blocking(|| {
+            for (list, at) in merge_by_timestamp(&stamps) {
+                let (source, r) = (fetched[list].0, &fetched[list].1[at]);
+                env.record(&mut run, source, r)?;
             }
-            let BatchRun {
-                pending,
-                out,
-                stream_time,
-                origins,
-                records,
-                dead_letters,
-            } = run;
-            drop(pending.cached);
-            std::ops::ControlFlow::Continue(Done {
-                writes: pending.writes,
-                tables: pending.tables,
-                out,
-                stream_time,
-                origins,
-                records,
-                dead_letters,
-                sources,
-            })
-        })();
-        let done = match ran {
-            std::ops::ControlFlow::Continue(done) => done,
-            std::ops::ControlFlow::Break(event) => return Some(event),
+            match punctuate_at {
+                Some(now_ms) => env.punctuate(&mut run, now_ms),
+                None => std::ops::ControlFlow::Continue(()),
+            }
+        });
+        if let std::ops::ControlFlow::Break(event) = stopped {
+            return Some(event);
+        }
+        let done = Done {
+            writes: run.pending.writes,
+            tables: run.pending.tables,
+            out: run.out,
+            stream_time: run.stream_time,
+            origins: run.origins,
+            records: run.records,
+            dead_letters: run.dead_letters,
+            sources,
         };
         self.hand_over(m, task, batch, inputs, done)
     }

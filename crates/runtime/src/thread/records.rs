@@ -47,7 +47,7 @@ pub(super) struct Pending<'a> {
     pub tables: BTreeMap<usize, TableUpdates>,
     /// The record cache's writes since its last flush, by store index ([`crate::cache`]):
     /// read under the batch's writes, over the store.
-    pub cached: BTreeMap<usize, &'a KeyWrites>,
+    pub cached: Option<&'a TaskCache>,
     /// The timestamp of the record (or punctuation) running now: Kafka's `context.timestamp()`,
     /// which a changelog record takes when its value has none of its own.
     pub timestamp: i64,
@@ -76,7 +76,7 @@ impl Stores for Pending<'_> {
         if let Some((v, _)) = self.writes.get(&idx).and_then(|w| w.get(key)) {
             return Ok(v.clone());
         }
-        if let Some((v, _)) = self.cached.get(&idx).and_then(|w| w.get(key)) {
+        if let Some((v, _)) = self.cached.and_then(|c| c.writes(idx)?.get(key)) {
             return Ok(v.clone());
         }
         self.stores[idx].store.get(key)
@@ -103,7 +103,8 @@ impl Stores for Pending<'_> {
         let writes = self.writes.get(&idx).into_iter().flat_map(|w| w.iter());
         let writes = writes.map(|(k, (v, _))| (k.as_slice(), v.as_deref()));
         // The cache first: the batch's own writes are newer.
-        let cached = self.cached.get(&idx).into_iter().flat_map(|w| w.iter());
+        let cached = self.cached.and_then(|c| c.writes(idx));
+        let cached = cached.into_iter().flat_map(|w| w.iter());
         let cached = cached.map(|(k, (v, _))| (k.as_slice(), v.as_deref()));
         Ok(crate::topology::overlay_range(
             base,
@@ -196,7 +197,7 @@ impl<'a> BatchRun<'a> {
                 globals,
                 writes: BTreeMap::new(),
                 tables: BTreeMap::new(),
-                cached: cached.map(TaskCache::readers).unwrap_or_default(),
+                cached,
                 timestamp: 0,
             },
             out: Output {
