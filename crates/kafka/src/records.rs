@@ -223,6 +223,29 @@ impl Client {
         wants: &[FetchWant],
         max_wait_ms: i32,
     ) -> Result<Vec<Result<Fetched>>> {
+        self.fetch_wants(leader, wants, max_wait_ms, false).await
+    }
+
+    /// [`Client::fetch_many`], each partition's records in a buffer of their own. A record's
+    /// key and value are slices of the buffer they came in, which counts its references: threads
+    /// that take different partitions' records then never count on the same one, which would
+    /// cost each of them more than the copy.
+    pub async fn fetch_many_apart(
+        &self,
+        leader: &str,
+        wants: &[FetchWant],
+        max_wait_ms: i32,
+    ) -> Result<Vec<Result<Fetched>>> {
+        self.fetch_wants(leader, wants, max_wait_ms, true).await
+    }
+
+    async fn fetch_wants(
+        &self,
+        leader: &str,
+        wants: &[FetchWant],
+        max_wait_ms: i32,
+        apart: bool,
+    ) -> Result<Vec<Result<Fetched>>> {
         // By id, a topic deleted and made again under the same name is an error
         // (UNKNOWN_TOPIC_ID), not a partition read from where the old one stood.
         let by_id = !wants.is_empty()
@@ -285,7 +308,11 @@ impl Client {
                     }),
                     Some(p) => {
                         check(ApiKey::Fetch, p.error_code)?;
-                        let d = crate::batch::decode_batches(p.records.clone(), w.offset);
+                        let records = match apart {
+                            true => p.records.as_deref().map(Bytes::copy_from_slice),
+                            false => p.records.clone(),
+                        };
+                        let d = crate::batch::decode_batches(records, w.offset);
                         Ok(Fetched {
                             records: d.records,
                             high_watermark: p.high_watermark,

@@ -17,6 +17,10 @@ pub struct RuntimeConfig {
     pub instance_id: String,
     /// `num.stream.threads`: the instance's capacity.
     pub threads: u32,
+    /// How many cores one stream thread may run its tasks' batches on at once (each task's
+    /// batches still one after another, in order): 0, the machine's cores shared among the
+    /// stream threads; 1, one batch at a time, as a Kafka Streams thread runs its tasks.
+    pub batch_cores: u32,
     /// The assignor the group leader runs.
     pub assignor: AssignorKind,
     /// `acceptable.recovery.lag`, `max.warmup.replicas`, `num.standby.replicas`,
@@ -170,6 +174,7 @@ impl Default for RuntimeConfig {
             state_dir: PathBuf::from("/tmp/baton"),
             instance_id: String::new(),
             threads: 1,
+            batch_cores: 0,
             assignor: AssignorKind::HighAvailability,
             assignment: AssignmentConfig::default(),
             session_timeout: Duration::from_secs(10),

@@ -53,6 +53,26 @@ const STREAK_GAP: Duration = Duration::from_secs(60);
 const QUIET: Duration = Duration::from_secs(30);
 
 impl StoreFailures {
+    /// `task`'s streaks, taken out (for a batch that runs on another thread).
+    pub fn take_task(&mut self, task: TaskId) -> StoreFailures {
+        let keys: Vec<_> = self
+            .last
+            .keys()
+            .filter(|(t, _)| *t == task)
+            .cloned()
+            .collect();
+        let last = keys
+            .into_iter()
+            .filter_map(|k| self.last.remove_entry(&k))
+            .collect();
+        StoreFailures { last }
+    }
+
+    /// Takes back streaks [`StoreFailures::take_task`] took out.
+    pub fn absorb(&mut self, part: StoreFailures) {
+        self.last.extend(part.last);
+    }
+
     /// `what` failed for `task` with `error`; the task waits and retries.
     pub fn failed(&mut self, task: TaskId, what: &str, error: &str, state_dir: &Path) {
         let key = (task, what.to_owned());

@@ -235,6 +235,19 @@ pub struct SkipLog {
 impl SkipLog {
     const EVERY: Duration = Duration::from_secs(1);
 
+    /// `task`'s part of the log, taken out (for a batch that runs on another thread).
+    pub fn take_task(&mut self, task: TaskId) -> SkipLog {
+        let by_task = self.by_task.remove(&task).map(|e| (task, e));
+        SkipLog {
+            by_task: by_task.into_iter().collect(),
+        }
+    }
+
+    /// Takes back a part [`SkipLog::take_task`] took out.
+    pub fn absorb(&mut self, part: SkipLog) {
+        self.by_task.extend(part.by_task);
+    }
+
     /// `Some(n)`: log this skip now, saying that `n` skips since the last line were not
     /// logged. `None`: count it for the next line.
     pub fn admit(&mut self, task: TaskId, now: Duration) -> Option<u64> {

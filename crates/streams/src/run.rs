@@ -35,6 +35,11 @@ pub struct RunArgs {
     /// num.stream.threads.
     #[arg(long, env = "BATON_THREADS", default_value_t = 1)]
     pub threads: u32,
+    /// How many cores one stream thread may run its tasks' batches on at once, each task's in
+    /// order: 0, the machine's cores shared among the stream threads; 1, one batch at a time,
+    /// as a Kafka Streams thread runs its tasks.
+    #[arg(long, env = "BATON_BATCH_CORES", default_value_t = 0)]
+    pub batch_cores: u32,
     /// high-availability (warm-ups), kafka, or sticky (the pre-KIP-441 baseline).
     #[arg(long, env = "BATON_ASSIGNOR", value_enum, default_value_t = AssignorKind::HighAvailability)]
     pub assignor: AssignorKind,
@@ -498,6 +503,7 @@ pub fn config(args: RunArgs) -> Result<RuntimeConfig, RunError> {
         state_dir: args.state_dir,
         instance_id,
         threads: args.threads,
+        batch_cores: args.batch_cores,
         assignor: args.assignor,
         assignment: AssignmentConfig {
             acceptable_recovery_lag: args.acceptable_recovery_lag,

@@ -52,6 +52,10 @@ pub struct ThroughputArgs {
     /// Use this broker (HOST:PORT) instead of starting nisshi on a free loopback port.
     #[arg(long)]
     bootstrap: Option<String>,
+    /// Cores a stream thread may run its tasks' batches on at once (`--batch-cores` of `baton
+    /// run`): 0, the machine's; 1, one batch at a time.
+    #[arg(long, default_value_t = 0)]
+    batch_cores: u32,
     /// Run only this row (`count-per-key`, `count-cached`, `wordcount`, `wordcount-cached`):
     /// for a profiler, which then sees one application alone.
     #[arg(long)]
@@ -128,7 +132,8 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
                 if args.only.as_deref().is_some_and(|o| o != name) {
                     continue;
                 }
-                let row = one(&client, &bootstrap, &dir, (name, cache), a, timeout).await?;
+                let how = (name, cache, args.batch_cores);
+                let row = one(&client, &bootstrap, &dir, how, a, timeout).await?;
                 rows.push(row);
             }
         }
@@ -193,7 +198,7 @@ async fn one(
     client: &Client,
     bootstrap: &str,
     dir: &Path,
-    (app, cache_max_bytes): (&'static str, u64),
+    (app, cache_max_bytes, batch_cores): (&'static str, u64, u32),
     bench: &Bench,
     timeout: Duration,
 ) -> Result<Row, Failure> {
@@ -213,6 +218,7 @@ async fn one(
         instance_id: "bench".into(),
         commit_interval: Duration::from_millis(200),
         cache_max_bytes,
+        batch_cores,
         ..RuntimeConfig::default()
     };
     let (stop, shutdown) = tokio::sync::watch::channel(false);

@@ -53,6 +53,8 @@ struct Inner {
     /// Next changelog offset absorbed, summed over stores, for every task with state on disk.
     checkpoints: BTreeMap<TaskId, i64>,
     rebalances: u64,
+    /// Batches whose records ran beside another task's batch (`--batch-cores`).
+    side_by_side: u64,
     /// By reason: how many, and their total seconds.
     rebalance_seconds: BTreeMap<String, (u64, f64)>,
     /// By thread: when the last heartbeat was sent, and the longest time between two, in
@@ -230,6 +232,11 @@ impl Status {
 
     pub fn count_rebalance(&self) {
         self.inner().rebalances += 1;
+    }
+
+    /// Counts `n` batches that ran side by side ([`crate::config::RuntimeConfig::batch_cores`]).
+    pub fn count_side_by_side(&self, n: u64) {
+        self.inner().side_by_side += n;
     }
 
     /// A held task's offset sum as its thread's machine reports it (`None`: it reports none,

@@ -143,6 +143,13 @@ fn rebalance_families(out: &mut String, i: &Inner, inst: &str) {
 fn progress_families(out: &mut String, i: &Inner, inst: &str) {
     family(
         out,
+        "baton_batches_side_by_side_total",
+        "counter",
+        "Batches of input whose records ran beside another task's batch, on another core (--batch-cores).",
+        std::iter::once((inst.to_owned(), i.side_by_side)),
+    );
+    family(
+        out,
         "baton_pending_moves",
         "gauge",
         "Tasks warming up on this instance: moves waiting for it to catch up.",

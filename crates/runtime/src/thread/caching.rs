@@ -2,9 +2,12 @@
 //! taking a done batch in, flushing every task's before a commit or when the thread's share
 //! is full, and dropping one unwritten (the machine then reads its input again).
 
+use std::collections::HashSet;
+
 use super::*;
-use crate::cache::{KeyWrites, TaskCache};
+use crate::cache::{Hasher, KeyWrites, TaskCache};
 use crate::machine::CacheLoss;
+use crate::topology::Topology;
 
 /// What of a batch waits in its task's cache: the writes to cached stores and the table
 /// sinks' updates, each with the input record it came from.
@@ -17,6 +20,62 @@ impl CachedPart {
     fn is_empty(&self) -> bool {
         self.writes.is_empty() && self.outputs.is_empty()
     }
+}
+
+/// Takes out of a batch of `task` what waits in its cache: the writes to cached stores, and
+/// each table sink's last update per key, in the order of those last updates (the cache keeps
+/// no earlier one). Run beside other tasks' batches ([`super::batches`]), so that the thread
+/// merges a few updates per key, not every output.
+pub(super) fn cached_part(
+    topology: &Topology,
+    (task, cache): (TaskId, &TaskCache),
+    done: &mut Done,
+) -> CachedPart {
+    let (writes, rest) = std::mem::take(&mut done.writes)
+        .into_iter()
+        .partition(|(i, _)| cache.caches_store(*i));
+    done.writes = rest;
+    let is_table = |sink| topology.sink_is_table(task.subtopology, sink);
+    // Most batches' outputs go to no table (a stream's, a repartition topic's): kept as
+    // they are, with no pass over them.
+    if !done.out.records.iter().any(|e| is_table(e.sink)) {
+        let outputs = Vec::new();
+        return CachedPart { writes, outputs };
+    }
+    let records = std::mem::take(&mut done.out.records);
+    let mut outputs = Vec::new();
+    let mut kept = Vec::with_capacity(records.len());
+    let mut origins = Vec::with_capacity(done.origins.len());
+    for (i, e) in records.into_iter().enumerate() {
+        let at = done.origins.partition_point(|o| o.2 <= i);
+        let origin = done.origins.get(at).map_or((0, -1), |o| (o.0, o.1));
+        if is_table(e.sink) {
+            outputs.push((e, origin));
+        } else {
+            kept.push(e);
+            origins.push((origin.0, origin.1, kept.len()));
+        }
+    }
+    done.out.records = kept;
+    done.origins = origins;
+    let outputs = last_per_key(outputs);
+    CachedPart { writes, outputs }
+}
+
+/// Each (sink, key)'s last update among `outputs`, in the order of those last updates.
+fn last_per_key(outputs: Vec<(Emitted, (usize, i64))>) -> Vec<(Emitted, (usize, i64))> {
+    let mut seen: HashSet<(u16, &[u8]), Hasher> = HashSet::default();
+    let last: Vec<bool> = outputs
+        .iter()
+        .rev()
+        .map(|(e, _)| seen.insert((e.sink, &e.record.key[..])))
+        .collect();
+    drop(seen);
+    outputs
+        .into_iter()
+        .zip(last.into_iter().rev())
+        .filter_map(|(o, last)| last.then_some(o))
+        .collect()
 }
 
 impl Driver {
@@ -43,40 +102,6 @@ impl Driver {
             .map(|(i, _)| i);
         let cache = TaskCache::new(cached);
         self.caches.insert(task, cache);
-    }
-
-    /// Takes out of a batch what waits in `task`'s cache; `None` without a cache.
-    pub(super) fn cached_part(&self, task: TaskId, done: &mut Done) -> Option<CachedPart> {
-        let cache = self.caches.get(&task)?;
-        let (writes, rest) = std::mem::take(&mut done.writes)
-            .into_iter()
-            .partition(|(i, _)| cache.caches_store(*i));
-        done.writes = rest;
-        let topology = &self.ctx.topology;
-        let is_table = |sink| topology.sink_is_table(task.subtopology, sink);
-        // Most batches' outputs go to no table (a stream's, a repartition topic's): kept as
-        // they are, with no pass over them.
-        if !done.out.records.iter().any(|e| is_table(e.sink)) {
-            let outputs = Vec::new();
-            return Some(CachedPart { writes, outputs });
-        }
-        let records = std::mem::take(&mut done.out.records);
-        let mut outputs = Vec::new();
-        let mut kept = Vec::with_capacity(records.len());
-        let mut origins = Vec::with_capacity(done.origins.len());
-        for (i, e) in records.into_iter().enumerate() {
-            let at = done.origins.partition_point(|o| o.2 <= i);
-            let origin = done.origins.get(at).map_or((0, -1), |o| (o.0, o.1));
-            if is_table(e.sink) {
-                outputs.push((e, origin));
-            } else {
-                kept.push(e);
-                origins.push((origin.0, origin.1, kept.len()));
-            }
-        }
-        done.out.records = kept;
-        done.origins = origins;
-        Some(CachedPart { writes, outputs })
     }
 
     /// A done batch's cached part goes into its task's cache. `true`: its input is in the

@@ -267,7 +267,7 @@ pub(super) async fn fetch_from(
     let mut out = Vec::with_capacity(wants.len());
     // Each topic's id now, asked once per request however many of its partitions failed.
     let mut ids_now = BTreeMap::new();
-    match io.fetch_many(leader, &wire, FETCH_WAIT_MS).await {
+    match io.fetch_many_apart(leader, &wire, FETCH_WAIT_MS).await {
         Ok(results) => {
             ctx.recovered(|| format!("fetch from broker {leader}"));
             for ((want, w), result) in wants.into_iter().zip(&wire).zip(results) {

@@ -8,6 +8,7 @@
 //! fetch runs on a task of its own while the store applies the previous one. Store work
 //! (bulk loads, fsync) runs with `block_in_place`, off the executor's other tasks.
 
+mod batches;
 mod caching;
 mod fetch;
 mod records;
@@ -48,7 +49,7 @@ use crate::stream_time;
 use crate::topology::{ChangelogHeaders, Emitted};
 use crate::unreadable;
 use fetch::restore_chunk;
-use records::{BatchRun, RecordEnv, StoreWrites};
+use records::StoreWrites;
 use topics::ChangelogCheck;
 use writes::{Allowed, BatchWrites, Produced, Writer};
 
@@ -241,6 +242,7 @@ impl StreamThread {
             topic_ids: self.ctx.topic_ids(),
             store_failures: StoreFailures::default(),
             skip_log: SkipLog::default(),
+            batch_threads: batch_threads(&self.ctx.cfg),
             fetch: None,
             changelog_check: ChangelogCheck::default(),
             requests,
@@ -286,6 +288,8 @@ struct Driver {
     store_failures: StoreFailures,
     /// Records skipped after the application failed on them, for rate-limited logging.
     skip_log: SkipLog,
+    /// How many tasks' batches may run at once ([`Driver::process_many`]).
+    batch_threads: usize,
     fetch: Option<(RequestId, JoinHandle<FetchOutcome>)>,
     /// The broker's word on the running actives' changelogs ([`Driver::watch_changelogs`]).
     changelog_check: ChangelogCheck,
@@ -329,8 +333,13 @@ impl Driver {
                             commands.extend(m.handle(e, self.now()));
                         }
                     }
-                    if let Some(exit) = self.execute(m, c).await {
-                        return exit;
+                    match side_by_side(c, &mut commands) {
+                        Ok(batches) => self.process_many(m, batches, self.batch_threads),
+                        Err(c) => {
+                            if let Some(exit) = self.execute(m, c).await {
+                                return exit;
+                            }
+                        }
                     }
                     // Outcomes first, in order; then anything that arrived meanwhile.
                     while let Some(e) = self.local.pop_front() {
@@ -957,86 +966,6 @@ impl Driver {
         }
     }
 
-    /// One batch of input: sinks first, then the changelog; the store takes the batch only
-    /// once both are acknowledged, so a failed write leaves it as it was and the retried batch
-    /// computes the same values again instead of counting twice.
-    fn process(
-        &mut self,
-        m: &ThreadMachine,
-        task: TaskId,
-        batch: RequestId,
-        inputs: &[Input],
-        punctuate_at: Option<i64>,
-    ) -> Option<Event> {
-        // The fault suite's panic in the runtime's own code for one batch (a fail point: nothing
-        // without the `failpoints` feature).
-        fail::fail_point!("baton-batch");
-        let ctx = self.ctx.clone();
-        let sources = ctx.wire.source_partitions(task);
-        let failed = |output_acknowledged| Event::BatchFailed {
-            task,
-            batch,
-            output_acknowledged,
-        };
-        self.cache_for(task);
-        let Some(t) = self.tasks.get(&task) else {
-            return Some(failed(false));
-        };
-        let table_of = table_stores(&ctx, task, &sources, &t.stores);
-        // The task's stream time: the largest timestamp it has read, this batch's included;
-        // kept only if the batch is done.
-        let stream_time = match self.stream_times.get(&task) {
-            Some(&t) => t,
-            None => self.stream_time_in_stores(task, t),
-        };
-        let Some(fetched) = take_input(&mut self.buffers, &sources, inputs) else {
-            return Some(failed(false));
-        };
-        let records: usize = fetched.iter().map(|(_, rs)| rs.len()).sum();
-        let stores = (t.stores.as_slice(), self.caches.get(&task));
-        let mut run = BatchRun::new(stores, &ctx.globals, stream_time, records);
-        let stamps: Vec<Vec<i64>> = fetched
-            .iter()
-            .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
-            .collect();
-        let mut env = RecordEnv {
-            ctx: &ctx,
-            task,
-            batch,
-            sources: &sources,
-            table_of: &table_of,
-            started: self.now(),
-            skip_log: &mut self.skip_log,
-            store_failures: &mut self.store_failures,
-        };
-        // One hand-over of the worker for the whole batch, not one per record: a store read
-        // may block on the disk, and block_in_place wakes another worker each time it runs.
-        let stopped = blocking(|| {
-            for (list, at) in merge_by_timestamp(&stamps) {
-                let (source, r) = (fetched[list].0, &fetched[list].1[at]);
-                env.record(&mut run, source, r)?;
-            }
-            match punctuate_at {
-                Some(now_ms) => env.punctuate(&mut run, now_ms),
-                None => std::ops::ControlFlow::Continue(()),
-            }
-        });
-        if let std::ops::ControlFlow::Break(event) = stopped {
-            return Some(event);
-        }
-        let done = Done {
-            writes: run.pending.writes,
-            tables: run.pending.tables,
-            out: run.out,
-            stream_time: run.stream_time,
-            origins: run.origins,
-            records: run.records,
-            dead_letters: run.dead_letters,
-            sources,
-        };
-        self.hand_over(m, task, batch, inputs, done)
-    }
-
     /// Hands a batch's writes over to run beside the thread ([`Writer::write_batch`]);
     /// [`Driver::written`] applies them to the stores once acknowledged. `Some`: the batch
     /// ended here.
@@ -1056,7 +985,7 @@ impl Driver {
             });
         }
         let logs = self.logs_of(task);
-        let cached = self.cached_part(task, &mut done);
+        let cached = done.cached.take();
         let after = AfterWrites {
             cached,
             inputs: inputs.to_vec(),
@@ -1312,6 +1241,43 @@ struct AfterWrites {
     stream_time: i64,
 }
 
+/// The cores a stream thread's batches may use at once: `batch_cores`, or unless set the
+/// machine's, shared among the instance's stream threads.
+fn batch_threads(cfg: &crate::config::RuntimeConfig) -> usize {
+    if cfg.batch_cores > 0 {
+        return cfg.batch_cores as usize;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / cfg.threads.max(1) as usize).max(1)
+}
+
+/// `c` and the batches right after it, when `c` is a batch and another follows: their tasks'
+/// records can run side by side ([`Driver::process_many`]). `Err`: `c`, to run alone.
+fn side_by_side(
+    c: Command,
+    commands: &mut VecDeque<Command>,
+) -> std::result::Result<Vec<(TaskId, RequestId, Vec<Input>)>, Command> {
+    let is_batch = |c: &Command| matches!(c, Command::Process { .. });
+    if !is_batch(&c) || !commands.front().is_some_and(is_batch) {
+        return Err(c);
+    }
+    let mut batches = Vec::new();
+    let mut next = Some(c);
+    while let Some(Command::Process {
+        task,
+        batch,
+        inputs,
+    }) = next
+    {
+        batches.push((task, batch, inputs));
+        next = match commands.front().is_some_and(is_batch) {
+            true => commands.pop_front(),
+            false => None,
+        };
+    }
+    Ok(batches)
+}
+
 /// Commands run while batches' writes are in flight: other batches (the machine never gives
 /// a task a second batch before the first is done) and fetches.
 fn runs_beside_writes(c: &Command) -> bool {
@@ -1332,6 +1298,8 @@ struct Done {
     dead_letters: Vec<(String, KeyValue)>,
     /// The task's source partitions, as the batch's inputs index them.
     sources: Vec<TopicPartition>,
+    /// What of it waits in the task's record cache, if it has one ([`caching::cached_part`]).
+    cached: Option<caching::CachedPart>,
 }
 
 /// Per source, the store its records go into when it is a table's: not through the steps
@@ -1471,5 +1439,50 @@ mod merge_tests {
             vec![(0, 0), (1, 0)]
         );
         assert!(merge_by_timestamp(&[]).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod side_by_side_tests {
+    use super::*;
+
+    fn batch(partition: u32, id: u64) -> Command {
+        Command::Process {
+            task: TaskId::new(0, partition),
+            batch: RequestId(id),
+            inputs: vec![Input {
+                source: 0,
+                from: 0,
+                to: 10,
+            }],
+        }
+    }
+
+    #[test]
+    fn batches_in_a_row_go_together_and_nothing_else_does() {
+        let persist = || Command::Persist {
+            task: TaskId::new(0, 9),
+        };
+        let mut rest: VecDeque<Command> = [batch(1, 2), batch(2, 3), persist(), batch(3, 4)].into();
+        let together = side_by_side(batch(0, 1), &mut rest).expect("four batches in a row");
+        let ids: Vec<u64> = together.iter().map(|(_, b, _)| b.0).collect();
+        assert_eq!(
+            ids,
+            [1, 2, 3],
+            "in the order asked, up to the first other command"
+        );
+        assert_eq!(rest.len(), 2, "the persist and the batch after it stay");
+        assert!(matches!(rest[0], Command::Persist { .. }));
+        // A batch with no batch right after it runs alone; so does anything else.
+        let mut after: VecDeque<Command> = [persist()].into();
+        assert!(side_by_side(batch(0, 5), &mut after).is_err());
+        assert_eq!(after.len(), 1);
+        let mut batches: VecDeque<Command> = [batch(1, 6)].into();
+        assert!(side_by_side(persist(), &mut batches).is_err());
+        assert_eq!(
+            batches.len(),
+            1,
+            "a batch after another command is left for later"
+        );
     }
 }

@@ -227,8 +227,14 @@ pub(super) struct RecordEnv<'a> {
 }
 
 impl RecordEnv<'_> {
-    /// Runs record `r` of source `source`; `Break`: the event that ends the batch.
-    pub fn record(&mut self, run: &mut BatchRun, source: usize, r: &Record) -> ControlFlow<Event> {
+    /// Runs record `r` of source `source`, taking its key and value (a reference fewer to
+    /// count up and down on the buffer it came in); `Break`: the event that ends the batch.
+    pub fn record(
+        &mut self,
+        run: &mut BatchRun,
+        source: usize,
+        r: &mut Record,
+    ) -> ControlFlow<Event> {
         run.records += 1;
         if let Some(idx) = self.table_of.get(source).copied().flatten() {
             self.table_record(run, idx, source, r);
@@ -247,15 +253,18 @@ impl RecordEnv<'_> {
         {
             return ControlFlow::Continue(());
         }
-        let k = r.key.clone().unwrap_or_default();
+        // Kept only for a dead-letter topic, which takes a failed record as it came.
+        let kept = self
+            .dead_letters()
+            .then(|| (r.key.clone().unwrap_or_default(), r.value.clone()));
         run.stream_time = run.stream_time.max(r.timestamp);
         run.pending.timestamp = r.timestamp;
         let step = run_record(
             &self.ctx.topology,
             (self.task, &self.sources[source].topic),
             StreamRecord {
-                key: k.clone(),
-                value: r.value.clone(),
+                key: r.key.take().unwrap_or_default(),
+                value: r.value.take(),
                 timestamp: r.timestamp,
                 old: None,
                 partition: None,
@@ -279,10 +288,18 @@ impl RecordEnv<'_> {
             why,
             undecodable,
         };
-        if let Some(topic) = self.record_failed(&f)? {
-            run.dead_letters.push((topic, (Some(k), r.value.clone())));
+        if let (Some(topic), Some((k, v))) = (self.record_failed(&f)?, kept) {
+            run.dead_letters.push((topic, (Some(k), v)));
         }
         ControlFlow::Continue(())
+    }
+
+    /// Whether a failed record may go to a dead-letter topic.
+    fn dead_letters(&self) -> bool {
+        let cfg = &self.ctx.cfg;
+        [&cfg.on_processing_error, &cfg.on_deserialization_error]
+            .iter()
+            .any(|p| p.dead_letter_topic().is_some())
     }
 
     /// A table's record goes into its store (unless the store holds it already).
