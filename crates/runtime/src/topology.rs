@@ -26,6 +26,7 @@ use crate::query::format::{Format, StoreFormat};
 use crate::store::StoreError;
 
 pub mod fk_join;
+mod lists;
 mod mem;
 pub mod sliding;
 mod stream_join;
@@ -2289,7 +2290,7 @@ impl Topology {
             junctions: &stream.junctions,
         };
         let steps = stream.routes.get(topic).unwrap_or(&stream.steps);
-        run_steps(run, steps, vec![record], stream_time, stores, out)
+        run_steps(run, steps, lists::one(record), stream_time, stores, out)
     }
 }
 
@@ -2340,8 +2341,8 @@ fn run_steps(
     stores: &mut dyn Stores,
     out: &mut Output,
 ) -> Result<(), StoreError> {
-    // Two lists taking turns: a record's way through its steps allocates them once.
-    let mut next = Vec::with_capacity(records.len());
+    // Two lists taking turns, both reused ([`lists`]); a store error or a panic drops them.
+    let mut next = lists::take();
     for step in steps {
         for r in records.drain(..) {
             match &r.value {
@@ -2351,9 +2352,11 @@ fn run_steps(
         }
         std::mem::swap(&mut records, &mut next);
         if records.is_empty() {
-            return Ok(());
+            break;
         }
     }
+    lists::give(records);
+    lists::give(next);
     Ok(())
 }
 
@@ -2582,7 +2585,7 @@ fn run_any(
         Step::Process { f, .. } => next.extend(f(run.task, &r, stream_time, stores)?),
         Step::Junction(n) => {
             if let Some(steps) = run.junctions.get(*n) {
-                run_steps(run, steps, vec![r], stream_time, stores, out)?;
+                run_steps(run, steps, lists::one(r), stream_time, stores, out)?;
             }
         }
         Step::Fork { id, branches } => {
@@ -2592,7 +2595,7 @@ fn run_any(
             for (b, branch) in branches.iter().enumerate() {
                 let one = if b + 1 == n { r.take() } else { r.clone() };
                 if let Some(one) = one {
-                    run_steps(run, branch, vec![one], stream_time, stores, out)?;
+                    run_steps(run, branch, lists::one(one), stream_time, stores, out)?;
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! `baton bench`: measurements that need a real broker and real instances, run the same way
 //! each time so that their figures can be compared across changes (docs/BENCHMARKS.md).
 
+mod cpu;
 mod latency;
 mod queries;
 mod throughput;

@@ -9,7 +9,9 @@
 //! rate is the input its commits covered between the first commit and the one that reached
 //! the end (for word count, the one that also reached the end of its repartition topic), over
 //! that time (so the group join before the first batch is not counted). Then every key's last
-//! output must be the count its input implies, or the run fails.
+//! output must be the count its input implies, or the run fails. Each row also says the CPU
+//! seconds a million input records cost: the plain reader's, the application's (this process
+//! over the same span) and the broker's (when the bench started it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ use baton_streams::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
 use bytes::Bytes;
 use clap::Args;
 
+use super::cpu::CpuAt;
 use crate::demo::stage::failed;
 use crate::Failure;
 
@@ -70,6 +73,12 @@ struct Row {
     outputs: u64,
     ceiling_per_s: f64,
     app_per_s: f64,
+    /// CPU seconds per million input records: the plain reader's (this process), the
+    /// application's (this process: its instance, and the bench's polling) and the broker's
+    /// over the same span.
+    ceiling_cpu: Option<f64>,
+    app_cpu: Option<f64>,
+    broker_cpu: Option<f64>,
 }
 
 pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
@@ -121,7 +130,8 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
         )));
     }
     let (dir, temporary) = crate::demo::workspace(&args.dir, "baton-bench-throughput")?;
-    let (_broker, bootstrap) = crate::demo::broker(&args.bootstrap, true)?;
+    let (broker, bootstrap) = crate::demo::broker(&args.bootstrap, true)?;
+    let broker_pid = broker.as_ref().map(|b| b.pid());
     let runtime = crate::tokio_runtime()?;
     let timeout = Duration::from_millis(args.step_timeout_ms);
     let result = runtime.block_on(async {
@@ -133,7 +143,8 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
                     continue;
                 }
                 let how = (name, cache, args.batch_cores);
-                let row = one(&client, &bootstrap, &dir, how, a, timeout).await?;
+                let at = (bootstrap.as_str(), broker_pid, dir.as_path());
+                let row = one(&client, at, how, a, timeout).await?;
                 rows.push(row);
             }
         }
@@ -196,8 +207,7 @@ fn wordcount(app: &str, input: &str) -> Result<Topology, baton_runtime::topology
 
 async fn one(
     client: &Client,
-    bootstrap: &str,
-    dir: &Path,
+    (bootstrap, broker, dir): (&str, Option<u32>, &Path),
     (app, cache_max_bytes, batch_cores): (&'static str, u64, u32),
     bench: &Bench,
     timeout: Duration,
@@ -208,8 +218,10 @@ async fn one(
     fill(client, &input, records, &bench.record).await?;
     // The faster of two reads: the first after the fill may pay for the allocator's first
     // pages (seen with mimalloc), which would flatter the ratio.
+    let cpu = CpuAt::now(broker);
     let first = read_all(client, &input).await?;
     let second = read_all(client, &input).await?;
+    let ceiling_cpu = cpu.per_million(&CpuAt::now(broker), 2 * records).0;
     let ceiling_per_s = records as f64 / first.min(second).as_secs_f64();
     let topology = (bench.build)(&app_id, &input).map_err(failed)?;
     let cfg = RuntimeConfig {
@@ -224,18 +236,21 @@ async fn one(
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let instance = tokio::spawn(baton_runtime::instance::run(cfg, topology, shutdown));
     let deadline = Instant::now() + timeout;
-    let app_per_s = async {
-        let span = committed_span(client, &app_id, &input, records, timeout).await?;
+    let measured = async {
+        let span = committed_span(client, (&app_id, broker), &input, records, timeout).await?;
         let end = match bench.hop {
             Some(hop) => hop_settled(client, &app_id, &format!("{app_id}-{hop}"), deadline).await?,
-            None => span.2,
+            None => span.end,
         };
-        rate(records, span, end).map_err(|e| failed(format!("{app_id}: {}", e.message)))
+        let cpu = span.cpu.per_million(&CpuAt::now(broker), records - span.n0);
+        let rate = rate(records, &span, end);
+        rate.map(|r| (r, cpu))
+            .map_err(|e| failed(format!("{app_id}: {}", e.message)))
     }
     .await;
     let _ = stop.send(true);
     let _ = instance.await;
-    let app_per_s = app_per_s?;
+    let (app_per_s, (app_cpu, broker_cpu)) = measured?;
     // Every input offset is committed, so every count is in the output (a cache is flushed
     // before its commit): the last value of each key must be exact.
     let (last, outputs) = read_output(client, &format!("{app_id}-out")).await?;
@@ -250,6 +265,9 @@ async fn one(
         outputs,
         ceiling_per_s,
         app_per_s,
+        ceiling_cpu,
+        app_cpu,
+        broker_cpu,
     })
 }
 
@@ -457,35 +475,44 @@ pub(crate) async fn committed_rate(
     records: u64,
     timeout: Duration,
 ) -> Result<f64, Failure> {
-    let span = committed_span(client, group, input, records, timeout).await?;
-    rate(records, span, span.2).map_err(|e| failed(format!("{group}: {}", e.message)))
+    let span = committed_span(client, (group, None), input, records, timeout).await?;
+    rate(records, &span, span.end).map_err(|e| failed(format!("{group}: {}", e.message)))
 }
 
-/// Records per second from the first commit (`n0` records in at `t0`) to `end`.
-fn rate(records: u64, (t0, n0, _): (Instant, u64, Instant), end: Instant) -> Result<f64, Failure> {
-    let secs = end.duration_since(t0).as_secs_f64();
+/// Records per second from the span's first commit to `end`.
+fn rate(records: u64, span: &Span, end: Instant) -> Result<f64, Failure> {
+    let secs = end.duration_since(span.t0).as_secs_f64();
     if secs <= 0.0 {
         return Err(failed(
             "the whole input was committed at once; use more records",
         ));
     }
-    Ok((records - n0) as f64 / secs)
+    Ok((records - span.n0) as f64 / secs)
 }
 
-/// When the group first committed (and how many input records that covered), and when its
-/// commits reached `records`.
+/// A group's commits over its input: the first (at `t0`, covering `n0` records, with the CPU
+/// used so far then) and the one that reached the input's end.
+struct Span {
+    t0: Instant,
+    n0: u64,
+    cpu: CpuAt,
+    end: Instant,
+}
+
+/// When the group first committed (how many input records that covered, and the CPU used so
+/// far here and by `broker`), and when its commits reached `records`.
 async fn committed_span(
     client: &Client,
-    group: &str,
+    (group, broker): (&str, Option<u32>),
     input: &str,
     records: u64,
     timeout: Duration,
-) -> Result<(Instant, u64, Instant), Failure> {
+) -> Result<Span, Failure> {
     let tps: Vec<TopicPartition> = (0..PARTITIONS)
         .map(|p| TopicPartition::new(input, p))
         .collect();
     let deadline = Instant::now() + timeout;
-    let mut first: Option<(Instant, u64)> = None;
+    let mut first: Option<(Instant, u64, CpuAt)> = None;
     loop {
         let committed: u64 = client
             .committed_offsets(group, &tps)
@@ -494,11 +521,16 @@ async fn committed_span(
             .unwrap_or(0);
         let now = Instant::now();
         if committed > 0 && first.is_none() {
-            first = Some((now, committed));
+            first = Some((now, committed, CpuAt::now(broker)));
         }
         if committed >= records {
-            let (t0, n0) = first.unwrap_or((now, 0));
-            return Ok((t0, n0, now));
+            let (t0, n0, cpu) = first.unwrap_or_else(|| (now, 0, CpuAt::now(broker)));
+            return Ok(Span {
+                t0,
+                n0,
+                cpu,
+                end: now,
+            });
         }
         if now > deadline {
             return Err(failed(format!(
@@ -512,18 +544,22 @@ async fn committed_span(
 
 fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "application        cache (bytes)    records    outputs   ceiling (records/s)   application (records/s)   ratio\n",
+        "application        cache (bytes)    records    outputs   ceiling (records/s)   application (records/s)   ratio   CPU s per M records: ceiling   application   broker\n",
     );
+    let cpu = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |s| format!("{s:.2}"));
     for r in rows {
         out += &format!(
-            "{:<18} {:>13} {:>10} {:>10}   {:>19.0}   {:>23.0}   {:>4.0}%\n",
+            "{:<18} {:>13} {:>10} {:>10}   {:>19.0}   {:>23.0}   {:>5.3}   {:>28}   {:>11}   {:>6}\n",
             r.app,
             r.cache_max_bytes,
             r.records,
             r.outputs,
             r.ceiling_per_s,
             r.app_per_s,
-            100.0 * r.app_per_s / r.ceiling_per_s
+            r.app_per_s / r.ceiling_per_s,
+            cpu(r.ceiling_cpu),
+            cpu(r.app_cpu),
+            cpu(r.broker_cpu),
         );
     }
     out

@@ -64,7 +64,8 @@ pub(super) fn cached_part(
 
 /// Each (sink, key)'s last update among `outputs`, in the order of those last updates.
 fn last_per_key(outputs: Vec<(Emitted, (usize, i64))>) -> Vec<(Emitted, (usize, i64))> {
-    let mut seen: HashSet<(u16, &[u8]), Hasher> = HashSet::default();
+    let mut seen: HashSet<(u16, &[u8]), Hasher> =
+        HashSet::with_capacity_and_hasher(outputs.len(), Hasher::default());
     let last: Vec<bool> = outputs
         .iter()
         .rev()
