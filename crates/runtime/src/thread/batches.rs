@@ -331,11 +331,6 @@ fn run_records(means: Means, ready: &mut Ready) -> Result<Done, Box<Event>> {
         ready.stream_time,
         input_records(ready),
     );
-    let stamps: Vec<Vec<i64>> = ready
-        .fetched
-        .iter()
-        .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
-        .collect();
     let mut env = RecordEnv {
         ctx,
         task: ready.task,
@@ -348,10 +343,21 @@ fn run_records(means: Means, ready: &mut Ready) -> Result<Done, Box<Event>> {
     };
     let fetched = &mut ready.fetched;
     let stopped = (|| {
-        for (list, at) in merge_by_timestamp(&stamps) {
-            let (source, records) = &mut fetched[list];
-            let (source, r) = (*source, &mut records[at]);
-            env.record(&mut run, source, r)?;
+        if let [(source, records)] = &mut fetched[..] {
+            // One partition: its records in offset order, with no merge to compute.
+            for r in records.iter_mut() {
+                env.record(&mut run, *source, r)?;
+            }
+        } else {
+            let stamps: Vec<Vec<i64>> = fetched
+                .iter()
+                .map(|(_, rs)| rs.iter().map(|r| r.timestamp).collect())
+                .collect();
+            for (list, at) in merge_by_timestamp(&stamps) {
+                let (source, records) = &mut fetched[list];
+                let (source, r) = (*source, &mut records[at]);
+                env.record(&mut run, source, r)?;
+            }
         }
         match ready.punctuate_at {
             Some(now_ms) => env.punctuate(&mut run, now_ms),
