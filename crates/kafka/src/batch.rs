@@ -63,6 +63,7 @@ pub fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Decoded {
     let Some(mut rest) = bytes else {
         return out;
     };
+    out.records.reserve(records_hint(&rest));
     while rest.len() >= LOG_OVERHEAD {
         let base = i64::from_be_bytes(rest[0..8].try_into().expect("8 bytes"));
         let len = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
@@ -97,6 +98,31 @@ pub fn decode_batches(bytes: Option<Bytes>, offset: i64) -> Decoded {
         }
     }
     out
+}
+
+/// How many records the whole v2 batches of a record set declare, each count no more than its
+/// batch's bytes could hold: the list they go into is then sized once, where growing it batch
+/// by batch copied a fetch's records again into fresh pages. Compressed batches count
+/// nothing (their records are not in their bytes); nothing here is checked, only counted.
+fn records_hint(mut rest: &[u8]) -> usize {
+    let mut n = 0usize;
+    while rest.len() >= LOG_OVERHEAD + V2_HEADER {
+        let len = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
+        let Some(total) = usize::try_from(len).ok().map(|l| l + LOG_OVERHEAD) else {
+            break;
+        };
+        if total < LOG_OVERHEAD + V2_HEADER || rest.len() < total {
+            break;
+        }
+        let attributes = i16::from_be_bytes(rest[21..23].try_into().expect("2 bytes"));
+        if rest[16] == 2 && attributes & COMPRESSION_MASK == 0 {
+            let count = i32::from_be_bytes(rest[57..61].try_into().expect("4 bytes"));
+            let room = (total - LOG_OVERHEAD - V2_HEADER) / MIN_RECORD;
+            n += usize::try_from(count).unwrap_or(0).min(room);
+        }
+        rest = &rest[total..];
+    }
+    n
 }
 
 /// Appends one batch's records at or after `offset`; the offset after it.

@@ -129,6 +129,8 @@ proptest! {
             prop_assert_eq!(next, want_next);
         }
         prop_assert_eq!(next, Some((base + total as i64).max(base + skip)));
+        // The list is sized for every record the batches declare, control ones too.
+        prop_assert_eq!(records_hint(&bytes), total);
     }
 
     /// A fetch that ends inside a batch gives the whole batches before it, and the next
@@ -184,12 +186,14 @@ proptest! {
                 at += LOG_OVERHEAD + len;
             }
         }
+        prop_assert!(records_hint(&bytes) <= bytes.len() / MIN_RECORD, "no more than the bytes hold");
         let _ = decode_batches(Some(Bytes::from(bytes)), 0);
     }
 
     /// Arbitrary bytes, too.
     #[test]
     fn garbage_is_an_error_not_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        prop_assert!(records_hint(&bytes) <= bytes.len() / MIN_RECORD);
         let _ = decode_batches(Some(Bytes::from(bytes)), 0);
     }
 }
