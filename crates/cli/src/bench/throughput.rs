@@ -1,7 +1,8 @@
 //! `baton bench throughput`: how fast one instance gets through a backlog, against how fast a
 //! plain consumer reads the same topic (the ceiling), both measured in the same run.
 //!
-//! For each application (count per key, and word count with its repartition hop), without the
+//! The whole bench runs `--runs` times (two by default), each run on topics of its own. For
+//! each application (count per key, and word count with its repartition hop), without the
 //! record cache and with it (`-cached`, statestore.cache.max.bytes above 0), a fresh
 //! input topic is filled first. The ceiling is one client fetching every partition from the
 //! start to the end, as a consumer with nothing to do would (the faster of two such reads).
@@ -62,6 +63,10 @@ pub struct ThroughputArgs {
     /// run`): 0, the machine's; 1, one batch at a time.
     #[arg(long, default_value_t = 0)]
     batch_cores: u32,
+    /// Run the whole bench this many times, each run on topics of its own, and report every
+    /// row of every run: one run's figures alone cannot tell a change from this machine's noise.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10))]
+    runs: u32,
     /// Run only this row (`count-per-key`, `count-cached`, `wordcount`, `wordcount-cached`):
     /// for a profiler, which then sees one application alone.
     #[arg(long)]
@@ -70,6 +75,7 @@ pub struct ThroughputArgs {
 
 struct Row {
     app: &'static str,
+    run: u32,
     cache_max_bytes: u64,
     records: u64,
     /// Records the application wrote to its output (fewer with the cache).
@@ -140,15 +146,17 @@ pub fn run(args: ThroughputArgs) -> Result<(), Failure> {
     let result = runtime.block_on(async {
         let client = Client::new(&[bootstrap.as_str()], "baton-bench-throughput");
         let mut rows = Vec::new();
-        for a in &apps {
-            for (name, cache) in a.names.into_iter().zip([0, args.cache_max_bytes]) {
-                if args.only.as_deref().is_some_and(|o| o != name) {
-                    continue;
+        for run in 1..=args.runs {
+            for a in &apps {
+                for (name, cache) in a.names.into_iter().zip([0, args.cache_max_bytes]) {
+                    if args.only.as_deref().is_some_and(|o| o != name) {
+                        continue;
+                    }
+                    let how = (name, cache, args.batch_cores, run);
+                    let at = (bootstrap.as_str(), broker_pid, dir.as_path());
+                    let row = one(&client, at, how, a, timeout).await?;
+                    rows.push(row);
                 }
-                let how = (name, cache, args.batch_cores);
-                let at = (bootstrap.as_str(), broker_pid, dir.as_path());
-                let row = one(&client, at, how, a, timeout).await?;
-                rows.push(row);
             }
         }
         Ok::<_, Failure>(rows)
@@ -211,12 +219,12 @@ fn wordcount(app: &str, input: &str) -> Result<Topology, baton_runtime::topology
 async fn one(
     client: &Client,
     (bootstrap, broker, dir): (&str, Option<u32>, &Path),
-    (app, cache_max_bytes, batch_cores): (&'static str, u64, u32),
+    (app, cache_max_bytes, batch_cores, run): (&'static str, u64, u32, u32),
     bench: &Bench,
     timeout: Duration,
 ) -> Result<Row, Failure> {
     let records = bench.records;
-    let app_id = format!("bench-{app}");
+    let app_id = format!("bench-{app}-{run}");
     let input = format!("{app_id}-input");
     fill(client, &input, records, &bench.record).await?;
     // The faster of two reads: the first after the fill may pay for the allocator's first
@@ -229,7 +237,7 @@ async fn one(
     let topology = (bench.build)(&app_id, &input).map_err(failed)?;
     let cfg = RuntimeConfig {
         bootstrap: vec![bootstrap.to_owned()],
-        state_dir: dir.join(app),
+        state_dir: dir.join(&app_id),
         instance_id: "bench".into(),
         commit_interval: Duration::from_millis(200),
         cache_max_bytes,
@@ -259,10 +267,11 @@ async fn one(
     let (last, outputs) = read_output(client, &format!("{app_id}-out")).await?;
     check_counts(app, &(bench.expected)(records), &last, bench.decode)?;
     eprintln!(
-        "{app}: {records} records; ceiling {ceiling_per_s:.0}/s, application {app_per_s:.0}/s"
+        "{app}, run {run}: {records} records; ceiling {ceiling_per_s:.0}/s, application {app_per_s:.0}/s"
     );
     Ok(Row {
         app,
+        run,
         cache_max_bytes,
         records,
         outputs,
@@ -547,13 +556,14 @@ async fn committed_span(
 
 fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "application        cache (bytes)    records    outputs   ceiling (records/s)   application (records/s)   ratio   CPU s per M records: ceiling   application   broker\n",
+        "application        run   cache (bytes)    records    outputs   ceiling (records/s)   application (records/s)   ratio   CPU s per M records: ceiling   application   broker\n",
     );
     let cpu = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |s| format!("{s:.2}"));
     for r in rows {
         out += &format!(
-            "{:<18} {:>13} {:>10} {:>10}   {:>19.0}   {:>23.0}   {:>5.3}   {:>28}   {:>11}   {:>6}\n",
+            "{:<18} {:>3}   {:>13} {:>10} {:>10}   {:>19.0}   {:>23.0}   {:>5.3}   {:>28}   {:>11}   {:>6}\n",
             r.app,
+            r.run,
             r.cache_max_bytes,
             r.records,
             r.outputs,
