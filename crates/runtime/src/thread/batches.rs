@@ -66,15 +66,10 @@ impl Driver {
         // The fault suite's panic in the runtime's own code for one batch (a fail point: nothing
         // without the `failpoints` feature).
         fail::fail_point!("baton-batch");
-        let failed = Event::BatchFailed {
-            task,
-            batch,
-            output_acknowledged: false,
-        };
         let sources = self.ctx.wire.source_partitions(task);
         self.cache_for(task);
         let Some(t) = self.tasks.get(&task) else {
-            return Err(Box::new(failed));
+            return Err(Box::new(failed(task, batch)));
         };
         let table_of = table_stores(&self.ctx, task, &sources, &t.stores);
         // The task's stream time: the largest timestamp it has read, this batch's included;
@@ -84,7 +79,7 @@ impl Driver {
             None => self.stream_time_in_stores(task, t),
         };
         let Some(fetched) = take_input(&mut self.buffers, &sources, inputs) else {
-            return Err(Box::new(failed));
+            return Err(Box::new(failed(task, batch)));
         };
         Ok(Ready {
             task,
@@ -116,25 +111,10 @@ impl Driver {
             Ok(ready) => ready,
             Err(e) => return Some(*e),
         };
-        let Some(t) = self.tasks.get(&task) else {
-            return Some(Event::BatchFailed {
-                task,
-                batch,
-                output_acknowledged: false,
-            });
-        };
-        let means = Means {
-            ctx: &self.ctx,
-            stores: &t.stores,
-            cache: self.caches.get(&task),
-            skip_log: &mut self.skip_log,
-            store_failures: &mut self.store_failures,
-        };
-        // One hand-over of the worker for the whole batch, not one per record: a store read
-        // may block on the disk, and block_in_place wakes another worker each time it runs.
-        match blocking(|| run_records(means, &mut ready)) {
-            Ok(done) => self.hand_over(m, task, batch, &ready.inputs, done),
-            Err(e) => Some(*e),
+        match self.run_alone(&mut ready) {
+            Ok(Ok(done)) => self.hand_over(m, task, batch, &ready.inputs, done),
+            Ok(Err(e)) => Some(*e),
+            Err(p) => Some(self.panicked(task, batch, &*p)),
         }
     }
 
@@ -198,16 +178,13 @@ impl Driver {
         batch_panicked(task, batch, "processing", self.ctx.cfg.task_retry, payload)
     }
 
-    /// One batch's records on the thread.
+    /// One batch's records on the thread, with one hand-over of the worker for the whole
+    /// batch, not one per record: a store read may block on the disk, and block_in_place wakes
+    /// another worker each time it runs.
     fn run_alone(&mut self, ready: &mut Ready) -> Ran {
         let task = ready.task;
-        let failed = Event::BatchFailed {
-            task,
-            batch: ready.batch,
-            output_acknowledged: false,
-        };
         let Some(t) = self.tasks.get(&task) else {
-            return Ok(Err(Box::new(failed)));
+            return Ok(Err(Box::new(failed(task, ready.batch))));
         };
         let means = Means {
             ctx: &self.ctx,
@@ -260,13 +237,8 @@ impl Driver {
             while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
                 let mut job = job.lock().unwrap_or_else(|p| p.into_inner());
                 let job = &mut *job;
-                let failed = Event::BatchFailed {
-                    task: job.ready.task,
-                    batch: job.ready.batch,
-                    output_acknowledged: false,
-                };
                 job.ran = Some(match job.stores {
-                    None => Ok(Err(Box::new(failed))),
+                    None => Ok(Err(Box::new(failed(job.ready.task, job.ready.batch)))),
                     Some((stores, cache)) => {
                         let means = Means {
                             ctx,
@@ -294,16 +266,21 @@ impl Driver {
             let job = job.into_inner().unwrap_or_else(|p| p.into_inner());
             self.skip_log.absorb(job.skip_log);
             self.store_failures.absorb(job.store_failures);
-            let ran = job.ran.unwrap_or_else(|| {
-                Ok(Err(Box::new(Event::BatchFailed {
-                    task: job.ready.task,
-                    batch: job.ready.batch,
-                    output_acknowledged: false,
-                })))
-            });
+            let ran = job
+                .ran
+                .unwrap_or_else(|| Ok(Err(Box::new(failed(job.ready.task, job.ready.batch)))));
             out.push((job.at, job.ready, ran));
         }
         out
+    }
+}
+
+/// A batch that ended before any of its output was acknowledged.
+fn failed(task: TaskId, batch: RequestId) -> Event {
+    Event::BatchFailed {
+        task,
+        batch,
+        output_acknowledged: false,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Emptied lists of records, kept per thread for [`super::run_steps`]: a record's way through
 //! its steps takes its lists from here and gives them back, so it allocates none of its own
-//! (two a record, a third of count per key's allocations, before).
+//! (callgrind: 600,000 allocations in `run_steps` and `process_from` for 200,000 records of
+//! count per key, before).
 
 use std::cell::RefCell;
 
